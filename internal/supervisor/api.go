@@ -8,6 +8,78 @@
 // waits before reporting the outcome exactly once.
 //
 // The supervisor holds no logical state: what it observes goes to a Sink.
+//
+// # The end of a run
+//
+// One coordinator goroutine per run owns its end. When Conversation.Run
+// returns on its own, the agent's stdin is closed and the agent gets
+// Timeouts.ExitGrace to exit. When Stop is called mid-turn, Conversation.Cancel
+// is called and the turn gets Timeouts.TurnCancel to end; stdin is then closed
+// without a grace period. Either way the group is ended next: when it still has
+// members it receives SIGTERM, then after Timeouts.Term SIGKILL, then
+// Timeouts.Kill to empty. Empty means kill(-pgid, 0) fails with ESRCH; zombie
+// members adopted through the subreaper are reaped first (once cmd.Wait has
+// returned for the agent itself, so its exit status is never stolen). Then
+// stdout and stderr get Timeouts.Drain to reach EOF; a process that left the
+// group (setsid) can hold them open, so the supervisor then closes its own read
+// ends. Sink.Exited is called last, exactly once.
+//
+// An agent that exits before Run returns (a crash mid-turn) is handled the
+// same way: the group is ended (a grandchild may hold stdout open), and if Run
+// still has not returned after Drain the read ends are closed so it sees EOF.
+// Run's error is then wrapped as "agent exited with code N before ending its
+// turn: ..." (or "agent was killed by SIGKILL before ..."). Because an agent's
+// stdout reaches EOF before its exit can be observed, a turn that fails while
+// Conversation.Done is already closed is given ExitGrace to exit with its
+// stdin still open: an exit seen then is the agent's own, not a reaction to
+// the supervisor closing stdin.
+//
+// If the group cannot be confirmed empty after SIGKILL and Timeouts.Kill,
+// Exit.CleanupErr says so and the supervisor stops managing the group: pipes
+// are closed and Exited is called. Only two goroutines can outlive Exited: the
+// one blocked in cmd.Wait for an agent that cannot be killed (it ends when the
+// kernel lets the process go), and Conversation.Run when it does not return
+// within Drain after its pipes were closed and its context cancelled (Exit.Err
+// says so). Neither calls the Sink.
+//
+// # Stderr
+//
+// Each stderr line (without its newline) is one Sink.Stderr call. Valid UTF-8
+// is passed on byte-exact, carriage returns included; each maximal run of
+// bytes that are not valid UTF-8 becomes one U+FFFD, as strings.ToValidUTF8
+// does. A line longer than MaxStderrPiece bytes after that replacement is split
+// at character boundaries into pieces of at most MaxStderrPiece bytes (see
+// SplitLine); the pieces are delivered once the line has ended, so each knows
+// how many parts there are. A final line without a newline is delivered at EOF.
+//
+// # Subreaper
+//
+// With Config.Subreaper on Linux the server becomes a child subreaper: orphans
+// of an agent's group are re-parented to it instead of to init, and a reaper
+// goroutine reaps those that become zombies. It never reaps a process started
+// by a Supervisor whose cmd.Wait has not returned, nor a process in the
+// server's own process group (where children of other os/exec users in this
+// process live). Code elsewhere in the process that starts children in a
+// process group or session of their own while the reaper runs can lose their
+// exit status to it; start such children through a Supervisor.
+//
+// # Goroutines and locks
+//
+// Per run: Conversation.Run, the stderr reader and the cmd.Wait waiter are
+// owned by the run's coordinator, which waits for them (within the bounds
+// above) before calling Exited. Coordinators and the reaper are owned by the
+// Supervisor; Shutdown waits for them.
+//
+// Lock order: there is none, because no two locks are ever held together.
+// Supervisor.mu guards the run table and the shutdown state and is never held
+// across I/O or a Sink call. The package-level children.mu guards the set of
+// pids whose cmd.Wait has not returned; it is held across cmd.Start (so a
+// child cannot become a zombie the reaper sees before it is registered) and by
+// the reaper across one /proc scan. Those two are the only I/O done under a
+// lock, and they exist to order the two against each other.
+//
+// The package is POSIX only; the subreaper is Linux only (elsewhere
+// Config.Subreaper is ignored with a warning).
 package supervisor
 
 import (

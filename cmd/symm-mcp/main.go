@@ -1,0 +1,155 @@
+// Command symm-mcp is a stdio MCP server that hands prompts to coding agents
+// over the Agent Client Protocol and keeps a ledger of what happened.
+//
+// It only wires the packages under internal/: flags, logging, signals, and
+// the order of shutdown.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
+	"github.com/symm-mcp/symm-mcp/internal/notify"
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+	"github.com/symm-mcp/symm-mcp/internal/task"
+)
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
+// it the module's build information is used.
+var version string
+
+// shutdownBound caps the whole shutdown: every task's bounded cleanup runs
+// concurrently, so this is one task's worst case with room to spare.
+const shutdownBound = 30 * time.Second
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stderr))
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += "+" + s.Value[:12]
+		}
+	}
+	return v
+}
+
+type options struct {
+	logLevel  slog.Level
+	notifyDir string
+	noNotify  bool
+}
+
+func parse(args []string, stderr io.Writer) (options, int, bool) {
+	var o options
+	fs := flag.NewFlagSet("symm-mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	level := fs.String("log-level", "info", "log level on stderr: debug, info, warn or error")
+	fs.StringVar(&o.notifyDir, "notify-dir", "", "base directory for completion markers (default $XDG_RUNTIME_DIR/symm-mcp or symm-mcp-<uid> in the temp dir)")
+	fs.BoolVar(&o.noNotify, "no-notify", false, "turn completion markers off")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: symm-mcp [flags]\n\n"+
+			"symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.\n"+
+			"Register it, for example: claude mcp add symm -- symm-mcp\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, 0, true
+		}
+		return o, 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "symm-mcp: unexpected argument %q\n", fs.Arg(0))
+		return o, 2, true
+	}
+	if *showVersion {
+		fmt.Fprintf(stderr, "symm-mcp %s\n", buildVersion())
+		return o, 0, true
+	}
+	if err := o.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(stderr, "symm-mcp: --log-level: %v\n", err)
+		return o, 2, true
+	}
+	return o, 0, false
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func run(args []string, stdin *os.File, stderr io.Writer) int {
+	o, code, done := parse(args, stderr)
+	if done {
+		return code
+	}
+	// A closed MCP stdout must not kill the server before it cleans up.
+	signal.Ignore(syscall.SIGPIPE)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	if isTerminal(stdin) {
+		fmt.Fprintln(stderr, "symm-mcp speaks MCP over stdio and is meant to be launched by an MCP client.\n"+
+			"Register it, for example:  claude mcp add symm -- symm-mcp\n"+
+			"(Ctrl-D or Ctrl-C ends it.)")
+	}
+
+	wd, err := os.Getwd()
+	if err != nil {
+		log.Error("cannot read the working directory", "err", err)
+		return 1
+	}
+	markers := notify.Open(notify.Config{Base: o.notifyDir, Disabled: o.noNotify, Logger: log})
+	sup := supervisor.New(supervisor.Config{Logger: log, Subreaper: true})
+	svc := task.New(task.Config{
+		Store: store.New(), Agents: agents.Default(), Supervisor: sup, Markers: markers,
+		Workspace: wd, Logger: log,
+	})
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	err = mcpserver.RunStdio(ctx, mcpserver.New(svc, buildVersion()))
+	stop()
+	switch {
+	case ctx.Err() != nil:
+		log.Info("shutting down on a signal")
+	case err != nil && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF"):
+		log.Warn("MCP session ended", "err", err)
+	default:
+		log.Info("client disconnected; shutting down")
+	}
+
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownBound)
+	defer cancel()
+	code = 0
+	if err := svc.Shutdown(sctx); err != nil {
+		log.Error("shutdown: some agent processes could not be confirmed gone", "err", err)
+		code = 1
+	}
+	if err := markers.Close(); err != nil {
+		log.Warn("removing the marker directory", "err", err)
+	}
+	return code
+}

@@ -1,0 +1,137 @@
+// Package agents is the registry of the agents symm-mcp can launch. An
+// adapter is mostly data: the executable and its arguments, the options a
+// caller may pass, the settings symm-mcp pins, and how the caller's model and
+// effort reach the agent. Adding an agent is adding one entry to Default.
+package agents
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+)
+
+// Options a caller may pass to spawn_task, besides the prompt.
+const (
+	OptAllow  = "allow"
+	OptModel  = "model"
+	OptEffort = "effort"
+)
+
+// Request is what a caller chose for one task.
+type Request struct {
+	Allow  []string
+	Model  string
+	Effort string
+}
+
+// Launch is what the supervisor and the ACP session need for one task.
+type Launch struct {
+	Argv     []string
+	Env      []string // KEY=VALUE overrides of the server's environment
+	Settings []acpsession.Setting
+}
+
+// Adapter describes one agent.
+type Adapter struct {
+	// Name is the agent's name in spawn_task ("claude_code").
+	Name string
+	// Executable is looked up on PATH; Args follow it.
+	Executable string
+	Args       []string
+	// Options lists what a caller may set (OptAllow, OptModel, OptEffort).
+	Options []string
+	// Model and Effort say how the caller's choices travel as session
+	// settings; nil means they do not travel that way.
+	Model  *acpsession.Setting
+	Effort *acpsession.Setting
+	// EffortFlag, when set, passes effort as a launch flag instead:
+	// EffortFlag+effort ("--thinking=" + "high").
+	EffortFlag string
+	// Pins returns the settings symm-mcp pins, given the task's allow list.
+	Pins func(allow []string) []acpsession.Setting
+	// Env returns extra environment for the agent, given the server's
+	// environment; an error fails the task before launch.
+	Env func(getenv func(string) string) ([]string, error)
+}
+
+// Accepts reports whether the adapter takes the option.
+func (a *Adapter) Accepts(opt string) bool { return slices.Contains(a.Options, opt) }
+
+// Check returns an error naming the first option the caller set that the
+// agent does not accept.
+func (a *Adapter) Check(r Request) error {
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{{OptAllow, len(r.Allow) > 0}, {OptModel, r.Model != ""}, {OptEffort, r.Effort != ""}} {
+		if o.set && !a.Accepts(o.name) {
+			return fmt.Errorf("agent %s does not accept option %s (it accepts: %v)", a.Name, o.name, a.Options)
+		}
+	}
+	return nil
+}
+
+// Launch builds the command line, environment and settings for a task:
+// the caller's model, then effort, then the pins, in that order.
+func (a *Adapter) Launch(r Request, getenv func(string) string) (Launch, error) {
+	if err := a.Check(r); err != nil {
+		return Launch{}, err
+	}
+	l := Launch{Argv: append([]string{a.Executable}, a.Args...)}
+	if r.Model != "" && a.Model != nil {
+		s := *a.Model
+		s.Value = r.Model
+		l.Settings = append(l.Settings, s)
+	}
+	if r.Effort != "" {
+		switch {
+		case a.EffortFlag != "":
+			l.Argv = append(l.Argv, a.EffortFlag+r.Effort)
+		case a.Effort != nil:
+			s := *a.Effort
+			s.Value = r.Effort
+			l.Settings = append(l.Settings, s)
+		}
+	}
+	if a.Pins != nil {
+		l.Settings = append(l.Settings, a.Pins(r.Allow)...)
+	}
+	if a.Env != nil {
+		env, err := a.Env(getenv)
+		if err != nil {
+			return Launch{}, err
+		}
+		l.Env = env
+	}
+	return l, nil
+}
+
+// Registry holds adapters by name.
+type Registry struct{ byName map[string]*Adapter }
+
+// NewRegistry returns a registry of the given adapters.
+func NewRegistry(adapters ...*Adapter) *Registry {
+	r := &Registry{byName: make(map[string]*Adapter, len(adapters))}
+	for _, a := range adapters {
+		r.byName[a.Name] = a
+	}
+	return r
+}
+
+// Lookup returns the named adapter.
+func (r *Registry) Lookup(name string) (*Adapter, bool) {
+	a, ok := r.byName[name]
+	return a, ok
+}
+
+// Names lists the registered agents, sorted.
+func (r *Registry) Names() []string {
+	names := make([]string, 0, len(r.byName))
+	for n := range r.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

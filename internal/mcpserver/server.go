@@ -1,0 +1,165 @@
+// Package mcpserver is symm-mcp's MCP layer: eight tools that translate
+// arguments into TaskService calls and stored JSON into replies. It holds
+// no state. Domain failures are tool errors whose text is
+// "<code>: <message>"; arguments that do not fit a tool's input schema are
+// rejected by the MCP SDK before a handler runs.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/task"
+)
+
+// Service is what the tools call: the TaskService.
+type Service interface {
+	Describe(ctx context.Context, agent, workspace string) (json.RawMessage, error)
+	Spawn(ctx context.Context, req task.SpawnRequest) (json.RawMessage, error)
+	Task(id string) (json.RawMessage, error)
+	Events(req task.EventsRequest) (store.Page, error)
+	Wait(ctx context.Context, ids []string, timeout time.Duration) (task.WaitResult, error)
+	List() []json.RawMessage
+	Resolve(id string, resolution store.Resolution, note string) (json.RawMessage, error)
+	Cancel(ctx context.Context, id string) (json.RawMessage, error)
+}
+
+// Instructions tell an MCP host how the tools fit together.
+const Instructions = `symm-mcp hands a prompt to another coding agent and keeps a ledger of what happened.
+Loop: spawn_task returns a task_id while the agent works; wait_tasks (at most 30 s a call) until the task is finished,
+or wait in the background for the file at notify_path; read events with get_events, passing cursor back as after_seq
+while has_more is true; then resolve_task. succeeded means the turn ended with end_turn, not that the work is good:
+check agent_message and tool_call events. Ignore event types you do not know.`
+
+// New returns an MCP server with the eight tools, calling svc.
+func New(svc Service, version string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "symm-mcp", Version: version}, &mcp.ServerOptions{Instructions: Instructions})
+	h := handlers{svc}
+	addTool(s, describeAgentTool, h.describeAgent)
+	addTool(s, spawnTaskTool, h.spawnTask)
+	addTool(s, getTaskTool, h.getTask)
+	addTool(s, getEventsTool, h.getEvents)
+	addTool(s, waitTasksTool, h.waitTasks)
+	addTool(s, listTasksTool, h.listTasks)
+	addTool(s, resolveTaskTool, h.resolveTask)
+	addTool(s, cancelTaskTool, h.cancelTask)
+	return s
+}
+
+type handlers struct{ svc Service }
+
+// toolDef is a tool's description with its schemas edited where inference
+// cannot say enough (enums, bounds).
+type toolDef[In any] struct {
+	tool   mcp.Tool
+	edit   func(in *jsonschema.Schema)
+	output reflect.Type // the documented shape of the reply
+}
+
+// Replies are built from stored JSON, so handlers return raw bytes; the
+// output schema documents their shape.
+func addTool[In any](s *mcp.Server, d toolDef[In], h func(context.Context, In) (json.RawMessage, error)) {
+	t := d.tool
+	in, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: input schema of %s: %v", t.Name, err))
+	}
+	if d.edit != nil {
+		d.edit(in)
+	}
+	t.InputSchema = in
+	out, err := jsonschema.ForType(d.output, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+		reflect.TypeFor[json.RawMessage](): {},
+		reflect.TypeFor[store.Time]():      {Type: "string", Format: "date-time"},
+	}})
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", t.Name, err))
+	}
+	t.OutputSchema = out
+	mcp.AddTool(s, &t, func(ctx context.Context, _ *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
+		b, err := h(ctx, args)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &mcp.CallToolResult{
+			StructuredContent: b,
+			Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
+		}, nil, nil
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func annotations(readOnly, destructive, idempotent, openWorld bool) *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{
+		ReadOnlyHint:    readOnly,
+		DestructiveHint: ptr(destructive),
+		IdempotentHint:  idempotent,
+		OpenWorldHint:   ptr(openWorld),
+	}
+}
+
+func enum[T ~string](values []T) []any {
+	out := make([]any, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// object builds a JSON object from members already encoded.
+func object(members ...member) json.RawMessage {
+	b := []byte{'{'}
+	for i, m := range members {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		k, _ := json.Marshal(m.key)
+		b = append(b, k...)
+		b = append(b, ':')
+		b = append(b, m.value...)
+	}
+	return append(b, '}')
+}
+
+type member struct {
+	key   string
+	value []byte
+}
+
+func array(items []json.RawMessage) []byte {
+	n := 2
+	for _, it := range items {
+		n += len(it) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, it...)
+	}
+	return append(b, ']')
+}
+
+func jsonValue(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// RunStdio serves s over stdin and stdout until the client disconnects
+// (stdin reaches EOF) or ctx ends.
+func RunStdio(ctx context.Context, s *mcp.Server) error {
+	return s.Run(ctx, &mcp.StdioTransport{})
+}

@@ -1,0 +1,241 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/symm-mcp/symm-mcp/internal/permission"
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/task"
+)
+
+type taskIDArgs struct {
+	TaskID string `json:"task_id" jsonschema:"the task's id, as spawn_task or list_tasks returned it"`
+}
+
+// --- spawn_task
+
+type spawnArgs struct {
+	Agent       string   `json:"agent" jsonschema:"registered agent: claude_code, codex, copilot, cline, cursor or opencode"`
+	Prompt      string   `json:"prompt" jsonschema:"the prompt to send; it decides who implements and who reviews"`
+	Workspace   string   `json:"workspace,omitempty" jsonschema:"absolute path of the directory the agent works in; defaults to the server's working directory, which your MCP client chose"`
+	Allow       []string `json:"allow,omitempty" jsonschema:"ACP tool kinds whose permission requests are approved once; default none"`
+	Model       string   `json:"model,omitempty" jsonschema:"model for the agent, checked against its offer"`
+	Effort      string   `json:"effort,omitempty" jsonschema:"reasoning effort, for agents that accept it"`
+	SessionID   string   `json:"session_id,omitempty" jsonschema:"resume this agent session (same agent and workspace) instead of starting a new one"`
+	InitiatorID string   `json:"initiator_id,omitempty" jsonschema:"descriptive label of who dispatched the task; grants nothing"`
+	ExecutorID  string   `json:"executor_id,omitempty" jsonschema:"descriptive label of who executes the task; grants nothing"`
+}
+
+var spawnTaskTool = toolDef[spawnArgs]{
+	tool: mcp.Tool{
+		Name: "spawn_task",
+		Description: "Dispatch a prompt to a registered agent. Returns as soon as the agent process is running, " +
+			"with the task's task_id and notify_path; session setup and the prompt continue in the background.",
+		Annotations: annotations(false, true, false, true),
+	},
+	edit: func(s *jsonschema.Schema) {
+		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
+	},
+	output: reflect.TypeFor[store.Task](),
+}
+
+func (h handlers) spawnTask(ctx context.Context, a spawnArgs) (json.RawMessage, error) {
+	return h.svc.Spawn(ctx, task.SpawnRequest{
+		Agent: a.Agent, Prompt: a.Prompt, Workspace: a.Workspace, Allow: a.Allow, Model: a.Model,
+		Effort: a.Effort, SessionID: a.SessionID, InitiatorID: a.InitiatorID, ExecutorID: a.ExecutorID,
+	})
+}
+
+// --- get_task
+
+var getTaskTool = toolDef[taskIDArgs]{
+	tool: mcp.Tool{
+		Name: "get_task",
+		Description: "A task's current state: status, exit_code, error (the latest error message, usually why it failed), " +
+			"session_id, resolution, timestamps.",
+		Annotations: annotations(true, false, true, false),
+	},
+	output: reflect.TypeFor[store.Task](),
+}
+
+func (h handlers) getTask(_ context.Context, a taskIDArgs) (json.RawMessage, error) {
+	return h.svc.Task(a.TaskID)
+}
+
+// --- get_events
+
+type eventsArgs struct {
+	TaskID     string   `json:"task_id" jsonschema:"the task's id"`
+	AfterSeq   int64    `json:"after_seq,omitempty" jsonschema:"return events after this seq; pass the previous reply's cursor; default 0"`
+	Limit      int      `json:"limit,omitempty" jsonschema:"most events to return; default 100, at most 1000"`
+	EventTypes []string `json:"event_types,omitempty" jsonschema:"return only events of these types; the cursor still advances over the others"`
+}
+
+type eventsOut struct {
+	Events  []json.RawMessage `json:"events"`
+	Cursor  int64             `json:"cursor"`
+	HasMore bool              `json:"has_more"`
+	Status  store.Status      `json:"status"`
+}
+
+var getEventsTool = toolDef[eventsArgs]{
+	tool: mcp.Tool{
+		Name: "get_events",
+		Description: "One bounded page of a task's events after after_seq (at most limit events and about 1 MiB). " +
+			"Returns events, cursor, has_more and the task's status; call again with after_seq=cursor while has_more is true. " +
+			"Ignore event types you do not know.",
+		Annotations: annotations(true, false, true, false),
+	},
+	edit: func(s *jsonschema.Schema) {
+		s.Properties["after_seq"].Minimum = ptr(0.0)
+		s.Properties["limit"].Minimum = ptr(1.0)
+	},
+	output: reflect.TypeFor[eventsOut](),
+}
+
+func (h handlers) getEvents(_ context.Context, a eventsArgs) (json.RawMessage, error) {
+	p, err := h.svc.Events(task.EventsRequest{TaskID: a.TaskID, AfterSeq: a.AfterSeq, Limit: a.Limit, EventTypes: a.EventTypes})
+	if err != nil {
+		return nil, err
+	}
+	return object(
+		member{"events", array(p.Events)},
+		member{"cursor", jsonValue(p.Cursor)},
+		member{"has_more", jsonValue(p.HasMore)},
+		member{"status", jsonValue(p.Status)},
+	), nil
+}
+
+// --- wait_tasks
+
+type waitArgs struct {
+	TaskIDs        []string `json:"task_ids" jsonschema:"the tasks to wait for; returns when any of them is finished"`
+	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty" jsonschema:"how long to wait; default and maximum 30"`
+}
+
+type waitOut struct {
+	Completed []store.Summary `json:"completed"`
+	Pending   []store.Summary `json:"pending"`
+	Reason    string          `json:"reason" jsonschema:"terminal or timeout"`
+}
+
+var waitTasksTool = toolDef[waitArgs]{
+	tool: mcp.Tool{
+		Name: "wait_tasks",
+		Description: "Wait up to 30 seconds for any of the given tasks to be finished. Returns completed and pending summaries " +
+			"and reason: terminal when one is finished, timeout otherwise.",
+		Annotations: annotations(true, false, true, false),
+	},
+	edit: func(s *jsonschema.Schema) {
+		s.Properties["task_ids"].MinItems = ptr(1)
+		s.Properties["timeout_seconds"].Minimum = ptr(0.0)
+	},
+	output: reflect.TypeFor[waitOut](),
+}
+
+func (h handlers) waitTasks(ctx context.Context, a waitArgs) (json.RawMessage, error) {
+	timeout := task.MaxWait
+	if a.TimeoutSeconds != nil {
+		// Larger values are clamped to the maximum wait.
+		timeout = time.Duration(min(*a.TimeoutSeconds, task.MaxWait.Seconds()) * float64(time.Second))
+	}
+	res, err := h.svc.Wait(ctx, a.TaskIDs, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return object(
+		member{"completed", array(res.Completed)},
+		member{"pending", array(res.Pending)},
+		member{"reason", jsonValue(res.Reason)},
+	), nil
+}
+
+// --- list_tasks
+
+type listArgs struct{}
+
+type listOut struct {
+	Tasks []store.Summary `json:"tasks"`
+}
+
+var listTasksTool = toolDef[listArgs]{
+	tool: mcp.Tool{
+		Name:        "list_tasks",
+		Description: "This server's tasks, newest first, as summaries; recovers task ids a caller lost.",
+		Annotations: annotations(true, false, true, false),
+	},
+	output: reflect.TypeFor[listOut](),
+}
+
+func (h handlers) listTasks(context.Context, listArgs) (json.RawMessage, error) {
+	return object(member{"tasks", array(h.svc.List())}), nil
+}
+
+// --- resolve_task
+
+type resolveArgs struct {
+	TaskID     string `json:"task_id" jsonschema:"the task's id"`
+	Resolution string `json:"resolution" jsonschema:"your verdict on the finished task"`
+	Note       string `json:"note,omitempty" jsonschema:"why, for whoever reads the ledger next"`
+}
+
+var resolveTaskTool = toolDef[resolveArgs]{
+	tool: mcp.Tool{
+		Name: "resolve_task",
+		Description: "Record accepted, rejected, needs_followup or superseded for a finished task. " +
+			"No side effects; may be revised later.",
+		Annotations: annotations(false, false, true, false),
+	},
+	edit: func(s *jsonschema.Schema) {
+		s.Properties["resolution"].Enum = enum(store.Judgements)
+	},
+	output: reflect.TypeFor[store.Task](),
+}
+
+func (h handlers) resolveTask(_ context.Context, a resolveArgs) (json.RawMessage, error) {
+	return h.svc.Resolve(a.TaskID, store.Resolution(a.Resolution), a.Note)
+}
+
+// --- cancel_task
+
+var cancelTaskTool = toolDef[taskIDArgs]{
+	tool: mcp.Tool{
+		Name: "cancel_task",
+		Description: "Stop a running agent's process group and return the task once it ended (cancelled, or failed when " +
+			"cleanup could not be confirmed). A finished task is returned unchanged.",
+		Annotations: annotations(false, true, true, true),
+	},
+	output: reflect.TypeFor[store.Task](),
+}
+
+func (h handlers) cancelTask(ctx context.Context, a taskIDArgs) (json.RawMessage, error) {
+	return h.svc.Cancel(ctx, a.TaskID)
+}
+
+// --- describe_agent
+
+type describeArgs struct {
+	Agent     string `json:"agent" jsonschema:"registered agent name"`
+	Workspace string `json:"workspace,omitempty" jsonschema:"directory to start the agent in; defaults to the server's working directory"`
+}
+
+var describeAgentTool = toolDef[describeArgs]{
+	tool: mcp.Tool{
+		Name: "describe_agent",
+		Description: "Start the agent, read its advertised model and effort offers as {current, values}, its version, resume " +
+			"support and whether the settings symm-mcp pins are available, then end it. Creates no task; the session it " +
+			"opens may remain in the agent's own history. Startup and ACP setup share a 30-second deadline.",
+		Annotations: annotations(false, false, true, true),
+	},
+	output: reflect.TypeFor[task.Description](),
+}
+
+func (h handlers) describeAgent(ctx context.Context, a describeArgs) (json.RawMessage, error) {
+	return h.svc.Describe(ctx, a.Agent, a.Workspace)
+}

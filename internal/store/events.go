@@ -1,0 +1,234 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Event log layout: events are appended as encoded JSON into arenas that are
+// never reallocated once written (so a stored event never moves), and an
+// index of fixed-size refs maps seq-1 to its bytes. A page read is an index
+// lookup plus a copy of the page's bytes: O(page), whatever the log's length.
+const (
+	firstArena = 4 << 10 // small tasks stay small
+	maxArena   = 1 << 20 // large logs grow in 1 MiB steps
+)
+
+type ref struct {
+	arena uint32
+	off   uint32
+	n     uint32
+	typ   uint16
+}
+
+type eventLog struct {
+	arenas  [][]byte
+	refs    []ref
+	types   []string          // interned event types, by id
+	typeIDs map[string]uint16 // reverse of types
+	quoted  [][]byte          // JSON encoding of each type
+	bytes   int64             // total encoded bytes stored
+}
+
+func (l *eventLog) typeID(typ string) uint16 {
+	if id, ok := l.typeIDs[typ]; ok {
+		return id
+	}
+	if l.typeIDs == nil {
+		l.typeIDs = make(map[string]uint16)
+	}
+	if len(l.types) == 1<<16-1 {
+		panic("store: too many event types")
+	}
+	id := uint16(len(l.types))
+	q, _ := json.Marshal(typ)
+	l.types = append(l.types, typ)
+	l.quoted = append(l.quoted, q)
+	l.typeIDs[typ] = id
+	return id
+}
+
+// append encodes {"seq":N,"type":T,"time":...,<fields>} into the log and
+// returns N. fields must be a JSON object or empty.
+func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
+	seq := int64(len(l.refs)) + 1
+	id := l.typeID(typ)
+	inner := objectMembers(fields)
+
+	size := 64 + len(l.quoted[id]) + len(inner)
+	buf := l.reserve(size)
+	start := len(buf)
+	buf = append(buf, `{"seq":`...)
+	buf = appendInt(buf, seq)
+	buf = append(buf, `,"type":`...)
+	buf = append(buf, l.quoted[id]...)
+	buf = append(buf, `,"time":"`...)
+	buf = now.UTC().AppendFormat(buf, TimeLayout)
+	buf = append(buf, '"')
+	if len(inner) > 0 {
+		buf = append(buf, ',')
+		buf = append(buf, inner...)
+	}
+	buf = append(buf, '}')
+	n := len(buf) - start
+	a := len(l.arenas) - 1
+	l.arenas[a] = buf
+	l.refs = append(l.refs, ref{arena: uint32(a), off: uint32(start), n: uint32(n), typ: id})
+	l.bytes += int64(n)
+	return seq
+}
+
+// reserve returns the last arena with room for size more bytes, adding an
+// arena when the last one is full. Arenas are never grown in place, so the
+// bytes of stored events never move.
+func (l *eventLog) reserve(size int) []byte {
+	if k := len(l.arenas); k > 0 {
+		last := l.arenas[k-1]
+		if cap(last)-len(last) >= size {
+			return last
+		}
+	}
+	c := firstArena
+	if k := len(l.arenas); k > 0 {
+		c = min(2*cap(l.arenas[k-1]), maxArena)
+	}
+	c = max(c, size)
+	l.arenas = append(l.arenas, make([]byte, 0, c))
+	return l.arenas[len(l.arenas)-1]
+}
+
+func (l *eventLog) event(i int) []byte {
+	r := l.refs[i]
+	return l.arenas[r.arena][r.off : r.off+r.n]
+}
+
+// objectMembers returns what lies between the braces of a JSON object, or
+// nil for an empty object or no fields.
+func objectMembers(fields []byte) []byte {
+	i, j := 0, len(fields)
+	for i < j && isSpace(fields[i]) {
+		i++
+	}
+	for j > i && isSpace(fields[j-1]) {
+		j--
+	}
+	if j-i < 2 {
+		return nil
+	}
+	if fields[i] != '{' || fields[j-1] != '}' {
+		panic(fmt.Sprintf("store: event fields are not a JSON object: %.40q", fields))
+	}
+	inner := fields[i+1 : j-1]
+	for len(inner) > 0 && isSpace(inner[0]) {
+		inner = inner[1:]
+	}
+	if len(inner) == 0 {
+		return nil
+	}
+	return inner
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func appendInt(b []byte, v int64) []byte {
+	var tmp [20]byte
+	i := len(tmp)
+	for {
+		i--
+		tmp[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	return append(b, tmp[i:]...)
+}
+
+// Query selects a page of events.
+type Query struct {
+	// After is the last seq the caller has seen; the page starts after it.
+	After int64
+	// Limit is the most events to return (at least 1).
+	Limit int
+	// MaxBytes bounds the encoded events of a page; the first event
+	// returned is included whatever its size, so the cursor advances.
+	MaxBytes int
+	// Types, when not empty, keeps only events of these types.
+	Types []string
+	// MaxScan bounds how many events one call examines when Types filters;
+	// the cursor then is the last seq scanned.
+	MaxScan int
+}
+
+// Page is one bounded read of a task's events.
+type Page struct {
+	Events  []json.RawMessage
+	Cursor  int64
+	HasMore bool
+	Status  Status
+}
+
+// Events reads a page. The events are copies, safe to use after return.
+func (s *Store) Events(id string, q Query) (Page, error) {
+	e, err := s.get(id)
+	if err != nil {
+		return Page{}, err
+	}
+	q.Limit = max(q.Limit, 1)
+	if q.MaxScan <= 0 {
+		q.MaxScan = int(^uint(0) >> 1)
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	l := &e.log
+	total := int64(len(l.refs))
+	start := min(max(q.After, 0), total)
+
+	var want []bool // by type id; nil means every type
+	if len(q.Types) > 0 {
+		want = make([]bool, len(l.types))
+		for _, t := range q.Types {
+			if id, ok := l.typeIDs[t]; ok {
+				want[id] = true
+			}
+		}
+	}
+
+	// First pass: choose the events, so the copy below is one allocation.
+	var picked []int
+	size, scanned := 0, 0
+	cursor := start
+	for i := int(start); i < int(total) && len(picked) < q.Limit && scanned < q.MaxScan; i++ {
+		r := l.refs[i]
+		if want == nil || want[r.typ] {
+			if len(picked) > 0 && size+int(r.n) > q.MaxBytes {
+				break
+			}
+			picked = append(picked, i)
+			size += int(r.n)
+		}
+		scanned++
+		cursor = int64(i) + 1
+	}
+
+	buf := make([]byte, 0, size)
+	events := make([]json.RawMessage, len(picked))
+	for k, i := range picked {
+		off := len(buf)
+		buf = append(buf, l.event(i)...)
+		events[k] = buf[off:len(buf):len(buf)]
+	}
+	return Page{Events: events, Cursor: cursor, HasMore: cursor < total, Status: e.task.Status}, nil
+}
+
+// LogBytes returns how many bytes of encoded events the task holds.
+func (s *Store) LogBytes(id string) (int64, error) {
+	e, err := s.get(id)
+	if err != nil {
+		return 0, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.log.bytes, nil
+}

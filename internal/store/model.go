@@ -1,0 +1,211 @@
+// Package store is symm-mcp's task ledger: tasks, their events and their
+// resolutions, held in memory and always serializable.
+//
+// Every task record and every event is JSON, encoded once when it changes or
+// is recorded, and served as stored. Events carry per-task sequence numbers
+// starting at 1; reading a page costs O(page), never O(log).
+//
+// The store also owns the two state machines of a task: execution status
+// (created -> starting -> running -> succeeded | failed | cancelled, with the
+// shortcuts the spec lists) and resolution (unresolved -> judged, revisable,
+// finished tasks only). Status changes only through Transition, which records
+// the status_changed event in the same critical section, so an illegal
+// transition or an unrecorded one cannot happen.
+//
+// Lock order: Store.mu before entry.mu. Nothing is called under either lock
+// but in-memory work.
+package store
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+)
+
+// Status is a task's execution status.
+type Status string
+
+// Execution statuses.
+const (
+	Created   Status = "created"
+	Starting  Status = "starting"
+	Running   Status = "running"
+	Succeeded Status = "succeeded"
+	Failed    Status = "failed"
+	Cancelled Status = "cancelled"
+)
+
+// Statuses lists every status, in lifecycle order.
+var Statuses = []Status{Created, Starting, Running, Succeeded, Failed, Cancelled}
+
+// transitions is the spec's status diagram: the only legal moves.
+var transitions = map[Status][]Status{
+	Created:  {Starting, Cancelled},
+	Starting: {Running, Failed, Cancelled},
+	Running:  {Succeeded, Failed, Cancelled},
+}
+
+// Terminal reports whether s is a finished status.
+func (s Status) Terminal() bool { return s == Succeeded || s == Failed || s == Cancelled }
+
+// CanTransition reports whether the diagram allows from -> to.
+func CanTransition(from, to Status) bool { return slices.Contains(transitions[from], to) }
+
+// Resolution is what a caller concluded about a finished task.
+type Resolution string
+
+// Resolutions.
+const (
+	Unresolved    Resolution = "unresolved"
+	Accepted      Resolution = "accepted"
+	Rejected      Resolution = "rejected"
+	NeedsFollowup Resolution = "needs_followup"
+	Superseded    Resolution = "superseded"
+)
+
+// Judgements lists the resolutions a caller may record, in schema order.
+var Judgements = []Resolution{Accepted, Rejected, NeedsFollowup, Superseded}
+
+// Time is a timestamp encoded as RFC 3339 UTC with milliseconds.
+type Time struct{ time.Time }
+
+// TimeLayout is how every time in the ledger is written.
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// MarshalJSON writes t in TimeLayout, in UTC.
+func (t Time) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, len(TimeLayout)+2)
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimeLayout)
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON reads a time written by MarshalJSON (or any RFC 3339 time).
+func (t *Time) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.Parse(time.RFC3339Nano, s)
+	t.Time = v
+	return err
+}
+
+func at(t time.Time) *Time { return &Time{t} }
+
+// Summary is the part of a task that lists and waits return.
+// Every field is always present; unknown values are null.
+type Summary struct {
+	TaskID      string     `json:"task_id"`
+	Agent       string     `json:"agent"`
+	Workspace   string     `json:"workspace"`
+	Status      Status     `json:"status"`
+	ExitCode    *int       `json:"exit_code"`
+	Signal      *string    `json:"signal"`
+	Error       *string    `json:"error"`
+	SessionID   *string    `json:"session_id"`
+	Resolution  Resolution `json:"resolution"`
+	InitiatorID *string    `json:"initiator_id"`
+	ExecutorID  *string    `json:"executor_id"`
+	NotifyPath  *string    `json:"notify_path"`
+	CreatedAt   Time       `json:"created_at"`
+	StartedAt   *Time      `json:"started_at"`
+	EndedAt     *Time      `json:"ended_at"`
+}
+
+// Task is the whole record of a task.
+type Task struct {
+	Summary
+	ResolutionNote *string         `json:"resolution_note"`
+	ResolvedAt     *Time           `json:"resolved_at"`
+	Prompt         string          `json:"prompt"`
+	Allow          []string        `json:"allow"`
+	Model          *string         `json:"model"`
+	Effort         *string         `json:"effort"`
+	Usage          json.RawMessage `json:"usage"`
+}
+
+// NewTask describes a task to create.
+type NewTask struct {
+	ID          string
+	Agent       string
+	Workspace   string
+	Prompt      string
+	Allow       []string
+	Model       string
+	Effort      string
+	SessionID   string
+	InitiatorID string
+	ExecutorID  string
+	NotifyPath  string
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (n NewTask) record(now time.Time) Task {
+	allow := n.Allow
+	if allow == nil {
+		allow = []string{}
+	}
+	return Task{
+		Summary: Summary{
+			TaskID:      n.ID,
+			Agent:       n.Agent,
+			Workspace:   n.Workspace,
+			Status:      Created,
+			SessionID:   optional(n.SessionID),
+			Resolution:  Unresolved,
+			InitiatorID: optional(n.InitiatorID),
+			ExecutorID:  optional(n.ExecutorID),
+			NotifyPath:  optional(n.NotifyPath),
+			CreatedAt:   Time{now},
+		},
+		Prompt: n.Prompt,
+		Allow:  slices.Clone(allow),
+		Model:  optional(n.Model),
+		Effort: optional(n.Effort),
+	}
+}
+
+// Edit is one change to a task's non-status fields. Edits are made only by
+// the constructors below, so no caller can change a status behind the state
+// machine's back.
+type Edit struct{ apply func(*Task) }
+
+// SetSessionID records the agent's session id.
+func SetSessionID(id string) Edit { return Edit{func(t *Task) { t.SessionID = optional(id) }} }
+
+// SetUsage keeps the latest usage the agent reported.
+func SetUsage(raw json.RawMessage) Edit {
+	raw = slices.Clone(raw)
+	return Edit{func(t *Task) { t.Usage = raw }}
+}
+
+// SetError records the latest error message. One recorded after the task
+// ended does not replace the error it ended with.
+func SetError(msg string) Edit {
+	return Edit{func(t *Task) {
+		if t.Status.Terminal() && t.Error != nil {
+			return
+		}
+		t.Error = &msg
+	}}
+}
+
+// SetExit records how the agent's process ended.
+func SetExit(code *int, signal string) Edit {
+	return Edit{func(t *Task) {
+		if code != nil {
+			c := *code
+			t.ExitCode = &c
+		} else {
+			t.ExitCode = nil
+		}
+		t.Signal = optional(signal)
+	}}
+}

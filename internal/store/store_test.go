@@ -1,0 +1,275 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 11, 30, 5, 0, 0, 123456789, time.UTC)
+
+func newTask(t *testing.T, s *Store, id string) Task {
+	t.Helper()
+	task, err := s.Create(NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0)
+	require.NoError(t, err)
+	return task
+}
+
+func decode(t *testing.T, raw []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(raw, &m), "%s", raw)
+	return m
+}
+
+func TestTransitionsFollowTheDiagram(t *testing.T) {
+	legal := map[[2]Status]bool{
+		{Created, Starting}: true, {Created, Cancelled}: true,
+		{Starting, Running}: true, {Starting, Failed}: true, {Starting, Cancelled}: true,
+		{Running, Succeeded}: true, {Running, Failed}: true, {Running, Cancelled}: true,
+	}
+	// Walk every status to every status from a task brought to that status.
+	path := map[Status][]Status{
+		Created:   nil,
+		Starting:  {Starting},
+		Running:   {Starting, Running},
+		Succeeded: {Starting, Running, Succeeded},
+		Failed:    {Starting, Failed},
+		Cancelled: {Cancelled},
+	}
+	for _, from := range Statuses {
+		for _, to := range Statuses {
+			t.Run(fmt.Sprintf("%s->%s", from, to), func(t *testing.T) {
+				s := New()
+				newTask(t, s, "t")
+				for _, st := range path[from] {
+					_, err := s.Transition("t", st, t0)
+					require.NoError(t, err)
+				}
+				before, _ := s.Events("t", Query{Limit: 1000, MaxBytes: 1 << 20})
+				task, err := s.Transition("t", to, t0)
+				after, _ := s.Events("t", Query{Limit: 1000, MaxBytes: 1 << 20})
+				if legal[[2]Status{from, to}] {
+					require.NoError(t, err)
+					assert.Equal(t, to, task.Status)
+					require.Len(t, after.Events, len(before.Events)+1)
+					last := decode(t, after.Events[len(after.Events)-1])
+					assert.Equal(t, "status_changed", last["type"])
+					assert.Equal(t, string(from), last["from"])
+					assert.Equal(t, string(to), last["to"])
+				} else {
+					require.ErrorIs(t, err, ErrInvalidTransition)
+					assert.Equal(t, from, task.Status)
+					assert.Len(t, after.Events, len(before.Events), "a refused transition records nothing")
+				}
+			})
+		}
+	}
+}
+
+func TestTaskRecordShape(t *testing.T) {
+	s := New()
+	newTask(t, s, "t")
+	raw, err := s.TaskJSON("t")
+	require.NoError(t, err)
+	m := decode(t, raw)
+	for _, k := range []string{"task_id", "agent", "workspace", "status", "exit_code", "signal", "error",
+		"session_id", "resolution", "resolution_note", "resolved_at", "initiator_id", "executor_id",
+		"notify_path", "created_at", "started_at", "ended_at"} {
+		assert.Contains(t, m, k)
+	}
+	assert.Equal(t, "2026-11-30T05:00:00.123Z", m["created_at"])
+	assert.Nil(t, m["ended_at"])
+	assert.Equal(t, "unresolved", m["resolution"])
+
+	sum, err := s.SummaryJSON("t")
+	require.NoError(t, err)
+	assert.NotContains(t, decode(t, sum), "prompt", "summaries leave out bulky parts")
+}
+
+func TestResolveOnlyFinishedAndRevisable(t *testing.T) {
+	s := New()
+	newTask(t, s, "t")
+	_, err := s.Resolve("t", Accepted, "", t0)
+	require.ErrorIs(t, err, ErrInvalidTransition)
+
+	_, err = s.Transition("t", Starting, t0)
+	require.NoError(t, err)
+	_, err = s.Transition("t", Failed, t0, SetError("boom"))
+	require.NoError(t, err)
+
+	task, err := s.Resolve("t", NeedsFollowup, "two findings", t0)
+	require.NoError(t, err)
+	assert.Equal(t, NeedsFollowup, task.Resolution)
+	assert.Equal(t, Failed, task.Status, "a resolution never changes status")
+
+	task, err = s.Resolve("t", Accepted, "", t0.Add(time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, Accepted, task.Resolution)
+	assert.Nil(t, task.ResolutionNote)
+
+	task, err = s.Update("t", SetError("late"))
+	require.NoError(t, err)
+	assert.Equal(t, "boom", *task.Error, "an error recorded after the end does not replace it")
+
+	p, err := s.Events("t", Query{Limit: 100, MaxBytes: 1 << 20, Types: []string{"task_resolved"}})
+	require.NoError(t, err)
+	require.Len(t, p.Events, 2)
+	assert.Equal(t, "two findings", decode(t, p.Events[0])["note"])
+}
+
+func TestPaging(t *testing.T) {
+	s := New()
+	newTask(t, s, "t") // seq 1: task_created
+	const n = 5000
+	for i := range n {
+		typ := "agent_message"
+		if i%10 == 0 {
+			typ = "tool_call"
+		}
+		_, err := s.Append("t", typ, t0, fmt.Appendf(nil, `{"i":%d}`, i))
+		require.NoError(t, err)
+	}
+
+	t.Run("all", func(t *testing.T) {
+		var after int64
+		var seqs []int64
+		for {
+			p, err := s.Events("t", Query{After: after, Limit: 100, MaxBytes: 1 << 20})
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(p.Events), 100)
+			for _, e := range p.Events {
+				seqs = append(seqs, int64(decode(t, e)["seq"].(float64)))
+			}
+			after = p.Cursor
+			if !p.HasMore {
+				break
+			}
+		}
+		require.Len(t, seqs, n+1)
+		for i, seq := range seqs {
+			require.Equal(t, int64(i+1), seq)
+		}
+	})
+
+	t.Run("filtered", func(t *testing.T) {
+		var after int64
+		count, emptyPages := 0, 0
+		for {
+			p, err := s.Events("t", Query{After: after, Limit: 100, MaxBytes: 1 << 20, Types: []string{"tool_call"}, MaxScan: 300})
+			require.NoError(t, err)
+			require.Greater(t, p.Cursor, after, "the cursor advances over scanned events")
+			for _, e := range p.Events {
+				require.Equal(t, "tool_call", decode(t, e)["type"])
+			}
+			if len(p.Events) == 0 {
+				emptyPages++
+			}
+			count += len(p.Events)
+			after = p.Cursor
+			if !p.HasMore {
+				break
+			}
+		}
+		assert.Equal(t, n/10, count)
+	})
+
+	t.Run("unknown type scans bounded", func(t *testing.T) {
+		p, err := s.Events("t", Query{Limit: 100, MaxBytes: 1 << 20, Types: []string{"nope"}, MaxScan: 1000})
+		require.NoError(t, err)
+		assert.Empty(t, p.Events)
+		assert.True(t, p.HasMore)
+		assert.Equal(t, int64(1000), p.Cursor)
+	})
+
+	t.Run("byte bound keeps one event", func(t *testing.T) {
+		p, err := s.Events("t", Query{Limit: 100, MaxBytes: 1})
+		require.NoError(t, err)
+		require.Len(t, p.Events, 1)
+		assert.Equal(t, int64(1), p.Cursor)
+	})
+
+	t.Run("past the end", func(t *testing.T) {
+		p, err := s.Events("t", Query{After: 1 << 40, Limit: 10, MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		assert.Empty(t, p.Events)
+		assert.False(t, p.HasMore)
+		assert.Equal(t, int64(n+1), p.Cursor)
+	})
+}
+
+func TestLargeEventsNeverMove(t *testing.T) {
+	s := New()
+	newTask(t, s, "t")
+	big := strings.Repeat("x", 3<<20)
+	for i := range 3 {
+		fields, _ := json.Marshal(map[string]any{"text": big, "i": i})
+		_, err := s.Append("t", "stderr", t0, fields)
+		require.NoError(t, err)
+		_, err = s.Append("t", "small", t0, []byte(`{}`))
+		require.NoError(t, err)
+	}
+	p, err := s.Events("t", Query{Limit: 1000, MaxBytes: 64 << 20})
+	require.NoError(t, err)
+	require.Len(t, p.Events, 7)
+	for k := range 3 {
+		m := decode(t, p.Events[1+2*k])
+		assert.Equal(t, big, m["text"])
+		assert.Equal(t, float64(k), m["i"])
+		assert.Equal(t, "small", decode(t, p.Events[2+2*k])["type"])
+	}
+}
+
+func TestListNewestFirst(t *testing.T) {
+	s := New()
+	for i := range 5 {
+		newTask(t, s, fmt.Sprint(i))
+	}
+	var ids []string
+	for _, raw := range s.List() {
+		ids = append(ids, decode(t, raw)["task_id"].(string))
+	}
+	assert.Equal(t, []string{"4", "3", "2", "1", "0"}, ids)
+	_, err := s.Create(NewTask{ID: "0"}, t0)
+	require.ErrorIs(t, err, ErrExists)
+	_, err = s.Get("missing")
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestConcurrentAppendAndRead(t *testing.T) {
+	s := New()
+	newTask(t, s, "t")
+	var wg sync.WaitGroup
+	const writers, each = 4, 2000
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				_, err := s.Append("t", "agent_message", t0, fmt.Appendf(nil, `{"w":%d,"i":%d}`, w, i))
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Go(func() {
+		var after int64
+		for after < writers*each+1 {
+			p, err := s.Events("t", Query{After: after, Limit: 50, MaxBytes: 1 << 20})
+			assert.NoError(t, err)
+			for _, e := range p.Events {
+				var m map[string]any
+				assert.NoError(t, json.Unmarshal(e, &m))
+			}
+			after = p.Cursor
+		}
+	})
+	wg.Wait()
+	p, err := s.Events("t", Query{After: writers * each, Limit: 10, MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	assert.Len(t, p.Events, 1)
+	assert.False(t, p.HasMore)
+}

@@ -1,0 +1,259 @@
+package task
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+)
+
+// Coalescing of streamed text: pending message or thought text is recorded
+// at least once per second, whenever it reaches MaxTextEvent, and before any
+// other event, so the log keeps the agent's order.
+const (
+	FlushInterval = time.Second
+	MaxTextEvent  = 64 << 10
+)
+
+// recorder turns what the supervisor and the ACP session observe about one
+// task into events. It is their Sink. Every method takes the task's lock
+// (run.mu), which orders the task's events; under it only in-memory work
+// is done.
+type recorder struct {
+	s   *Service
+	id  string
+	run *run
+
+	// guarded by run.mu
+	kind    acpsession.TextKind
+	pending []byte
+	timer   *time.Timer
+	ended   bool
+}
+
+var (
+	_ supervisor.Sink = (*recorder)(nil)
+	_ acpsession.Sink = (*recorder)(nil)
+)
+
+type errorFields struct {
+	Message string `json:"message"`
+}
+
+var encoders = sync.Pool{New: func() any { return new(fieldEncoder) }}
+
+type fieldEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// encode writes fields as JSON without HTML escaping: events are data, and
+// agents' text is full of < and >.
+func encode(fields any) ([]byte, error) {
+	fe := encoders.Get().(*fieldEncoder)
+	defer encoders.Put(fe)
+	fe.buf.Reset()
+	if fe.enc == nil {
+		fe.enc = json.NewEncoder(&fe.buf)
+		fe.enc.SetEscapeHTML(false)
+	}
+	if err := fe.enc.Encode(fields); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(bytes.TrimRight(fe.buf.Bytes(), "\n")), nil
+}
+
+// appendLocked records one event after any pending text. run.mu is held.
+func (r *recorder) appendLocked(typ string, fields any) error {
+	r.flushLocked()
+	var b []byte
+	if fields != nil {
+		var err error
+		if b, err = encode(fields); err != nil {
+			return fmt.Errorf("encoding %s event: %w", typ, err)
+		}
+	}
+	_, err := r.s.cfg.Store.Append(r.id, typ, r.s.cfg.Now(), b)
+	return err
+}
+
+func textType(k acpsession.TextKind) string {
+	if k == acpsession.Thought {
+		return "agent_thought"
+	}
+	return "agent_message"
+}
+
+// flushLocked records pending text as events of at most MaxTextEvent bytes,
+// cut at character boundaries.
+func (r *recorder) flushLocked() {
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+	for len(r.pending) > 0 {
+		n := min(len(r.pending), MaxTextEvent)
+		for n < len(r.pending) && n > 0 && !utf8.RuneStart(r.pending[n]) {
+			n--
+		}
+		if n == 0 {
+			n = min(len(r.pending), MaxTextEvent)
+		}
+		b, _ := encode(struct {
+			Text string `json:"text"`
+		}{string(r.pending[:n])})
+		if _, err := r.s.cfg.Store.Append(r.id, textType(r.kind), r.s.cfg.Now(), b); err != nil {
+			r.s.log.Error("recording text", "task", r.id, "err", err)
+		}
+		r.pending = r.pending[n:]
+	}
+	r.pending = r.pending[:0]
+}
+
+// Text implements acpsession.Sink.
+func (r *recorder) Text(kind acpsession.TextKind, text string) {
+	r.run.mu.Lock()
+	defer r.run.mu.Unlock()
+	if r.ended {
+		return
+	}
+	if len(r.pending) > 0 && kind != r.kind {
+		r.flushLocked()
+	}
+	r.kind = kind
+	r.pending = append(r.pending, text...)
+	switch {
+	case len(r.pending) >= MaxTextEvent:
+		r.flushLocked()
+	case r.timer == nil && len(r.pending) > 0:
+		r.timer = time.AfterFunc(FlushInterval, r.Flush)
+	}
+}
+
+// Flush implements acpsession.Sink.
+func (r *recorder) Flush() {
+	r.run.mu.Lock()
+	defer r.run.mu.Unlock()
+	r.flushLocked()
+}
+
+// Event implements acpsession.Sink.
+func (r *recorder) Event(typ string, fields any) error {
+	r.run.mu.Lock()
+	defer r.run.mu.Unlock()
+	if r.ended {
+		return fmt.Errorf("task %s has ended", r.id)
+	}
+	return r.appendLocked(typ, fields)
+}
+
+// SessionStarted implements acpsession.Sink.
+func (r *recorder) SessionStarted(id string, resumed bool) error {
+	r.run.mu.Lock()
+	defer r.run.mu.Unlock()
+	if _, err := r.s.cfg.Store.Update(r.id, store.SetSessionID(id)); err != nil {
+		return err
+	}
+	return r.appendLocked("session_started", struct {
+		SessionID string `json:"session_id"`
+		Resumed   bool   `json:"resumed"`
+	}{id, resumed})
+}
+
+// Usage implements acpsession.Sink.
+func (r *recorder) Usage(raw json.RawMessage) {
+	if !json.Valid(raw) {
+		return
+	}
+	r.run.mu.Lock()
+	defer r.run.mu.Unlock()
+	_, _ = r.s.cfg.Store.Update(r.id, store.SetUsage(raw))
+}
+
+// ProcessStarted implements supervisor.Sink.
+func (r *recorder) ProcessStarted(pid int, argv []string) {
+	r.run.mu.Lock()
+	defer r.run.mu.Unlock()
+	_ = r.appendLocked("process_started", struct {
+		PID  int      `json:"pid"`
+		Argv []string `json:"argv"`
+	}{pid, argv})
+	if _, err := r.s.cfg.Store.Transition(r.id, store.Running, r.s.cfg.Now()); err != nil {
+		r.s.log.Error("task did not become running", "task", r.id, "err", err)
+	}
+}
+
+// Stderr implements supervisor.Sink.
+func (r *recorder) Stderr(text string, part, parts int) {
+	type piece struct {
+		Text  string `json:"text"`
+		Part  int    `json:"part,omitempty"`
+		Parts int    `json:"parts,omitempty"`
+	}
+	p := piece{Text: text}
+	if parts > 1 {
+		p.Part, p.Parts = part, parts
+	}
+	r.run.mu.Lock()
+	defer r.run.mu.Unlock()
+	_ = r.appendLocked("stderr", p)
+}
+
+// Exited implements supervisor.Sink: pending text, then the error that
+// explains a failure, process_exited, and the terminal status_changed.
+func (r *recorder) Exited(x supervisor.Exit) {
+	r.run.mu.Lock()
+	status, msg := outcome(x, r.run.stopped != "")
+	if msg != "" {
+		_ = r.appendLocked("error", errorFields{Message: msg})
+	}
+	var stop *string
+	if x.StopReason != "" {
+		stop = &x.StopReason
+	}
+	var signal *string
+	if x.Signal != "" {
+		signal = &x.Signal
+	}
+	_ = r.appendLocked("process_exited", struct {
+		ExitCode   *int    `json:"exit_code"`
+		Signal     *string `json:"signal"`
+		StopReason *string `json:"stop_reason"`
+	}{x.ExitCode, signal, stop})
+	edits := []store.Edit{store.SetExit(x.ExitCode, x.Signal)}
+	if msg != "" {
+		edits = append(edits, store.SetError(msg))
+	}
+	if _, err := r.s.cfg.Store.Transition(r.id, status, r.s.cfg.Now(), edits...); err != nil {
+		r.s.log.Error("recording the end of a task", "task", r.id, "err", err)
+	}
+	r.ended = true
+	r.run.mu.Unlock()
+	r.s.finished(r.id, r.run)
+}
+
+// outcome decides a run's terminal status: succeeded only for end_turn with
+// no stop requested and the group cleaned up; a requested stop is cancelled
+// even when the agent says end_turn; everything else failed, with why.
+func outcome(x supervisor.Exit, stopRequested bool) (store.Status, string) {
+	switch {
+	case x.CleanupErr != nil:
+		return store.Failed, x.CleanupErr.Error()
+	case stopRequested || x.Stopped:
+		return store.Cancelled, ""
+	case x.Err != nil:
+		return store.Failed, x.Err.Error()
+	case x.StopReason == "end_turn":
+		return store.Succeeded, ""
+	case x.StopReason == "":
+		return store.Failed, "the agent's turn did not end"
+	default:
+		return store.Failed, fmt.Sprintf("the agent ended its turn with stop reason %q", x.StopReason)
+	}
+}

@@ -1,0 +1,450 @@
+// Package task is symm-mcp's TaskService: it validates what callers ask for,
+// drives each task's status through the store's state machine, hands the
+// agent's process to the supervisor and its conversation to an ACP session,
+// and records what comes back as events.
+//
+// Lock order: Service.mu, then a run's mu, then the store's own locks.
+// Neither lock is held across supervisor calls, marker I/O or waiting.
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/permission"
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+)
+
+// Supervisor is what the service needs of the process supervisor.
+type Supervisor interface {
+	Start(ctx context.Context, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error)
+	Stop(ctx context.Context, id supervisor.RunID)
+	Shutdown(ctx context.Context) error
+}
+
+// Markers are the completion marker files.
+type Markers interface {
+	Path(taskID string) string
+	Touch(taskID string) error
+}
+
+var _ supervisor.Conversation = (*acpsession.Session)(nil)
+
+// Limits of the tools, as the README states them.
+const (
+	DefaultPageLimit = 100
+	MaxPageLimit     = 1000
+	// MaxPageBytes bounds the encoded events of one get_events reply. The
+	// reply carries them twice (structured and as text), far below the
+	// 10 MiB at which some MCP clients drop the connection.
+	MaxPageBytes = 1 << 20
+	// MaxScan bounds how many events one filtered get_events call examines.
+	MaxScan = 10000
+	// MaxWait is the longest wait_tasks waits.
+	MaxWait = 30 * time.Second
+)
+
+// Config wires a Service.
+type Config struct {
+	Store      *store.Store
+	Agents     *agents.Registry
+	Supervisor Supervisor
+	Markers    Markers // nil: no markers
+	// Workspace is the default workspace (the server's working directory).
+	Workspace string
+	// Getenv reads the server's environment, for adapters that merge
+	// values into it (nil: os.Getenv).
+	Getenv func(string) string
+	// RequestTimeout bounds each ACP request before the prompt (0: the
+	// ACP session's default).
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+	Now            func() time.Time
+}
+
+// Service is the TaskService. Its methods are safe for concurrent use.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	runs     map[string]*run // by task id
+	shutting bool
+	changed  chan struct{} // closed and replaced whenever a task ends
+}
+
+// run is the orchestration state of one task: its lock, its run id in the
+// supervisor, and the channel closed when it ended.
+type run struct {
+	mu      sync.Mutex // the per-task lock; also orders the task's events
+	started bool
+	id      supervisor.RunID
+	stopped string // source of the requested stop, "" if none
+	done    chan struct{}
+	rec     *recorder
+}
+
+// New returns a Service.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	return &Service{cfg: cfg, log: cfg.Logger, runs: make(map[string]*run), changed: make(chan struct{})}
+}
+
+// SpawnRequest is spawn_task's input.
+type SpawnRequest struct {
+	Agent       string
+	Prompt      string
+	Workspace   string
+	Allow       []string
+	Model       string
+	Effort      string
+	SessionID   string
+	InitiatorID string
+	ExecutorID  string
+}
+
+func (s *Service) workspace(ws string) (string, error) {
+	if ws == "" {
+		ws = s.cfg.Workspace
+	}
+	if !filepath.IsAbs(ws) {
+		return "", errorf(InvalidRequest, "workspace %q is not an absolute path", ws)
+	}
+	fi, err := os.Stat(ws)
+	if err != nil {
+		return "", errorf(InvalidRequest, "workspace %q does not exist", ws)
+	}
+	if !fi.IsDir() {
+		return "", errorf(InvalidRequest, "workspace %q is not a directory", ws)
+	}
+	return filepath.Clean(ws), nil
+}
+
+// Spawn creates a task and starts its agent. It returns once the agent's
+// process runs (or failed to start); the rest happens in the background.
+// Cancelling ctx bounds only the start itself.
+func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage, error) {
+	adapter, ok := s.cfg.Agents.Lookup(req.Agent)
+	if !ok {
+		return nil, errorf(UnknownAgent, "no agent named %q (registered: %s)", req.Agent, strings.Join(s.cfg.Agents.Names(), ", "))
+	}
+	if strings.TrimSpace(req.Prompt) == "" {
+		return nil, errorf(InvalidRequest, "prompt is empty")
+	}
+	for _, k := range req.Allow {
+		if !permission.Valid(k) {
+			return nil, errorf(InvalidRequest, "allow: %q is not a tool kind", k)
+		}
+	}
+	areq := agents.Request{Allow: req.Allow, Model: req.Model, Effort: req.Effort}
+	if err := adapter.Check(areq); err != nil {
+		return nil, errorf(InvalidRequest, "%v", err)
+	}
+	ws, err := s.workspace(req.Workspace)
+	if err != nil {
+		return nil, err
+	}
+
+	id := uuid.NewString()
+	notifyPath := ""
+	if s.cfg.Markers != nil {
+		notifyPath = s.cfg.Markers.Path(id)
+	}
+	r := &run{done: make(chan struct{})}
+	r.rec = &recorder{s: s, id: id, run: r}
+	if _, err := s.cfg.Store.Create(store.NewTask{
+		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,
+		Model: req.Model, Effort: req.Effort, SessionID: req.SessionID,
+		InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID, NotifyPath: notifyPath,
+	}, s.cfg.Now()); err != nil {
+		return nil, fmt.Errorf("creating task: %w", err)
+	}
+
+	s.mu.Lock()
+	shutting := s.shutting
+	s.runs[id] = r
+	s.mu.Unlock()
+
+	if _, err := s.cfg.Store.Transition(id, store.Starting, s.cfg.Now()); err != nil {
+		return nil, fmt.Errorf("starting task: %w", err)
+	}
+	if shutting {
+		s.failStart(id, r, "the server is shutting down; the task was not started")
+		return s.cfg.Store.TaskJSON(id)
+	}
+
+	launch, err := adapter.Launch(areq, s.cfg.Getenv)
+	if err != nil {
+		s.failStart(id, r, err.Error())
+		return s.cfg.Store.TaskJSON(id)
+	}
+	params := acpsession.Params{
+		Cwd: ws, Prompt: req.Prompt, ResumeID: req.SessionID,
+		Settings: launch.Settings, Allow: slices.Clone(req.Allow), RequestTimeout: s.cfg.RequestTimeout,
+	}
+	if req.SessionID != "" {
+		params.ResumeID = req.SessionID
+	}
+	spec := supervisor.Spec{
+		Argv: launch.Argv, Env: launch.Env, Dir: ws,
+		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
+			return acpsession.Start(stdin, stdout, params, r.rec, s.log.With("task", id))
+		},
+	}
+	runID, err := s.cfg.Supervisor.Start(ctx, spec, r.rec)
+	if err != nil {
+		s.failStart(id, r, err.Error())
+		return s.cfg.Store.TaskJSON(id)
+	}
+
+	r.mu.Lock()
+	r.started, r.id = true, runID
+	stopNow := r.stopped != ""
+	r.mu.Unlock()
+	if stopNow {
+		// A cancel or shutdown arrived while the process was starting; the
+		// canceller waits on r.done, so stop here, within the same bounds.
+		s.cfg.Supervisor.Stop(context.WithoutCancel(ctx), runID)
+	}
+	return s.cfg.Store.TaskJSON(id)
+}
+
+// failStart ends a task that never got a process: an error event, then
+// failed. It records no process_started or process_exited.
+func (s *Service) failStart(id string, r *run, msg string) {
+	r.mu.Lock()
+	_ = r.rec.appendLocked("error", errorFields{Message: msg})
+	_, err := s.cfg.Store.Transition(id, store.Failed, s.cfg.Now(), store.SetError(msg))
+	r.mu.Unlock()
+	if err != nil {
+		s.log.Error("failing a task that did not start", "task", id, "err", err)
+	}
+	s.finished(id, r)
+}
+
+// finished runs after a task's terminal status is recorded: the marker,
+// then the wake-up of waiters.
+func (s *Service) finished(id string, r *run) {
+	s.mu.Lock()
+	shutting := s.shutting
+	s.mu.Unlock()
+	// During shutdown the marker directory is about to be removed: no
+	// marker appears for tasks ended by the shutdown.
+	if s.cfg.Markers != nil && !shutting {
+		if err := s.cfg.Markers.Touch(id); err != nil {
+			s.log.Warn("completion marker", "task", id, "err", err)
+		}
+	}
+	close(r.done)
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *Service) lookup(id string) (*run, error) {
+	s.mu.Lock()
+	r := s.runs[id]
+	s.mu.Unlock()
+	if r == nil {
+		return nil, errorf(TaskNotFound, "no task with id %q", id)
+	}
+	return r, nil
+}
+
+// Task returns the task's record as stored.
+func (s *Service) Task(id string) (json.RawMessage, error) {
+	b, err := s.cfg.Store.TaskJSON(id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errorf(TaskNotFound, "no task with id %q", id)
+	}
+	return b, err
+}
+
+// EventsRequest is get_events' input.
+type EventsRequest struct {
+	TaskID     string
+	AfterSeq   int64
+	Limit      int
+	EventTypes []string
+}
+
+// Events returns one bounded page of the task's events after AfterSeq.
+func (s *Service) Events(req EventsRequest) (store.Page, error) {
+	if req.AfterSeq < 0 {
+		return store.Page{}, errorf(InvalidRequest, "after_seq must not be negative")
+	}
+	limit := req.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultPageLimit
+	case limit < 0:
+		return store.Page{}, errorf(InvalidRequest, "limit must be positive")
+	case limit > MaxPageLimit:
+		limit = MaxPageLimit
+	}
+	p, err := s.cfg.Store.Events(req.TaskID, store.Query{
+		After: req.AfterSeq, Limit: limit, MaxBytes: MaxPageBytes, Types: req.EventTypes, MaxScan: MaxScan,
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return p, errorf(TaskNotFound, "no task with id %q", req.TaskID)
+	}
+	return p, err
+}
+
+// List returns every task's summary, newest first.
+func (s *Service) List() []json.RawMessage { return s.cfg.Store.List() }
+
+// Resolve records a judgement of a finished task.
+func (s *Service) Resolve(id string, resolution store.Resolution, note string) (json.RawMessage, error) {
+	r, err := s.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	_, err = s.cfg.Store.Resolve(id, resolution, note, s.cfg.Now())
+	r.mu.Unlock()
+	if errors.Is(err, store.ErrInvalidTransition) {
+		return nil, errorf(InvalidTransition, "%v", strings.TrimPrefix(err.Error(), store.ErrInvalidTransition.Error()+": "))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.cfg.Store.TaskJSON(id)
+}
+
+// Cancel stops a task's agent and waits, within the supervisor's bounds,
+// for the task to end. A finished task is returned unchanged. Cancelling
+// ctx stops the waiting, not the stop.
+func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error) {
+	r, err := s.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	started, runID, requested := s.requestStop(id, r, "cancel_task")
+	if requested && started {
+		s.cfg.Supervisor.Stop(ctx, runID)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.cfg.Store.TaskJSON(id)
+}
+
+// requestStop marks a live task as stopping and records task_cancelled
+// once. It reports whether the task was live.
+func (s *Service) requestStop(id string, r *run, source string) (started bool, runID supervisor.RunID, live bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, err := s.cfg.Store.Status(id)
+	if err != nil || st.Terminal() {
+		return false, 0, false
+	}
+	if r.stopped == "" {
+		r.stopped = source
+		_ = r.rec.appendLocked("task_cancelled", struct {
+			Source string `json:"source"`
+		}{source})
+	}
+	return r.started, r.id, true
+}
+
+// WaitResult is wait_tasks' answer.
+type WaitResult struct {
+	Completed []json.RawMessage
+	Pending   []json.RawMessage
+	Reason    string // "terminal" or "timeout"
+}
+
+// Wait waits up to timeout (at most MaxWait) for any of the tasks to be
+// finished. It returns early with ctx's error when ctx ends (the client
+// went away).
+func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration) (WaitResult, error) {
+	if len(ids) == 0 {
+		return WaitResult{}, errorf(InvalidRequest, "task_ids is empty")
+	}
+	for _, id := range ids {
+		if _, err := s.lookup(id); err != nil {
+			return WaitResult{}, err
+		}
+	}
+	timeout = min(max(timeout, 0), MaxWait)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		changed := s.changed
+		s.mu.Unlock()
+		res := WaitResult{Completed: []json.RawMessage{}, Pending: []json.RawMessage{}, Reason: "timeout"}
+		for _, id := range ids {
+			st, _ := s.cfg.Store.Status(id)
+			sum, _ := s.cfg.Store.SummaryJSON(id)
+			if st.Terminal() {
+				res.Completed = append(res.Completed, sum)
+			} else {
+				res.Pending = append(res.Pending, sum)
+			}
+		}
+		if len(res.Completed) > 0 {
+			res.Reason = "terminal"
+			return res, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return res, nil
+		case <-ctx.Done():
+			return WaitResult{}, ctx.Err()
+		}
+	}
+}
+
+// Shutdown stops every live task (task_cancelled with source shutdown),
+// waits for the supervisor's bounded cleanup, and refuses new starts. It
+// returns an error when some cleanup could not be confirmed.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutting = true
+	runs := make(map[string]*run, len(s.runs))
+	for id, r := range s.runs {
+		runs[id] = r
+	}
+	s.mu.Unlock()
+	for id, r := range runs {
+		s.requestStop(id, r, "shutdown")
+	}
+	err := s.cfg.Supervisor.Shutdown(ctx)
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		}
+	}
+	return err
+}
