@@ -1,0 +1,53 @@
+package main
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/symm-mcp/symm-mcp"
+
+// TestImportRules holds the boundaries PROJECT.md states, on the packages'
+// non-test imports.
+func TestImportRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").Output()
+	require.NoError(t, err)
+	imports := map[string][]string{}
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		imports[fields[0]] = fields[1:]
+	}
+	require.Contains(t, imports, module+"/internal/store")
+
+	ours := func(pkg string) []string {
+		var r []string
+		for _, imp := range imports[pkg] {
+			if strings.HasPrefix(imp, module+"/") {
+				r = append(r, imp)
+			}
+		}
+		return r
+	}
+	for _, leaf := range []string{"store", "supervisor", "permission", "notify"} {
+		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
+	}
+	within := func(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
+	for pkg, imps := range imports {
+		for _, imp := range imps {
+			switch {
+			case strings.HasPrefix(imp, "github.com/modelcontextprotocol/go-sdk"):
+				assert.Equal(t, module+"/internal/mcpserver", pkg, "only the MCP layer imports the MCP SDK")
+			case strings.HasPrefix(imp, "github.com/coder/acp-go-sdk"):
+				assert.True(t, within(pkg, module+"/internal/acpsession"), "%s: only the ACP session imports the ACP SDK", pkg)
+			case imp == module+"/internal/mcpserver":
+				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the MCP layer")
+			}
+		}
+	}
+	assert.True(t, slices.Contains(imports[module+"/cmd/symm-mcp"], module+"/internal/mcpserver"))
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// binary is the built symm-mcp, shared by the tests of this package.
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "symm-mcp-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "symm-mcp")
+	if out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building symm-mcp: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// server is the built binary on real pipes.
+type server struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan []byte
+	stderr *lockedBuffer
+}
+
+func startServer(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	s := &server{cmd: cmd, stdin: stdin, lines: make(chan []byte, 64), stderr: &lockedBuffer{}}
+	cmd.Stderr = s.stderr
+	require.NoError(t, cmd.Start())
+	go func() {
+		defer close(s.lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 64<<20)
+		for sc.Scan() {
+			s.lines <- append([]byte(nil), sc.Bytes()...)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return s
+}
+
+func (s *server) send(t *testing.T, msg string) {
+	t.Helper()
+	_, err := io.WriteString(s.stdin, msg+"\n")
+	require.NoError(t, err)
+}
+
+// next returns the next stdout line, which must be a JSON-RPC message.
+func (s *server) next(t *testing.T) map[string]any {
+	t.Helper()
+	select {
+	case line, ok := <-s.lines:
+		require.True(t, ok, "stdout ended; stderr:\n%s", s.stderr.String())
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(line, &m), "stdout carries JSON-RPC only: %q", line)
+		require.Equal(t, "2.0", m["jsonrpc"], "%s", line)
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no answer; stderr:\n%s", s.stderr.String())
+		return nil
+	}
+}
+
+// waitExit closes nothing; it waits for the server to exit on its own.
+func (s *server) waitExit(t *testing.T) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		require.NoError(t, err)
+		return 0
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server did not exit; stderr:\n%s", s.stderr.String())
+		return -1
+	}
+}
+
+const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+
+func TestStdioInitializeAndToolsList(t *testing.T) {
+	s := startServer(t, nil, "--notify-dir", t.TempDir())
+	s.send(t, initialize)
+	init := s.next(t)
+	require.Equal(t, 1.0, init["id"])
+	result := init["result"].(map[string]any)
+	assert.Equal(t, "2025-06-18", result["protocolVersion"])
+	assert.Equal(t, "symm-mcp", result["serverInfo"].(map[string]any)["name"])
+
+	s.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	s.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	list := s.next(t)
+	require.Equal(t, 2.0, list["id"])
+	var names []string
+	for _, tool := range list["result"].(map[string]any)["tools"].([]any) {
+		names = append(names, tool.(map[string]any)["name"].(string))
+	}
+	assert.ElementsMatch(t, []string{"describe_agent", "spawn_task", "get_task", "get_events", "wait_tasks",
+		"list_tasks", "resolve_task", "cancel_task"}, names)
+
+	require.NoError(t, s.stdin.Close())
+	for line := range s.lines {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(line, &m), "stdout carries JSON-RPC only: %q", line)
+	}
+	assert.Equal(t, 0, s.waitExit(t))
+}
+
+func TestFlags(t *testing.T) {
+	out, err := exec.Command(binary, "--version").CombinedOutput()
+	require.NoError(t, err)
+	assert.Regexp(t, `^symm-mcp \S+\n$`, string(out))
+
+	out, err = exec.Command(binary, "--help").CombinedOutput()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "claude mcp add symm -- symm-mcp")
+	assert.Contains(t, string(out), "-no-notify")
+
+	err = exec.Command(binary, "--log-level", "loud").Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 2, ee.ExitCode())
+}

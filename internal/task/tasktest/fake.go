@@ -1,0 +1,104 @@
+// Package tasktest provides a fake supervisor for tests of the ledger and
+// the MCP layer that need no agent process: runs start at once and end
+// when the test says so.
+package tasktest
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+)
+
+// Supervisor is a fake task.Supervisor.
+type Supervisor struct {
+	// StartErr, when set, makes every Start fail with it.
+	StartErr error
+	// Started receives each run as it starts (buffered; never blocks Start
+	// when full).
+	Started chan *Run
+
+	mu       sync.Mutex
+	next     supervisor.RunID
+	runs     map[supervisor.RunID]*Run
+	shutting bool
+}
+
+// New returns a fake supervisor.
+func New() *Supervisor {
+	return &Supervisor{Started: make(chan *Run, 1024), runs: make(map[supervisor.RunID]*Run)}
+}
+
+// Run is one fake run.
+type Run struct {
+	ID   supervisor.RunID
+	Spec supervisor.Spec
+	Sink supervisor.Sink
+
+	once sync.Once
+	done chan struct{}
+}
+
+// End reports the run's end to its sink, once; later calls do nothing.
+func (r *Run) End(x supervisor.Exit) {
+	r.once.Do(func() {
+		r.Sink.Exited(x)
+		close(r.done)
+	})
+}
+
+// Start implements task.Supervisor.
+func (f *Supervisor) Start(_ context.Context, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error) {
+	f.mu.Lock()
+	if f.shutting {
+		f.mu.Unlock()
+		return 0, errors.New("supervisor is shutting down")
+	}
+	if f.StartErr != nil {
+		f.mu.Unlock()
+		return 0, f.StartErr
+	}
+	f.next++
+	r := &Run{ID: f.next, Spec: spec, Sink: sink, done: make(chan struct{})}
+	f.runs[r.ID] = r
+	f.mu.Unlock()
+	sink.ProcessStarted(10000+int(r.ID), spec.Argv)
+	select {
+	case f.Started <- r:
+	default:
+	}
+	return r.ID, nil
+}
+
+// Stop implements task.Supervisor: the run ends as stopped, with the
+// agent reporting cancelled.
+func (f *Supervisor) Stop(ctx context.Context, id supervisor.RunID) {
+	f.mu.Lock()
+	r := f.runs[id]
+	f.mu.Unlock()
+	if r == nil {
+		return
+	}
+	code := 0
+	r.End(supervisor.Exit{ExitCode: &code, StopReason: "cancelled", Stopped: true})
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+	}
+}
+
+// Shutdown implements task.Supervisor.
+func (f *Supervisor) Shutdown(ctx context.Context) error {
+	f.mu.Lock()
+	f.shutting = true
+	runs := make([]*Run, 0, len(f.runs))
+	for _, r := range f.runs {
+		runs = append(runs, r)
+	}
+	f.mu.Unlock()
+	for _, r := range runs {
+		f.Stop(ctx, r.ID)
+	}
+	return nil
+}
