@@ -15,14 +15,16 @@
 // returns on its own, the agent's stdin is closed and the agent gets
 // Timeouts.ExitGrace to exit. When Stop is called mid-turn, Conversation.Cancel
 // is called and the turn gets Timeouts.TurnCancel to end; stdin is then closed
-// without a grace period. Either way the group is ended next: when it still has
-// members it receives SIGTERM, then after Timeouts.Term SIGKILL, then
-// Timeouts.Kill to empty. Empty means kill(-pgid, 0) fails with ESRCH; zombie
-// members adopted through the subreaper are reaped first (once cmd.Wait has
-// returned for the agent itself, so its exit status is never stolen). Then
-// stdout and stderr get Timeouts.Drain to reach EOF; a process that left the
-// group (setsid) can hold them open, so the supervisor then closes its own read
-// ends. Sink.Exited is called last, exactly once.
+// without a grace period. Either way the group is ended next: unless it is
+// already over, the group (and the agent itself, in case it changed groups)
+// receives SIGTERM, then after Timeouts.Term SIGKILL, then Timeouts.Kill to
+// empty. Over means cmd.Wait has collected the agent and kill(-pgid, 0) fails
+// with ESRCH; zombie members adopted through the subreaper are reaped first
+// (only once cmd.Wait has returned, so the agent's exit status is never
+// stolen). The group's emptiness is polled every few milliseconds: no event
+// announces it. Then stdout and stderr get Timeouts.Drain to reach EOF; a
+// process that left the group (setsid) can hold them open, so the supervisor
+// then closes its own read ends. Sink.Exited is called last, exactly once.
 //
 // An agent that exits before Run returns (a crash mid-turn) is handled the
 // same way: the group is ended (a grandchild may hold stdout open), and if Run
@@ -32,7 +34,9 @@
 // stdout reaches EOF before its exit can be observed, a turn that fails while
 // Conversation.Done is already closed is given ExitGrace to exit with its
 // stdin still open: an exit seen then is the agent's own, not a reaction to
-// the supervisor closing stdin.
+// the supervisor closing stdin. A Conversation should therefore close Done
+// before Run returns an error caused by stdout's EOF; otherwise a crash that
+// wins that race is reported with Run's error alone, still as a failure.
 //
 // If the group cannot be confirmed empty after SIGKILL and Timeouts.Kill,
 // Exit.CleanupErr says so and the supervisor stops managing the group: pipes
@@ -61,7 +65,10 @@
 // server's own process group (where children of other os/exec users in this
 // process live). Code elsewhere in the process that starts children in a
 // process group or session of their own while the reaper runs can lose their
-// exit status to it; start such children through a Supervisor.
+// exit status to it; start such children through a Supervisor. Without a
+// subreaper, orphans go to init; where init does not reap (some containers)
+// a dead orphan stays a zombie member of the group, and the run ends with
+// CleanupErr.
 //
 // # Goroutines and locks
 //

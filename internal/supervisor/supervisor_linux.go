@@ -1,0 +1,134 @@
+package supervisor
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER, linux/prctl.h
+
+// reaper reaps zombies adopted by this process as a child subreaper. It is
+// owned by one Supervisor, whose Shutdown stops it.
+type reaper struct {
+	log      *slog.Logger
+	quit     chan struct{}
+	done     chan struct{}
+	quitOnce sync.Once
+}
+
+func startReaper(log *slog.Logger) (*reaper, error) {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		return nil, fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", errno)
+	}
+	r := &reaper{log: log, quit: make(chan struct{}), done: make(chan struct{})}
+	// Buffered: SIGCHLDs that arrive during a scan coalesce into one more
+	// scan, which sees every zombie anyway.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	go r.loop(sigs)
+	return r, nil
+}
+
+func (r *reaper) loop(sigs chan os.Signal) {
+	defer close(r.done)
+	defer signal.Stop(sigs)
+	r.reap() // orphans adopted before the signal handler was in place
+	for {
+		select {
+		case <-r.quit:
+			return
+		case <-sigs:
+			r.reap()
+		}
+	}
+}
+
+// stop ends the reaper goroutine and waits for it. The process stays a
+// child subreaper: the server is ending, and orphans adopted from now on are
+// reaped by the coordinators still running or left to init when it exits.
+func (r *reaper) stop() {
+	if r == nil {
+		return
+	}
+	r.quitOnce.Do(func() { close(r.quit) })
+	<-r.done
+}
+
+// reap collects every zombie whose parent is this process, except children
+// a Supervisor started whose cmd.Wait has not returned (their status belongs
+// to it) and processes in our own process group (children of other os/exec
+// users here, which are never adopted orphans of an agent group).
+func (r *reaper) reap() {
+	self := os.Getpid()
+	selfPgrp := syscall.Getpgrp()
+	// Held across the scan: a pid registered after we read its stat would
+	// otherwise be reaped here.
+	children.mu.Lock()
+	defer children.mu.Unlock()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		r.log.Debug("reaper: read /proc", "err", err)
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if _, ours := children.pids[pid]; ours {
+			continue
+		}
+		st, ok := readStat(pid)
+		if !ok || st.state != 'Z' || st.ppid != self || st.pgrp == selfPgrp {
+			continue
+		}
+		var ws syscall.WaitStatus
+		for {
+			_, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			if !errors.Is(err, syscall.EINTR) {
+				break
+			}
+		}
+	}
+}
+
+type procStat struct {
+	state byte
+	ppid  int
+	pgrp  int
+}
+
+// readStat reads state, ppid and pgrp from /proc/<pid>/stat. The command
+// name is in parentheses and may itself contain spaces and parentheses, so
+// fields are counted from the last ')'.
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	return parseStat(b)
+}
+
+func parseStat(b []byte) (procStat, bool) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 3 || len(f[0]) != 1 {
+		return procStat{}, false
+	}
+	ppid, err1 := strconv.Atoi(string(f[1]))
+	pgrp, err2 := strconv.Atoi(string(f[2]))
+	if err1 != nil || err2 != nil {
+		return procStat{}, false
+	}
+	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp}, true
+}

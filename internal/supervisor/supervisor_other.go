@@ -1,0 +1,18 @@
+//go:build !linux
+
+package supervisor
+
+import (
+	"errors"
+	"log/slog"
+)
+
+// reaper does nothing where there is no child subreaper: orphans of an
+// agent's group go to init, which reaps them.
+type reaper struct{}
+
+func startReaper(*slog.Logger) (*reaper, error) {
+	return nil, errors.New("a child subreaper needs Linux")
+}
+
+func (r *reaper) stop() {}
