@@ -7,6 +7,13 @@
 // before the SDK sees the stream (see intent/0004-acp-update-interception.md):
 // the raw update type decides the event, unknown fields survive byte-exact,
 // and a fast agent can never overflow the SDK's notification queue.
+//
+// Concurrency: a Session has two goroutines of its own, the stdout reader
+// (which also finishes the session and closes Done) and a worker that sends
+// session/cancel; the SDK adds its own, and runs each agent request on a
+// goroutine. Sink calls come from the reader, from Run and from permission
+// handlers, one at a time under sinkMu. Lock order: sinkMu before mu; no
+// I/O under mu, and nothing but the sink call under sinkMu.
 package acpsession
 
 import (
@@ -84,4 +91,7 @@ type Params struct {
 	// RequestTimeout bounds each request before the prompt
 	// (DefaultRequestTimeout when zero).
 	RequestTimeout time.Duration
+
+	// probe stops Run after the session exists: describe_agent's probe.
+	probe bool
 }

@@ -1,5 +1,26 @@
 package task
 
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+)
+
+// DescribeDeadline bounds process startup and ACP setup of describe_agent
+// together; ending the process afterwards is the supervisor's own bounded
+// cleanup.
+const DescribeDeadline = 30 * time.Second
+
+// ClineEffortValues are the values cline's --thinking flag accepts; the
+// agent itself checks them.
+var ClineEffortValues = []string{"none", "low", "medium", "high", "xhigh"}
+
 // Offer is an agent's offer for a setting: the current value (null for a
 // launch flag) and the values it accepts.
 type Offer struct {
@@ -28,3 +49,113 @@ type Description struct {
 	Pins       []Pin    `json:"pins"`
 	Error      *string  `json:"error"`
 }
+
+// Describe starts the agent, reads what it offers, and ends it. It creates
+// no task. A failure to describe is reported in Description.Error, not as
+// a tool error.
+func (s *Service) Describe(ctx context.Context, agent, workspace string) (json.RawMessage, error) {
+	d, err := s.DescribeAgent(ctx, agent, workspace)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(d)
+}
+
+// DescribeAgent is Describe for Go callers (the doctor command).
+func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (Description, error) {
+	adapter, ok := s.cfg.Agents.Lookup(agent)
+	if !ok {
+		return Description{}, errorf(UnknownAgent, "no agent named %q", agent)
+	}
+	ws, err := s.workspace(workspace)
+	if err != nil {
+		return Description{}, err
+	}
+	d := Description{Agent: agent, Executable: adapter.Executable, Options: adapter.Options, Pins: []Pin{}}
+	fail := func(err error) (Description, error) {
+		msg := err.Error()
+		d.Error = &msg
+		return d, nil
+	}
+	path, err := s.cfg.Supervisor.LookPath(adapter.Executable)
+	if err != nil {
+		return fail(err)
+	}
+	d.Path = &path
+	launch, err := adapter.Launch(agents.Request{}, s.cfg.Getenv)
+	if err != nil {
+		return fail(err)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, DescribeDeadline)
+	defer cancel()
+	var probe *acpsession.Probe
+	sink := &probeSink{exited: make(chan supervisor.Exit, 1)}
+	id, err := s.cfg.Supervisor.Start(ctx, supervisor.Spec{
+		Argv: launch.Argv, Env: launch.Env, Dir: ws,
+		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
+			probe = acpsession.StartProbe(stdin, stdout, ws, s.cfg.RequestTimeout, s.log.With("describe", agent))
+			return probe
+		},
+	}, sink)
+	if err != nil {
+		return fail(err)
+	}
+	var exit supervisor.Exit
+	select {
+	case exit = <-sink.exited:
+	case <-ctx.Done():
+		// The deadline: end the agent with the supervisor's own bounds.
+		s.cfg.Supervisor.Stop(context.WithoutCancel(ctx), id)
+		exit = <-sink.exited
+	}
+	if probe == nil {
+		return fail(fmt.Errorf("the agent's conversation did not start"))
+	}
+	res, perr := probe.Result()
+	if perr != nil {
+		if ctx.Err() != nil {
+			perr = fmt.Errorf("agent did not finish ACP setup within %v: %w", DescribeDeadline, perr)
+		}
+		return fail(perr)
+	}
+	if exit.CleanupErr != nil {
+		s.log.Warn("describe_agent left processes behind", "agent", agent, "err", exit.CleanupErr)
+	}
+	d.Version = &res.Version
+	d.CanResume = &res.CanResume
+	if adapter.Model != nil {
+		d.Model = offerOf(res, *adapter.Model)
+	}
+	switch {
+	case adapter.EffortFlag != "":
+		d.Effort = &Offer{Values: ClineEffortValues}
+	case adapter.Effort != nil:
+		d.Effort = offerOf(res, *adapter.Effort)
+	}
+	if adapter.Pins != nil {
+		for _, p := range adapter.Pins(nil) {
+			value := p.Value
+			if p.Bool != nil {
+				value = fmt.Sprint(*p.Bool)
+			}
+			d.Pins = append(d.Pins, Pin{Setting: p.Name, Value: value, Available: res.Available(p)})
+		}
+	}
+	return d, nil
+}
+
+func offerOf(res acpsession.ProbeResult, s acpsession.Setting) *Offer {
+	current, values, ok := res.Offered(s)
+	if !ok {
+		return nil
+	}
+	return &Offer{Current: current, Values: values}
+}
+
+// probeSink collects only the end of a describe run.
+type probeSink struct{ exited chan supervisor.Exit }
+
+func (p *probeSink) ProcessStarted(int, []string) {}
+func (p *probeSink) Stderr(string, int, int)      {}
+func (p *probeSink) Exited(x supervisor.Exit)     { p.exited <- x }

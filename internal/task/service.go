@@ -35,6 +35,7 @@ type Supervisor interface {
 	Start(ctx context.Context, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error)
 	Stop(ctx context.Context, id supervisor.RunID)
 	Shutdown(ctx context.Context) error
+	LookPath(name string) (string, error)
 }
 
 // Markers are the completion marker files.

@@ -102,3 +102,6 @@ func (f *Supervisor) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// LookPath implements task.Supervisor: every agent is "installed".
+func (f *Supervisor) LookPath(name string) (string, error) { return "/fake/bin/" + name, nil }

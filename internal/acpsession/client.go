@@ -1,0 +1,134 @@
+package acpsession
+
+import (
+	"context"
+	"fmt"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/symm-mcp/symm-mcp/internal/permission"
+)
+
+// client answers the agent's requests. The SDK calls each request method
+// on its own goroutine.
+type client struct{ s *Session }
+
+var _ acp.Client = (*client)(nil)
+
+var cancelledOutcome = acp.RequestPermissionResponse{
+	Outcome: acp.RequestPermissionOutcome{Cancelled: &acp.RequestPermissionOutcomeCancelled{Outcome: "cancelled"}},
+}
+
+// RequestPermission decides with permission.Decide during the prompt turn
+// and records the decision; outside the turn it answers Cancelled and
+// records nothing.
+func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+	s := c.s
+	s.mu.Lock()
+	if s.st.closing {
+		// The agent's stdout has ended: nobody reads this answer, and no
+		// sink call may follow Done.
+		s.mu.Unlock()
+		return cancelledOutcome, nil
+	}
+	inTurn := s.st.turn == turnActive && string(req.SessionId) == s.st.sid
+	cancelled := s.st.cancelled
+	s.st.inflight++
+	s.mu.Unlock()
+	defer s.handlerDone()
+	if !inTurn {
+		return cancelledOutcome, nil
+	}
+
+	tc := req.ToolCall
+	f := PermissionFields{
+		ToolCallID: string(tc.ToolCallId),
+		Options:    make([]permission.Option, 0, len(req.Options)),
+	}
+	if tc.Title != nil {
+		f.Title = *tc.Title
+	}
+	if tc.Kind != nil {
+		f.Kind = string(*tc.Kind)
+	}
+	for _, o := range req.Options {
+		f.Options = append(f.Options, permission.Option{ID: string(o.OptionId), Kind: string(o.Kind)})
+	}
+	d := permission.Decision{Outcome: permission.Cancelled}
+	if !cancelled {
+		d = permission.Decide(s.p.Allow, permission.Request{
+			ToolKind:   f.Kind,
+			ModeSwitch: f.Kind == permission.SwitchMode,
+			Options:    f.Options,
+		})
+	}
+	f.Decision = d.Outcome
+	if d.Outcome != permission.Cancelled {
+		id := d.OptionID
+		f.OptionID = &id
+	}
+
+	s.sinkMu.Lock()
+	err := s.sink.Event(EventPermission, f)
+	s.sinkMu.Unlock()
+	if err != nil {
+		s.mu.Lock()
+		if s.st.recordErr == nil {
+			s.st.recordErr = fmt.Errorf("permission decision could not be recorded: %w", err)
+		}
+		s.mu.Unlock()
+		s.Cancel()
+		return cancelledOutcome, nil
+	}
+	if f.OptionID == nil {
+		return cancelledOutcome, nil
+	}
+	return acp.RequestPermissionResponse{Outcome: acp.RequestPermissionOutcome{
+		Selected: &acp.RequestPermissionOutcomeSelected{Outcome: "selected", OptionId: acp.PermissionOptionId(*f.OptionID)},
+	}}, nil
+}
+
+func (s *Session) handlerDone() {
+	s.mu.Lock()
+	s.st.inflight--
+	if s.st.inflight == 0 && s.st.idle != nil {
+		close(s.st.idle)
+		s.st.idle = nil
+	}
+	s.mu.Unlock()
+}
+
+// SessionUpdate is reached only by a session/update sent as a request: the
+// reader has recorded it already (intent 0004); this just answers it.
+func (c *client) SessionUpdate(context.Context, acp.SessionNotification) error { return nil }
+
+// The client serves no files and no terminals: every such request gets a
+// JSON-RPC error so that the agent never waits for an answer.
+
+func (c *client) ReadTextFile(context.Context, acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
+	return acp.ReadTextFileResponse{}, acp.NewMethodNotFound(acp.ClientMethodFsReadTextFile)
+}
+
+func (c *client) WriteTextFile(context.Context, acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
+	return acp.WriteTextFileResponse{}, acp.NewMethodNotFound(acp.ClientMethodFsWriteTextFile)
+}
+
+func (c *client) CreateTerminal(context.Context, acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
+	return acp.CreateTerminalResponse{}, acp.NewMethodNotFound(acp.ClientMethodTerminalCreate)
+}
+
+func (c *client) KillTerminal(context.Context, acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
+	return acp.KillTerminalResponse{}, acp.NewMethodNotFound(acp.ClientMethodTerminalKill)
+}
+
+func (c *client) TerminalOutput(context.Context, acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
+	return acp.TerminalOutputResponse{}, acp.NewMethodNotFound(acp.ClientMethodTerminalOutput)
+}
+
+func (c *client) ReleaseTerminal(context.Context, acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
+	return acp.ReleaseTerminalResponse{}, acp.NewMethodNotFound(acp.ClientMethodTerminalRelease)
+}
+
+func (c *client) WaitForTerminalExit(context.Context, acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
+	return acp.WaitForTerminalExitResponse{}, acp.NewMethodNotFound(acp.ClientMethodTerminalWaitForExit)
+}

@@ -1,0 +1,126 @@
+package acpsession
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// probeStopReason is what a probe's Run reports once it has what it came for.
+const probeStopReason = "end_turn"
+
+// Probe is describe_agent's conversation: initialize and session/new, then
+// nothing. It is a Session stopped before the settings and the prompt, so
+// it shares the session's reader, timeouts and offer tracking.
+type Probe struct {
+	*Session
+
+	rmu    sync.Mutex
+	runErr error // Run's error, once Run returned
+}
+
+// Run initializes the agent and opens a session; see Session.Run.
+func (p *Probe) Run(ctx context.Context) (string, error) {
+	sr, err := p.Session.Run(ctx)
+	p.rmu.Lock()
+	p.runErr = err
+	p.rmu.Unlock()
+	return sr, err
+}
+
+// StartProbe starts a probe over an agent's stdin and stdout. timeout
+// bounds each request (DefaultRequestTimeout when zero).
+func StartProbe(stdin io.Writer, stdout io.Reader, cwd string, timeout time.Duration, logger *slog.Logger) *Probe {
+	p := Params{Cwd: cwd, RequestTimeout: timeout, probe: true}
+	return &Probe{Session: Start(stdin, stdout, p, discard{}, logger)}
+}
+
+// ProbeResult is what the agent offered.
+type ProbeResult struct {
+	// Name and Version are the agent's own (agentInfo), "" when not sent.
+	Name, Version string
+	// CanResume reports the loadSession capability.
+	CanResume bool
+	offer     offer
+}
+
+// Result returns what the probe learned, or why it learned nothing. Call it
+// after Run returned.
+func (p *Probe) Result() (ProbeResult, error) {
+	p.rmu.Lock()
+	runErr := p.runErr
+	p.rmu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.st.started {
+		if runErr == nil {
+			runErr = errors.New("the agent did not open a session")
+		}
+		return ProbeResult{}, runErr
+	}
+	r := ProbeResult{CanResume: p.st.init.AgentCapabilities.LoadSession, offer: p.st.offer}
+	if info := p.st.init.AgentInfo; info != nil {
+		r.Name, r.Version = info.Name, info.Version
+	}
+	return r, nil
+}
+
+// Offered returns the agent's offer for a setting: its current value and
+// the values it accepts, from the config option that would carry it, else
+// from the session modes. ok is false when the agent offers neither.
+func (r ProbeResult) Offered(st Setting) (current *string, values []string, ok bool) {
+	if opt := r.offer.find(st.ConfigIDs, st.Category); opt != nil {
+		values = opt.values()
+		if opt.Type == "boolean" {
+			values = []string{"false", "true"}
+		}
+		if len(opt.Current) > 0 {
+			var s string
+			if json.Unmarshal(opt.Current, &s) == nil {
+				current = &s
+			} else if b, err := strconv.ParseBool(string(opt.Current)); err == nil {
+				s = strconv.FormatBool(b)
+				current = &s
+			}
+		}
+		return current, values, true
+	}
+	if st.Mode && r.offer.hasModes && len(r.offer.modes) > 0 {
+		cur := r.offer.currentMode
+		return &cur, r.offer.modes, true
+	}
+	return nil, nil, false
+}
+
+// Available reports whether the agent offers a setting with its value, as
+// Run would need to apply it.
+func (r ProbeResult) Available(st Setting) bool {
+	if st.Mode && r.offer.hasModes {
+		if _, ok := matchID(r.offer.modes, st.Value); ok && st.Bool == nil {
+			return true
+		}
+	}
+	opt := r.offer.find(st.ConfigIDs, st.Category)
+	if opt == nil {
+		return false
+	}
+	if st.Bool != nil {
+		return opt.Type == "boolean"
+	}
+	_, ok := matchID(opt.values(), st.Value)
+	return ok && opt.Type != "boolean"
+}
+
+// discard is the probe's sink: a probe records nothing.
+type discard struct{}
+
+func (discard) Text(TextKind, string)             {}
+func (discard) Event(string, any) error           { return nil }
+func (discard) SessionStarted(string, bool) error { return nil }
+func (discard) Usage(json.RawMessage)             {}
+func (discard) Flush()                            {}
