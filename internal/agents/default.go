@@ -29,11 +29,14 @@ func fixed(s ...acpsession.Setting) func([]string) []acpsession.Setting {
 // OpencodeConfigVar carries opencode's inline configuration.
 const OpencodeConfigVar = "OPENCODE_CONFIG_CONTENT"
 
-// Default returns the six agents of the specification.
-func Default() *Registry {
+// Default returns a registry of the six agents of the specification.
+func Default() *Registry { return NewRegistry(DefaultAdapters()...) }
+
+// DefaultAdapters returns the six agents of the specification.
+func DefaultAdapters() []*Adapter {
 	all := []string{OptAllow, OptModel, OptEffort}
 	noEffort := []string{OptAllow, OptModel}
-	return NewRegistry(
+	return []*Adapter{
 		&Adapter{
 			Name: "claude_code", Executable: "claude-agent-acp", Options: all,
 			Model:  &modelSetting,
@@ -80,7 +83,7 @@ func Default() *Registry {
 				return []string{OpencodeConfigVar + "=" + merged}, nil
 			},
 		},
-	)
+	}
 }
 
 // opencodeAsk are the permission entries symm-mcp pins to "ask".

@@ -398,7 +398,7 @@ func TestPagesStayBounded(t *testing.T) {
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
 	big := strings.Repeat(`"quoted" `, 20000) // 180 KB of text that escapes
-	for range 40 {
+	for range 8 {
 		require.NoError(t, sink.Event("tool_call_update", map[string]any{"raw_output": big}))
 	}
 	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})

@@ -55,6 +55,10 @@ func serve(ctx context.Context, stdin io.Reader, stdout io.Writer, stderr io.Wri
 	var result error
 	select {
 	case <-conn.Done():
+		if process && cfg.LingerAfterEOF {
+			// An agent that outlives its stdin: only a signal ends it.
+			select {}
+		}
 	case <-ctx.Done():
 	case code := <-a.quit:
 		result = &ExitError{Code: code}

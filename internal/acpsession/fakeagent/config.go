@@ -35,6 +35,7 @@ type Config struct {
 	RequestLog                      string            `json:"request_log,omitempty"`
 	StateDir                        string            `json:"state_dir,omitempty"`
 	IgnoreSigterm                   bool              `json:"ignore_sigterm,omitempty"`
+	LingerAfterEOF                  bool              `json:"linger_after_eof,omitempty"`
 	Stderr                          []string          `json:"stderr,omitempty"`
 	Turn                            *Script           `json:"turn,omitempty"`
 }

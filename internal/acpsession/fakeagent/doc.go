@@ -36,6 +36,7 @@
 //	  "request_log": "/path/log.jsonl",
 //	  "state_dir": "/path/dir",      // default: .fake-acp-agent in the working directory
 //	  "ignore_sigterm": true,        // process mode: SIGTERM is ignored
+//	  "linger_after_eof": true,      // process mode: keep running after stdin ends
 //	  "stderr": ["line", ...],       // written to stderr at startup
 //	  "turn": { ...script... }       // the turn when the prompt is not a script
 //	}
