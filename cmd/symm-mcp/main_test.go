@@ -15,8 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// binary is the built symm-mcp, shared by the tests of this package.
-var binary string
+// binary is the built symm-mcp and fakeBin the fake ACP agent, shared by
+// the tests of this package.
+var binary, fakeBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
@@ -32,6 +33,11 @@ func runTests(m *testing.M) int {
 	binary = filepath.Join(dir, "symm-mcp")
 	if out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building symm-mcp: %v\n%s", err, out)
+		return 1
+	}
+	fakeBin = filepath.Join(dir, "fake-acp-agent")
+	if out, err := exec.Command("go", "build", "-o", fakeBin, "../../internal/acpsession/fakeagent/cmd/fake-acp-agent").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the fake agent: %v\n%s", err, out)
 		return 1
 	}
 	return m.Run()

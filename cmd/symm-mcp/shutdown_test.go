@@ -1,0 +1,144 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// agentPath puts the fake agent on a PATH of its own as opencode, whose
+// pinned mode the fake offers as a config option.
+func agentPath(t *testing.T) []string {
+	t.Helper()
+	bin := t.TempDir()
+	require.NoError(t, os.Symlink(fakeBin, filepath.Join(bin, "opencode")))
+	cfg, err := json.Marshal(map[string]any{
+		"config_options": []any{map[string]any{
+			"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "plan",
+			"options": []any{map[string]any{"value": "build", "name": "Build"}, map[string]any{"value": "plan", "name": "Plan"}},
+		}},
+	})
+	require.NoError(t, err)
+	return []string{"PATH=" + bin, "SYMM_FAKE_AGENT_CONFIG=" + string(cfg)}
+}
+
+// session drives the binary through initialize and then tool calls.
+type session struct {
+	*server
+	next int
+}
+
+func (s *session) init(t *testing.T) {
+	t.Helper()
+	s.send(t, initialize)
+	s.server.next(t)
+	s.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	s.next = 10
+}
+
+func (s *session) call(t *testing.T, tool string, args map[string]any) map[string]any {
+	t.Helper()
+	s.next++
+	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": s.next, "method": "tools/call",
+		"params": map[string]any{"name": tool, "arguments": args}})
+	require.NoError(t, err)
+	s.send(t, string(msg))
+	for {
+		m := s.server.next(t)
+		if m["id"] != float64(s.next) {
+			continue // a notification
+		}
+		res := m["result"].(map[string]any)
+		require.NotEqual(t, true, res["isError"], "%v", res)
+		return res["structuredContent"].(map[string]any)
+	}
+}
+
+// liveTasks spawns n tasks whose agents fork a grandchild and hang, and
+// returns every pid they started, once each agent reported.
+func liveTasks(t *testing.T, s *session, n int) (ids []string, pids []int) {
+	t.Helper()
+	prompt := `{"steps":[{"fork":{"n":1}},{"message":"up"},{"hang":true}]}`
+	for range n {
+		ws := t.TempDir()
+		out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": prompt, "workspace": ws})
+		require.Equal(t, "running", out["status"])
+		ids = append(ids, out["task_id"].(string))
+	}
+	for _, id := range ids {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ev := s.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{"agent_message"}, "limit": 1000})
+			if len(ev["events"].([]any)) > 0 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "agent of %s did not start its turn", id)
+			s.call(t, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 0.05})
+		}
+		ev := s.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{"process_started", "stderr"}, "limit": 1000})
+		for _, e := range ev["events"].([]any) {
+			e := e.(map[string]any)
+			if e["type"] == "process_started" {
+				pids = append(pids, int(e["pid"].(float64)))
+				continue
+			}
+			// The fake agent reports its grandchildren: "fake-acp-agent: forked [123]".
+			if rest, ok := strings.CutPrefix(e["text"].(string), "fake-acp-agent: forked ["); ok {
+				for _, f := range strings.Fields(strings.TrimSuffix(rest, "]")) {
+					var pid int
+					_, err := fmt.Sscan(f, &pid)
+					require.NoError(t, err)
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	return ids, pids
+}
+
+func requireGone(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		assert.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "process %d is still there", pid)
+	}
+}
+
+func markerDir(t *testing.T, base string) string {
+	t.Helper()
+	entries, err := os.ReadDir(base)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "one directory per server process")
+	return filepath.Join(base, entries[0].Name())
+}
+
+func TestServerEndsAgentsOnShutdown(t *testing.T) {
+	for _, how := range []string{"stdin closed", "SIGTERM"} {
+		t.Run(how, func(t *testing.T) {
+			base := filepath.Join(t.TempDir(), "markers")
+			s := &session{server: startServer(t, agentPath(t), "--notify-dir", base)}
+			s.init(t)
+			_, pids := liveTasks(t, s, 8)
+			require.Len(t, pids, 16, "8 agents and 8 grandchildren")
+			dir := markerDir(t, base)
+
+			switch how {
+			case "stdin closed":
+				require.NoError(t, s.stdin.Close())
+			case "SIGTERM":
+				require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+			}
+			assert.Equal(t, 0, s.waitExit(t), "stderr:\n%s", s.stderr.String())
+			requireGone(t, pids)
+			_, err := os.Stat(dir)
+			assert.ErrorIs(t, err, os.ErrNotExist, "the marker directory is removed")
+		})
+	}
+}
