@@ -332,10 +332,7 @@ func TestStderrIsRecorded(t *testing.T) {
 	long := strings.Repeat("x", 1<<20+1)
 	id := r.spawn(t, map[string]any{"prompt": script(map[string]any{"stderr": "one line"}, map[string]any{"stderr": long}), "workspace": ws})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
-	var lines []map[string]any
-	for _, e := range r.events(t, id, "stderr") {
-		lines = append(lines, e)
-	}
+	lines := r.events(t, id, "stderr")
 	require.Len(t, lines, 3)
 	assert.Equal(t, "one line", lines[0]["text"])
 	assert.NotContains(t, lines[0], "part")

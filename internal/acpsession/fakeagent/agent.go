@@ -273,7 +273,8 @@ func (a *agent) persist(s *session) {
 		return
 	}
 	tmp := a.statePath(s.id) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err == nil {
+	err = os.WriteFile(tmp, b, 0o644)
+	if err == nil {
 		err = os.Rename(tmp, a.statePath(s.id))
 	}
 	if err != nil {
