@@ -206,9 +206,6 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 		Cwd: ws, Prompt: req.Prompt, ResumeID: req.SessionID,
 		Settings: launch.Settings, Allow: slices.Clone(req.Allow), RequestTimeout: s.cfg.RequestTimeout,
 	}
-	if req.SessionID != "" {
-		params.ResumeID = req.SessionID
-	}
 	spec := supervisor.Spec{
 		Argv: launch.Argv, Env: launch.Env, Dir: ws,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
