@@ -5,33 +5,50 @@ import (
 	"unicode/utf8"
 )
 
-// MaxStderrPiece is the largest piece of a stderr line, in bytes, that one
-// Sink.Stderr call carries.
+// MaxStderrPiece bounds one piece of a stderr line, measured as JSON text:
+// the piece's length once written as a JSON string (without quotes). A piece
+// is therefore also at most MaxStderrPiece bytes, and the event that carries
+// it stays small enough to page even when the line is all control bytes.
 const MaxStderrPiece = 1 << 20
+
+// maxCost is the most one character costs as JSON text (\u00XX).
+const maxCost = 6
+
+// jsonCost is how many bytes encoding/json writes for r inside a string.
+func jsonCost(r rune) int {
+	switch {
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+		return 2
+	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
+		// HTML-escaping encoders write <, > and & as \u003c: count the most.
+		return maxCost
+	default:
+		return utf8.RuneLen(r)
+	}
+}
 
 // SplitLine turns one stderr line (without its newline) into the texts the
 // Sink receives. Each maximal run of bytes that are not valid UTF-8 becomes
 // one U+FFFD (strings.ToValidUTF8); everything else is kept byte-exact. The
-// result is then cut at character boundaries into pieces of at most limit
-// bytes, each as long as it can be. An empty line is one empty piece. A limit
-// below utf8.UTFMax is taken as utf8.UTFMax, so that every piece holds at
-// least one character. The pieces concatenate to the cleaned line.
+// result is then cut at character boundaries into pieces whose JSON text is
+// at most limit bytes, each as long as it can be. An empty line is one empty
+// piece. A limit below 6 is taken as 6, so that every piece holds at least
+// one character. The pieces concatenate to the cleaned line.
 func SplitLine(line []byte, limit int) []string {
-	limit = max(limit, utf8.UTFMax)
+	limit = max(limit, maxCost)
 	s := strings.ToValidUTF8(string(line), "\uFFFD")
-	if len(s) <= limit {
+	if len(s)*maxCost <= limit {
 		return []string{s}
 	}
-	pieces := make([]string, 0, len(s)/limit+1)
-	for len(s) > limit {
-		cut := limit
-		// s is valid UTF-8 and limit >= UTFMax, so a rune start lies in
-		// (0, limit]: this loop stops above zero.
-		for !utf8.RuneStart(s[cut]) {
-			cut--
+	var pieces []string
+	start, cost := 0, 0
+	for i, r := range s {
+		c := jsonCost(r)
+		if cost+c > limit {
+			pieces = append(pieces, s[start:i])
+			start, cost = i, 0
 		}
-		pieces = append(pieces, s[:cut])
-		s = s[cut:]
+		cost += c
 	}
-	return append(pieces, s)
+	return append(pieces, s[start:])
 }

@@ -24,7 +24,10 @@ func TestSplitLine(t *testing.T) {
 		{"surrogate encoding is invalid", "\xed\xa0\x80", 8, []string{"\uFFFD"}},
 		{"truncated sequence", "ab\xe2\x82", 8, []string{"ab\uFFFD"}},
 		{"carriage return kept", "x\r", 8, []string{"x\r"}},
-		{"max below UTFMax", "😀😀", 1, []string{"😀", "😀"}},
+		{"max below one escaped character", "😀😀", 1, []string{"😀", "😀"}},
+		{"quotes cost two", `""""""`, 8, []string{`""""`, `""`}},
+		{"control bytes cost six", "\x01\x02\x03", 12, []string{"\x01\x02", "\x03"}},
+		{"a long line of x", strings.Repeat("x", 20), 8, []string{"xxxxxxxx", "xxxxxxxx", "xxxx"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,13 +50,20 @@ func FuzzSplitLine(f *testing.F) {
 			t.Skip()
 		}
 		pieces := SplitLine(line, limit)
-		bound := max(limit, utf8.UTFMax)
+		bound := max(limit, maxCost)
 		if len(pieces) == 0 {
 			t.Fatal("no pieces")
 		}
+		cost := func(p string) int {
+			n := 0
+			for _, r := range p {
+				n += jsonCost(r)
+			}
+			return n
+		}
 		for i, p := range pieces {
-			if len(p) > bound {
-				t.Fatalf("piece %d has %d bytes, bound %d", i, len(p), bound)
+			if len(p) > bound || cost(p) > bound {
+				t.Fatalf("piece %d has %d bytes (%d as JSON), bound %d", i, len(p), cost(p), bound)
 			}
 			if !utf8.ValidString(p) {
 				t.Fatalf("piece %d is not valid UTF-8: %q", i, p)
@@ -64,8 +74,8 @@ func FuzzSplitLine(f *testing.F) {
 			// Each piece but the last is as long as it can be: the next
 			// character would not have fit.
 			if i < len(pieces)-1 {
-				_, size := utf8.DecodeRuneInString(pieces[i+1])
-				if len(p)+size <= bound {
+				r, _ := utf8.DecodeRuneInString(pieces[i+1])
+				if cost(p)+jsonCost(r) <= bound {
 					t.Fatalf("piece %d (%d bytes) could have held the next character", i, len(p))
 				}
 			}
