@@ -2,6 +2,8 @@ package mcpserver
 
 import (
 	"bufio"
+	"fmt"
+	"os/exec"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,13 +25,29 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
-// TestMain re-runs this test binary as the fake ACP agent when a test
-// launched it as one (the helper-process pattern).
+// fakeAgentBin is the fake ACP agent, built once for this package's tests
+// without the race detector: agents are separate processes, and a small
+// binary starts in milliseconds.
+var fakeAgentBin string
+
 func TestMain(m *testing.M) {
-	if fakeagent.IsHelper() {
-		os.Exit(fakeagent.Main())
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "symm-mcp-fake-agent-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	os.Exit(m.Run())
+	defer os.RemoveAll(dir)
+	fakeAgentBin = filepath.Join(dir, "fake-acp-agent")
+	out, err := exec.Command("go", "build", "-o", fakeAgentBin, "../acpsession/fakeagent/cmd/fake-acp-agent").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building the fake agent: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
 }
 
 // fakeAdapter launches the fake agent with nothing pinned.
@@ -63,14 +81,12 @@ type rigOptions struct {
 
 func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
-	self, err := os.Executable()
-	require.NoError(t, err)
 	bin := t.TempDir()
 	adapters := append(agents.DefaultAdapters(), fakeAdapter)
 	for _, a := range adapters {
-		require.NoError(t, os.Symlink(self, filepath.Join(bin, a.Executable)))
+		require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
 	}
-	env := append(withoutEnv(os.Environ(), "PATH", fakeagent.ConfigEnv), "PATH="+bin, fakeagent.HelperEnv+"=1")
+	env := append(withoutEnv(os.Environ(), "PATH", fakeagent.ConfigEnv), "PATH="+bin)
 	timeouts := testTimeouts
 	if o.timeouts != nil {
 		timeouts = *o.timeouts
