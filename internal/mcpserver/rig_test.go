@@ -2,12 +2,12 @@ package mcpserver
 
 import (
 	"bufio"
-	"fmt"
-	"os/exec"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"

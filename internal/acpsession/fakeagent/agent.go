@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 )
@@ -56,8 +57,11 @@ func serve(ctx context.Context, stdin io.Reader, stdout io.Writer, stderr io.Wri
 	select {
 	case <-conn.Done():
 		if process && cfg.LingerAfterEOF {
-			// An agent that outlives its stdin: only a signal ends it.
-			select {}
+			// An agent that outlives its stdin: only a signal ends it. (A
+			// sleeping goroutine, unlike select{}, is no runtime deadlock.)
+			for {
+				time.Sleep(time.Hour)
+			}
 		}
 	case <-ctx.Done():
 	case code := <-a.quit:
@@ -81,6 +85,7 @@ type agent struct {
 	mu         sync.Mutex
 	closed     bool
 	wg         sync.WaitGroup
+	afterWG    sync.WaitGroup // after_response steps, finished before stdout closes
 	sessions   map[string]*session
 	nextID     int64
 	rawPending map[string]chan []byte
@@ -130,9 +135,21 @@ func (a *agent) shutdown() {
 	a.mu.Lock()
 	a.closed = true
 	a.mu.Unlock()
+	a.afterWG.Wait()
 	a.out.close()
 	close(a.stop)
 	a.wg.Wait()
+}
+
+// enterAfter tracks an after_response goroutine; false once the agent stopped.
+func (a *agent) enterAfter() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.afterWG.Add(1)
+	return true
 }
 
 // enter tracks a handler or step goroutine; false once the agent stopped.
@@ -375,6 +392,7 @@ func (a *agent) LoadSession(_ context.Context, req acp.LoadSessionRequest) (acp.
 		}
 		a.sendUpdate(s.id, textUpdate(typ, h.Text))
 	}
+	a.log.write(map[string]any{"load": map[string]any{"session_id": s.id, "replayed": len(sv.History)}})
 	a.mu.Lock()
 	a.sessions[s.id] = s
 	a.mu.Unlock()
@@ -620,14 +638,17 @@ func (a *agent) Prompt(ctx context.Context, req acp.PromptRequest) (acp.PromptRe
 	s.mu.Unlock()
 	a.persist(s)
 
-	if len(script.AfterResponse) > 0 && a.enter() {
+	if len(script.AfterResponse) > 0 && !t.stopped && a.enterAfter() {
 		written := a.out.arm()
 		go func() {
-			defer a.wg.Done()
+			defer a.afterWG.Done()
+			// Like a real agent finishing what it was sending, these steps
+			// run to their end even when stdin ends meanwhile: shutdown
+			// waits for them before it closes stdout.
 			select {
 			case <-written:
-			case <-a.stop:
-				return
+			case <-time.After(5 * time.Second):
+				return // the response was never written: the connection ended
 			}
 			after := &turn{a: a, s: s, ctx: context.Background(), cancel: make(chan struct{})}
 			after.run(script.AfterResponse)

@@ -70,7 +70,9 @@
 // {"permission": {"tool_call_id": "t1", "outcome": "selected", "option_id": "a"}}
 // ("outcome" is "selected", "cancelled" or "error", with "error" then),
 // {"response": {"method": "fs/read_text_file", "id": 0, "result": ..., "error": ...}}
-// for request steps, and {"fork": {"pids": [123, 124]}}.
+// for request steps, and {"fork": {"pids": [123, 124]}}. A session/load
+// that succeeds adds {"load": {"session_id": "fake-…", "replayed": 2}} once
+// it has replayed that many history entries, before its answer.
 //
 // Sessions persist to state_dir as <session id>.json (only when
 // load_session is set): their cwd, current modes and config options, and
@@ -79,6 +81,14 @@
 // fails with JSON-RPC error -32002; otherwise the history is replayed as
 // user_message_chunk and agent_message_chunk updates before the answer,
 // which carries the saved modes and config options.
+//
+// # Impersonating a real agent
+//
+// OfferConfig turns a real agent's initialize and session/new results (as
+// scripts/capture-offers records them in testdata/agents/<agent>;
+// OfferConfigDir reads such a directory) into a Config whose agent_info,
+// load_session, modes and config_options offer what that agent offered.
+// Add the rest (request_log, fail_in, ...) to the Config it returns.
 //
 // # Scripts
 //
@@ -91,11 +101,13 @@
 //	  "steps": [ ...steps... ],
 //	  "stop_reason": "end_turn",        // when the steps run out (default end_turn)
 //	  "usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3},  // prompt result usage
-//	  "after_response": [ ...steps... ] // run after the prompt response was written
+//	  "after_response": [ ...steps... ] // run after the prompt response was written;
+//	                                    // they finish before the agent exits on stdin EOF
 //	}
 //
 // Each step is an object with exactly one of these keys; "session_id" may
-// accompany any step that sends an update, to send it for another session.
+// accompany any step that sends an update, and a permission step, to send
+// it for another session.
 //
 //	{"message": "text"}       agent_message_chunk with a text block
 //	{"thought": "text"}       agent_thought_chunk with a text block
@@ -105,6 +117,17 @@
 //	                          tool_call_every k, after every k-th chunk a
 //	                          tool_call {"toolCallId": "tc-<i>", "title":
 //	                          "chunk tool", "kind": "read", "status": "pending"}
+//	{"flood": {"n": 100000, "tool_call_update_every": 10, "text": "c{i} "}}
+//	                          n updates from lines encoded once (FloodLines),
+//	                          written in 64 KiB batches of whole lines as fast
+//	                          as stdout takes them: agent_message_chunk with
+//	                          text ("{i}" is the update's index, from 0;
+//	                          default DefaultFloodText) and, with
+//	                          tool_call_update_every k, every k-th update a
+//	                          tool_call_update {"toolCallId": "tc-<i>",
+//	                          "status": "completed", "rawOutput": {...},
+//	                          "content": [...]}. Cancel is checked between
+//	                          batches; the text is not kept in the history
 //	{"plan": [ ...entries... ]}   plan update with these entries
 //	{"tool_call": {...}}      tool_call update: the object's fields as ACP
 //	                          names them (toolCallId, title, kind, status,
@@ -114,9 +137,10 @@
 //	                "options": [{"id": "a", "name": "Allow", "kind": "allow_once"}],
 //	                "mode_switch": false, "request_id": 0, "report": true}}
 //	                          session/request_permission; waits for the answer
-//	                          and logs it. Options default to allow_once "allow",
-//	                          allow_always "always", reject_once "reject",
-//	                          reject_always "never". mode_switch sends kind
+//	                          and logs it. Options default (when absent) to
+//	                          allow_once "allow", allow_always "always",
+//	                          reject_once "reject", reject_always "never";
+//	                          "options": [] offers none. mode_switch sends kind
 //	                          "switch_mode". request_id (any JSON id) defaults
 //	                          to a counter from 0, shared with request steps.
 //	                          report emits a message "permission <tool_call_id>:
