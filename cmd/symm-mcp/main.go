@@ -71,9 +71,10 @@ func parse(args []string, stderr io.Writer) (options, int, bool) {
 	fs.StringVar(&o.notifyDir, "notify-dir", "", "base directory for completion markers (default $XDG_RUNTIME_DIR/symm-mcp or symm-mcp-<uid> in the temp dir)")
 	fs.BoolVar(&o.noNotify, "no-notify", false, "turn completion markers off")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: symm-mcp [flags]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: symm-mcp [flags]\n       symm-mcp doctor [--json]\n\n"+
 			"symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.\n"+
-			"Register it, for example: claude mcp add symm -- symm-mcp\n\nFlags:\n")
+			"Register it, for example: claude mcp add symm -- symm-mcp\n"+
+			"symm-mcp doctor checks the agents on PATH and reports what each offers.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -103,6 +104,9 @@ func isTerminal(f *os.File) bool {
 }
 
 func run(args []string, stdin *os.File, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "doctor" {
+		return doctor(args[1:], os.Stdout, stderr)
+	}
 	o, code, done := parse(args, stderr)
 	if done {
 		return code

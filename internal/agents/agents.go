@@ -1,7 +1,9 @@
 // Package agents is the registry of the agents symm-mcp can launch. An
 // adapter is mostly data: the executable and its arguments, the options a
 // caller may pass, the settings symm-mcp pins, and how the caller's model and
-// effort reach the agent. Adding an agent is adding one entry to Default.
+// effort reach the agent. Adding an agent is adding one entry to
+// DefaultAdapters, its offer in testdata/agents/<name> and its rows in the
+// adapter tests (intent/0006-agent-adapters.md).
 package agents
 
 import (

@@ -1,0 +1,430 @@
+// Command capture-offers records what each real ACP agent offers: it
+// launches every agent that scripts/install-agents.sh installed, with a
+// fresh HOME, no credentials and every model base URL pointed at an unused
+// loopback port, sends initialize and session/new as symm-mcp does, and
+// writes the raw result objects to testdata/agents/<agent>/initialize.json
+// and new_session.json. Unit tests drive each adapter against these offers
+// through the fake agent (internal/mcpserver/adapters_test.go).
+//
+//	scripts/install-agents.sh && go run ./scripts/capture-offers
+//	go run ./scripts/capture-offers -agents codex,cline -bare
+//
+// -bare launches the agents with no configuration at all (only the fresh
+// HOME, and IS_SANDBOX for claude as root) and writes nothing: it shows
+// which agents need configuration before session/new succeeds.
+//
+// It speaks newline-delimited JSON-RPC itself rather than through the ACP
+// SDK, so the results are recorded exactly as the agent sent them, and it
+// answers every request from the agent with a JSON-RPC error.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// agent is one installable agent: its registry name, executable and ACP
+// arguments, and what it needs to start without credentials.
+type agent struct {
+	name string
+	exe  string
+	args []string
+	// setup prepares home and returns extra environment; port is an
+	// unused loopback port for any model server URL.
+	setup func(ctx context.Context, home string, port int, bin string) ([]string, error)
+}
+
+var agentsList = []agent{
+	{name: "claude_code", exe: "claude-agent-acp", setup: func(_ context.Context, _ string, port int, _ string) ([]string, error) {
+		return []string{
+			fmt.Sprintf("ANTHROPIC_BASE_URL=http://127.0.0.1:%d", port),
+			"ANTHROPIC_API_KEY=x",
+			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+			"DISABLE_AUTOUPDATER=1",
+		}, nil
+	}},
+	{name: "codex", exe: "codex-acp", setup: func(_ context.Context, home string, port int, _ string) ([]string, error) {
+		cfg := fmt.Sprintf("model = \"m\"\nmodel_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\n"+
+			"base_url = \"http://127.0.0.1:%d/v1\"\nwire_api = \"responses\"\nenv_key = \"LOCAL_KEY\"\n", port)
+		dir := filepath.Join(home, ".codex")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		return []string{"LOCAL_KEY=x"}, os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600)
+	}},
+	{name: "copilot", exe: "copilot", args: []string{"--acp"}, setup: func(_ context.Context, _ string, port int, _ string) ([]string, error) {
+		return []string{
+			fmt.Sprintf("COPILOT_PROVIDER_BASE_URL=http://127.0.0.1:%d/v1", port),
+			"COPILOT_PROVIDER_API_KEY=x", "COPILOT_MODEL=m", "COPILOT_OFFLINE=true", "COPILOT_AUTO_UPDATE=false",
+		}, nil
+	}},
+	{name: "cline", exe: "cline", args: []string{"--acp"}, setup: func(ctx context.Context, home string, port int, bin string) ([]string, error) {
+		env := []string{"CLINE_API_KEY=x", "CLINE_PROVIDER=openai-compatible"}
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "cline"), "auth", "-p", "openai-compatible", "-k", "x", "-m", "m",
+			"-b", fmt.Sprintf("http://127.0.0.1:%d/v1", port))
+		cmd.Env = append(baseEnv(home, bin), env...)
+		cmd.Dir = home
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("cline auth: %v: %s", err, out)
+		}
+		return env, nil
+	}},
+	{name: "opencode", exe: "opencode", args: []string{"acp"}, setup: func(_ context.Context, _ string, port int, _ string) ([]string, error) {
+		cfg := map[string]any{
+			"model": "local/m", "small_model": "local/m", "autoupdate": false, "share": "disabled",
+			"provider": map[string]any{"local": map[string]any{
+				"npm":     "@ai-sdk/openai-compatible",
+				"options": map[string]any{"baseURL": fmt.Sprintf("http://127.0.0.1:%d/v1", port), "apiKey": "x"},
+				"models":  map[string]any{"m": map[string]any{"tool_call": true}},
+			}},
+			// What symm-mcp pins (internal/agents.OpencodeConfig).
+			"permission": map[string]any{"edit": "ask", "bash": "ask", "webfetch": "ask"},
+		}
+		b, err := json.Marshal(cfg)
+		return []string{"OPENCODE_CONFIG_CONTENT=" + string(b), "OPENCODE_DISABLE_AUTOUPDATE=1",
+			"OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1"}, err
+	}},
+}
+
+func main() {
+	def := os.Getenv("SYMM_AGENTS_CACHE")
+	if def == "" {
+		c, err := os.UserCacheDir()
+		if err != nil {
+			c = filepath.Join(os.TempDir(), "cache")
+		}
+		def = filepath.Join(c, "symm-mcp", "agents")
+	}
+	cache := flag.String("cache", def, "the agents cache of scripts/install-agents.sh")
+	out := flag.String("out", "testdata/agents", "where the fixtures go")
+	only := flag.String("agents", "", "comma-separated agents (default: all five)")
+	bare := flag.Bool("bare", false, "launch with no configuration and write nothing")
+	timeout := flag.Duration("timeout", 90*time.Second, "per agent, startup to session/new")
+	flag.Parse()
+
+	failed := false
+	for _, a := range agentsList {
+		if *only != "" && !contains(strings.Split(*only, ","), a.name) {
+			continue
+		}
+		init, sess, err := capture(a, filepath.Join(*cache, "bin"), *bare, *timeout)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", a.name, err)
+			failed = true
+			continue
+		}
+		if *bare {
+			fmt.Fprintf(os.Stderr, "%s: session/new succeeded with no configuration\n", a.name)
+			continue
+		}
+		dir := filepath.Join(*out, a.name)
+		err = writeJSON(filepath.Join(dir, "initialize.json"), init)
+		if err == nil {
+			err = writeJSON(filepath.Join(dir, "new_session.json"), sess)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", a.name, err)
+			failed = true
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "%s: wrote %s\n", a.name, dir)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if strings.TrimSpace(x) == s {
+			return true
+		}
+	}
+	return false
+}
+
+// baseEnv is the whole environment of an agent: a fresh HOME with its XDG
+// directories, and a PATH with the agents and node. Nothing is inherited,
+// so no credential of the user's reaches the agent.
+func baseEnv(home, bin string) []string {
+	path := bin
+	if node, err := exec.LookPath("node"); err == nil {
+		path += ":" + filepath.Dir(node)
+	}
+	path += ":/usr/local/bin:/usr/bin:/bin"
+	env := []string{
+		"HOME=" + home, "PATH=" + path, "LANG=C.UTF-8", "TERM=dumb", "NO_COLOR=1",
+		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
+		"XDG_DATA_HOME=" + filepath.Join(home, ".local", "share"),
+		"XDG_STATE_HOME=" + filepath.Join(home, ".local", "state"),
+		"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
+		"TMPDIR=" + filepath.Join(home, "tmp"),
+	}
+	if os.Geteuid() == 0 {
+		// claude-agent-acp refuses to run as root otherwise.
+		env = append(env, "IS_SANDBOX=1")
+	}
+	return env
+}
+
+// unusedPort returns a loopback port nothing listens on: every model
+// request the agent might make is refused at once.
+func unusedPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func capture(a agent, bin string, bare bool, timeout time.Duration) (init, sess json.RawMessage, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	home, err := os.MkdirTemp("", "symm-capture-"+a.name+"-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(home)
+	// Processes that escaped the agent's group (cline's hub daemon) are
+	// found by the HOME they run under.
+	defer killByHome(home)
+	ws := filepath.Join(home, "workspace")
+	for _, d := range []string{ws, filepath.Join(home, "tmp")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, nil, err
+		}
+	}
+	env := baseEnv(home, bin)
+	if !bare {
+		port, err := unusedPort()
+		if err != nil {
+			return nil, nil, err
+		}
+		extra, err := a.setup(ctx, home, port, bin)
+		if err != nil {
+			return nil, nil, err
+		}
+		env = append(env, extra...)
+	}
+
+	exe := filepath.Join(bin, a.exe)
+	if _, err := os.Stat(exe); err != nil {
+		return nil, nil, fmt.Errorf("%s is not installed (run scripts/install-agents.sh): %w", a.exe, err)
+	}
+	cmd := exec.Command(exe, a.args...)
+	cmd.Env, cmd.Dir = env, ws
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	waited := make(chan error, 1)
+	defer func() {
+		// Close stdin, give the agent 3 s, then end its group.
+		_ = stdin.Close()
+		select {
+		case <-waited:
+		case <-time.After(3 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-waited:
+			case <-time.After(3 * time.Second):
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				// A process outside the group may still hold stdout.
+				killByHome(home)
+				<-waited
+			}
+		}
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		if err != nil {
+			err = fmt.Errorf("%w\nstderr:\n%s", err, tail(stderr.String(), 40))
+		}
+	}()
+
+	c := &conn{w: stdin, results: make(map[int64]chan response)}
+	go func() {
+		c.read(stdout)
+		waited <- cmd.Wait()
+	}()
+
+	init, err = c.call(ctx, 1, "initialize", map[string]any{
+		"protocolVersion": 1,
+		"clientCapabilities": map[string]any{
+			"fs": map[string]any{"readTextFile": false, "writeTextFile": false}, "terminal": false,
+		},
+		"clientInfo": map[string]any{"name": "symm-mcp", "version": "capture"},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("initialize: %w", err)
+	}
+	sess, err = c.call(ctx, 2, "session/new", map[string]any{"cwd": ws, "mcpServers": []any{}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("session/new: %w", err)
+	}
+	// Paths of this machine stay out of the fixtures.
+	for _, p := range []struct{ path, name string }{{home, "<home>"}, {filepath.Dir(bin), "<agents-cache>"}} {
+		init = bytes.ReplaceAll(init, []byte(p.path), []byte(p.name))
+		sess = bytes.ReplaceAll(sess, []byte(p.path), []byte(p.name))
+	}
+	return init, sess, nil
+}
+
+type response struct {
+	result json.RawMessage
+	err    error
+}
+
+// conn is a minimal JSON-RPC 2.0 client over newline-delimited JSON.
+type conn struct {
+	w io.Writer
+
+	mu      sync.Mutex
+	results map[int64]chan response // registered before the request is written
+	ended   bool                    // stdout ended: no more results
+}
+
+type message struct {
+	ID     json.RawMessage `json:"id,omitempty"`
+	Method string          `json:"method,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data,omitempty"`
+	} `json:"error,omitempty"`
+}
+
+func (c *conn) call(ctx context.Context, id int64, method string, params any) (json.RawMessage, error) {
+	ch := make(chan response, 1)
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return nil, errors.New("the agent closed its stdout")
+	}
+	c.results[id] = ch
+	c.mu.Unlock()
+	if err := c.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.result, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no answer: %w", ctx.Err())
+	}
+}
+
+func (c *conn) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = c.w.Write(append(b, '\n'))
+	return err
+}
+
+// read dispatches the agent's messages until its stdout ends: responses
+// to our calls, an error for each of its requests, notifications dropped.
+func (c *conn) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var m message
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		switch {
+		case m.Method != "" && len(m.ID) > 0:
+			_ = c.send(map[string]any{"jsonrpc": "2.0", "id": m.ID,
+				"error": map[string]any{"code": -32601, "message": "method not found: " + m.Method}})
+		case m.Method == "" && len(m.ID) > 0:
+			id, err := strconv.ParseInt(string(m.ID), 10, 64)
+			if err != nil {
+				continue
+			}
+			c.mu.Lock()
+			ch := c.results[id]
+			delete(c.results, id)
+			c.mu.Unlock()
+			if ch == nil {
+				continue
+			}
+			if m.Error != nil {
+				ch <- response{err: fmt.Errorf("agent error %d: %s %s", m.Error.Code, m.Error.Message, m.Error.Data)}
+			} else {
+				ch <- response{result: m.Result}
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	for id, ch := range c.results {
+		ch <- response{err: errors.New("the agent closed its stdout")}
+		delete(c.results, id)
+	}
+}
+
+func writeJSON(path string, raw json.RawMessage) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return err
+	}
+	buf.WriteByte('\n')
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// killByHome ends every process whose environment has HOME=home.
+func killByHome(home string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	want := []byte("HOME=" + home + "\x00")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(append([]byte{0}, b...), append([]byte{0}, want...)) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err == nil && pid != os.Getpid() {
+			fmt.Fprintf(os.Stderr, "ending leftover process %d (HOME=%s)\n", pid, home)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
