@@ -93,7 +93,7 @@ func TestDoctorAllSixUsable(t *testing.T) {
 		"cline":       `cline\s+\S+/cline\s+3\.0\.65\s+ok\s+yes\s+auto_approve=false\s+gpt-4o \(1 values\)\s+launch flag \(5 values\)\s+-`,
 		"codex":       `codex\s+\S+/codex-acp\s+2\.6\.0\s+ok\s+yes\s+mode=read-only\s+m \(10 values\)\s+not offered\s+-`,
 		"copilot":     `copilot\s+\S+/copilot\s+1\.0\.102\s+ok\s+yes\s+mode=agent, allow_all=off\s+not offered\s+not offered\s+-`,
-		"cursor":      `cursor\s+\S+/cursor-agent\s+handwritten\s+ok\s+yes\s+mode=plan\s+auto \(3 values\)\s+not accepted\s+-`,
+		"cursor":      `cursor\s+\S+/cursor-agent\s+handwritten\s+ok\s+yes\s+mode=plan, mode=agent\s+auto \(3 values\)\s+not accepted\s+-`,
 		"opencode":    `opencode\s+\S+/opencode\s+1\.18\.33\s+ok\s+yes\s+mode=build\s+local/m \(9 values\)\s+not accepted\s+-`,
 	}
 	for agent, re := range want {

@@ -358,7 +358,7 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 			pins:   []any{pin("auto_approve", "false", true)}},
 		{agent: "cursor", version: "handwritten",
 			model: &offerWant{str("auto"), []any{"auto", "model-a", "model-b"}},
-			pins:  []any{pin("mode", "plan", true)}},
+			pins:  []any{pin("mode", "plan", true), pin("mode", "agent", true)}},
 		{agent: "opencode", version: "1.18.33",
 			model: &offerWant{current: str("local/m")},
 			pins:  []any{pin("mode", "build", true)}},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
 
@@ -115,7 +116,7 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	res, perr := probe.Result()
 	if perr != nil {
 		if ctx.Err() != nil {
-			perr = fmt.Errorf("agent did not finish ACP setup within %v: %w", DescribeDeadline, perr)
+			perr = fmt.Errorf("agent did not finish ACP setup before the deadline (%v at most): %w", DescribeDeadline, perr)
 		}
 		return fail(perr)
 	}
@@ -134,12 +135,21 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 		d.Effort = offerOf(res, *adapter.Effort)
 	}
 	if adapter.Pins != nil {
-		for _, p := range adapter.Pins(nil) {
-			value := p.Value
-			if p.Bool != nil {
-				value = fmt.Sprint(*p.Bool)
+		// Pins may depend on allow (cursor): list those for no kind and for
+		// every kind, once each.
+		seen := map[Pin]bool{}
+		for _, allow := range [][]string{nil, permission.Kinds} {
+			for _, p := range adapter.Pins(allow) {
+				value := p.Value
+				if p.Bool != nil {
+					value = fmt.Sprint(*p.Bool)
+				}
+				pin := Pin{Setting: p.Name, Value: value, Available: res.Available(p)}
+				if !seen[pin] {
+					seen[pin] = true
+					d.Pins = append(d.Pins, pin)
+				}
 			}
-			d.Pins = append(d.Pins, Pin{Setting: p.Name, Value: value, Available: res.Available(p)})
 		}
 	}
 	return d, nil
