@@ -3,6 +3,7 @@ package acpsession
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	acp "github.com/coder/acp-go-sdk"
 
@@ -33,6 +34,7 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 	}
 	inTurn := s.st.turn == turnActive && string(req.SessionId) == s.st.sid
 	cancelled := s.st.cancelled
+	modes := s.st.offer.modeIDs()
 	s.st.inflight++
 	s.mu.Unlock()
 	defer s.handlerDone()
@@ -58,7 +60,7 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 	if !cancelled {
 		d = permission.Decide(s.p.Allow, permission.Request{
 			ToolKind:   f.Kind,
-			ModeSwitch: f.Kind == permission.SwitchMode,
+			ModeSwitch: f.Kind == permission.SwitchMode || switchesMode(f.Options, modes),
 			Options:    f.Options,
 		})
 	}
@@ -131,4 +133,16 @@ func (c *client) ReleaseTerminal(context.Context, acp.ReleaseTerminalRequest) (a
 
 func (c *client) WaitForTerminalExit(context.Context, acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
 	return acp.WaitForTerminalExitResponse{}, acp.NewMethodNotFound(acp.ClientMethodTerminalWaitForExit)
+}
+
+// switchesMode reports whether a request offers to change the session's
+// mode whatever its kind says: an option named after one of the agent's
+// modes (Claude's plan-mode exit offers "default", "acceptEdits", ...).
+func switchesMode(options []permission.Option, modes []string) bool {
+	for _, o := range options {
+		if slices.Contains(modes, o.ID) {
+			return true
+		}
+	}
+	return false
 }

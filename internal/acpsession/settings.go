@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -248,4 +249,16 @@ func valueText(st Setting) string {
 		return strconv.FormatBool(*st.Bool)
 	}
 	return st.Value
+}
+
+// modeIDs lists the mode ids the agent offers: its session modes and the
+// values of its mode config option.
+func (o *offer) modeIDs() []string {
+	ids := slices.Clone(o.modes)
+	for i := range o.options {
+		if c := &o.options[i]; c.ID == "mode" || c.Category == "mode" {
+			ids = append(ids, c.values()...)
+		}
+	}
+	return ids
 }
