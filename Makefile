@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/symm-mcp
 
-.PHONY: all build run test lint check fuzz bench clean
+.PHONY: all build run test lint check fuzz bench e2e clean
 
 all: check
 
@@ -29,6 +29,28 @@ lint:
 ## check: lint, test and the changelog rule
 check: lint test
 	./scripts/changelog-guard.sh
+
+## bench: build the server, the fake agent and the load harness, and print the
+## harness's table of figures and targets; fails when a target is missed
+bench: build
+	$(GO) build -o bin/fake-acp-agent ./internal/acpsession/fakeagent/cmd/fake-acp-agent
+	$(GO) test -c -o bin/symm-bench ./internal/bench
+	./bin/symm-bench -harness -server $(BIN) -agent bin/fake-acp-agent
+
+## e2e: install the pinned agents (scripts/install-agents.sh, cached outside
+## the checkout) and run the end-to-end suite against them; where unshare and
+## ip allow it, in a network namespace of its own that has only loopback.
+## Logs, model requests, events and the matrix: bin/e2e/
+E2E_FLAGS ?= -test.v
+e2e: build
+	./scripts/install-agents.sh
+	$(GO) test -c -tags e2e -o bin/e2e.test ./internal/e2e
+	@cd internal/e2e && run="../../bin/e2e.test -test.count=1 -test.timeout=15m $(E2E_FLAGS)"; \
+	if command -v ip >/dev/null && unshare -n true 2>/dev/null; then iso="unshare -n"; \
+	elif command -v ip >/dev/null && unshare -rn true 2>/dev/null; then iso="unshare -rn"; \
+	else iso=""; echo "e2e: no network namespace available: not isolated to loopback" >&2; fi; \
+	echo "e2e: $${iso:-no isolation}: $$run" >&2; \
+	E2E_SYMM_MCP="$(CURDIR)/$(BIN)" $$iso sh -c "ip link set lo up 2>/dev/null; exec $$run"
 
 clean:
 	rm -rf bin

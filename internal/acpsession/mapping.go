@@ -212,3 +212,49 @@ func isTypeError(err error) bool {
 	var te *json.UnmarshalTypeError
 	return errors.As(err, &te)
 }
+
+// fields encodes the tool call's fields as ToolCallFields encodes (no HTML
+// escaping), from the values as sent: the strings are written as they
+// came (the scan checked that encoding/json would write them so), raw
+// values are compacted, and raw_input and raw_output are truncated as
+// TruncateRaw does.
+func (t *toolSpans) fields() json.RawMessage {
+	n := 64
+	for _, s := range t.strs {
+		n += len(s) + 16
+	}
+	for _, r := range t.raws {
+		n += len(r) + 16
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"tool_call_id":`...)
+	if id := t.strs[0]; id != nil {
+		b = append(b, id...)
+	} else {
+		b = append(b, `""`...)
+	}
+	for i, name := range [...]string{`,"title":`, `,"kind":`, `,"status":`} {
+		if s := t.strs[i+1]; s != nil {
+			b = append(b, name...)
+			b = append(b, s...)
+		}
+	}
+	for i, name := range [...]string{`,"raw_input":`, `,"raw_output":`, `,"locations":`} {
+		r := t.raws[i]
+		if r == nil {
+			continue
+		}
+		b = append(b, name...)
+		switch {
+		case i < 2 && len(r) > MaxRawChars:
+			b = append(b, TruncateRaw(r)...)
+		case t.loose[i]:
+			buf := bytes.NewBuffer(b)
+			_ = json.Compact(buf, r) // r was validated by the scan
+			b = buf.Bytes()
+		default:
+			b = append(b, r...)
+		}
+	}
+	return append(b, '}')
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"time"
 )
 
@@ -10,9 +11,16 @@ import (
 // never reallocated once written (so a stored event never moves), and an
 // index of fixed-size refs maps seq-1 to its bytes. A page read is an index
 // lookup plus a copy of the page's bytes: O(page), whatever the log's length.
+//
+// The arenas live outside the Go heap (allocArena; intent 0008): the
+// collector lets the heap grow to twice what it holds live before it
+// collects, and the ledger's bytes, which it never needs to scan or free,
+// would double the server's memory with that allowance. The arenas of a log
+// are released when its task's entry is garbage.
 const (
 	firstArena = 4 << 10 // small tasks stay small
 	maxArena   = 1 << 20 // large logs grow in 1 MiB steps
+	refChunk   = 4096    // refs are kept in chunks of this many, never copied
 )
 
 type ref struct {
@@ -23,13 +31,27 @@ type ref struct {
 }
 
 type eventLog struct {
-	arenas  [][]byte
-	refs    []ref
+	mem     *arenaSet         // nil until the first event
+	refs    [][]ref           // chunks of refChunk refs
+	n       int               // events stored
 	types   []string          // interned event types, by id
 	typeIDs map[string]uint16 // reverse of types
 	quoted  [][]byte          // JSON encoding of each type
 	bytes   int64             // total encoded bytes stored
 }
+
+// arenaSet holds a log's arenas, apart from the log, so that a cleanup
+// can release them once the log is garbage.
+type arenaSet struct{ arenas [][]byte }
+
+func (m *arenaSet) free() {
+	for _, a := range m.arenas {
+		freeArena(a)
+	}
+	m.arenas = nil
+}
+
+func (l *eventLog) ref(i int) ref { return l.refs[i/refChunk][i%refChunk] }
 
 func (l *eventLog) typeID(typ string) uint16 {
 	if id, ok := l.typeIDs[typ]; ok {
@@ -52,7 +74,7 @@ func (l *eventLog) typeID(typ string) uint16 {
 // append encodes {"seq":N,"type":T,"time":...,<fields>} into the log and
 // returns N. fields must be a JSON object or empty.
 func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
-	seq := int64(len(l.refs)) + 1
+	seq := int64(l.n) + 1
 	id := l.typeID(typ)
 	inner := objectMembers(fields)
 
@@ -72,9 +94,14 @@ func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
 	}
 	buf = append(buf, '}')
 	n := len(buf) - start
-	a := len(l.arenas) - 1
-	l.arenas[a] = buf
-	l.refs = append(l.refs, ref{arena: uint32(a), off: uint32(start), n: uint32(n), typ: id})
+	a := len(l.mem.arenas) - 1
+	l.mem.arenas[a] = buf
+	if l.n%refChunk == 0 {
+		l.refs = append(l.refs, make([]ref, 0, refChunk))
+	}
+	c := len(l.refs) - 1
+	l.refs[c] = append(l.refs[c], ref{arena: uint32(a), off: uint32(start), n: uint32(n), typ: id})
+	l.n++
 	l.bytes += int64(n)
 	return seq
 }
@@ -83,24 +110,33 @@ func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
 // arena when the last one is full. Arenas are never grown in place, so the
 // bytes of stored events never move.
 func (l *eventLog) reserve(size int) []byte {
-	if k := len(l.arenas); k > 0 {
-		last := l.arenas[k-1]
+	if l.mem == nil {
+		l.mem = &arenaSet{}
+		// l lies inside its task's entry: the cleanup runs once the entry
+		// is unreachable, and nothing else refers to the arenas.
+		runtime.AddCleanup(l, (*arenaSet).free, l.mem)
+	}
+	arenas := l.mem.arenas
+	if k := len(arenas); k > 0 {
+		last := arenas[k-1]
 		if cap(last)-len(last) >= size {
 			return last
 		}
 	}
 	c := firstArena
-	if k := len(l.arenas); k > 0 {
-		c = min(2*cap(l.arenas[k-1]), maxArena)
+	if k := len(arenas); k > 0 {
+		c = min(2*cap(arenas[k-1]), maxArena)
 	}
 	c = max(c, size)
-	l.arenas = append(l.arenas, make([]byte, 0, c))
-	return l.arenas[len(l.arenas)-1]
+	l.mem.arenas = append(arenas, allocArena(c))
+	return l.mem.arenas[len(l.mem.arenas)-1]
 }
 
+// event returns the stored bytes of event i: memory outside the heap,
+// only to be copied while l is in use.
 func (l *eventLog) event(i int) []byte {
-	r := l.refs[i]
-	return l.arenas[r.arena][r.off : r.off+r.n]
+	r := l.ref(i)
+	return l.mem.arenas[r.arena][r.off : r.off+r.n]
 }
 
 // objectMembers returns what lies between the braces of a JSON object, or
@@ -182,7 +218,7 @@ func (s *Store) Events(id string, q Query) (Page, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	l := &e.log
-	total := int64(len(l.refs))
+	total := int64(l.n)
 	start := min(max(q.After, 0), total)
 
 	var want []bool // by type id; nil means every type
@@ -196,11 +232,11 @@ func (s *Store) Events(id string, q Query) (Page, error) {
 	}
 
 	// First pass: choose the events, so the copy below is one allocation.
-	var picked []int
+	picked := make([]int, 0, min(int64(q.Limit), total-start, 1024))
 	size, scanned := 0, 0
 	cursor := start
 	for i := int(start); i < int(total) && len(picked) < q.Limit && scanned < q.MaxScan; i++ {
-		r := l.refs[i]
+		r := l.ref(i)
 		if want == nil || want[r.typ] {
 			if len(picked) > 0 && size+int(r.n) > q.MaxBytes {
 				break

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -54,10 +55,9 @@ type fieldEncoder struct {
 }
 
 // encode writes fields as JSON without HTML escaping: events are data, and
-// agents' text is full of < and >.
-func encode(fields any) ([]byte, error) {
-	fe := encoders.Get().(*fieldEncoder)
-	defer encoders.Put(fe)
+// agents' text is full of < and >. The bytes are valid until fe is used
+// again.
+func (fe *fieldEncoder) encode(fields any) ([]byte, error) {
 	fe.buf.Reset()
 	if fe.enc == nil {
 		fe.enc = json.NewEncoder(&fe.buf)
@@ -66,21 +66,35 @@ func encode(fields any) ([]byte, error) {
 	if err := fe.enc.Encode(fields); err != nil {
 		return nil, err
 	}
-	return bytes.Clone(bytes.TrimRight(fe.buf.Bytes(), "\n")), nil
+	return bytes.TrimRight(fe.buf.Bytes(), "\n"), nil
 }
 
-// appendLocked records one event after any pending text. run.mu is held.
-func (r *recorder) appendLocked(typ string, fields any) error {
-	r.flushLocked()
+// record appends one event, encoding its fields unless they come encoded;
+// the store copies the bytes. run.mu is held.
+func (r *recorder) record(typ string, fields any) error {
 	var b []byte
-	if fields != nil {
+	switch f := fields.(type) {
+	case nil:
+	case json.RawMessage:
+		// Already encoded: acpsession hands tool call fields over as a
+		// compact object, encoded once from the agent's line.
+		b = f
+	default:
+		fe := encoders.Get().(*fieldEncoder)
+		defer encoders.Put(fe)
 		var err error
-		if b, err = encode(fields); err != nil {
+		if b, err = fe.encode(fields); err != nil {
 			return fmt.Errorf("encoding %s event: %w", typ, err)
 		}
 	}
 	_, err := r.s.cfg.Store.Append(r.id, typ, r.s.cfg.Now(), b)
 	return err
+}
+
+// appendLocked records one event after any pending text. run.mu is held.
+func (r *recorder) appendLocked(typ string, fields any) error {
+	r.flushLocked()
+	return r.record(typ, fields)
 }
 
 func textType(k acpsession.TextKind) string {
@@ -97,23 +111,27 @@ func (r *recorder) flushLocked() {
 		r.timer.Stop()
 		r.timer = nil
 	}
-	for len(r.pending) > 0 {
-		n := min(len(r.pending), MaxTextEvent)
-		for n < len(r.pending) && n > 0 && !utf8.RuneStart(r.pending[n]) {
+	for p := r.pending; len(p) > 0; {
+		n := min(len(p), MaxTextEvent)
+		for n < len(p) && n > 0 && !utf8.RuneStart(p[n]) {
 			n--
 		}
 		if n == 0 {
-			n = min(len(r.pending), MaxTextEvent)
+			n = min(len(p), MaxTextEvent)
 		}
-		b, _ := encode(struct {
+		if err := r.record(textType(r.kind), struct {
 			Text string `json:"text"`
-		}{string(r.pending[:n])})
-		if _, err := r.s.cfg.Store.Append(r.id, textType(r.kind), r.s.cfg.Now(), b); err != nil {
+		}{string(p[:n])}); err != nil {
 			r.s.log.Error("recording text", "task", r.id, "err", err)
 		}
-		r.pending = r.pending[n:]
+		p = p[n:]
 	}
-	r.pending = r.pending[:0]
+	// Keep the buffer for the next text, unless a burst made it large.
+	if cap(r.pending) > 2*MaxTextEvent {
+		r.pending = nil
+	} else {
+		r.pending = r.pending[:0]
+	}
 }
 
 // Text implements acpsession.Sink.
@@ -248,7 +266,18 @@ func outcome(x supervisor.Exit, stopRequested bool) (store.Status, string) {
 	case stopRequested || x.Stopped:
 		return store.Cancelled, ""
 	case x.Err != nil:
-		return store.Failed, x.Err.Error()
+		msg := x.Err.Error()
+		// The conversation may fail (a broken pipe) before the supervisor
+		// sees why: the agent's own exit says more.
+		if !strings.Contains(msg, "agent exited") && !strings.Contains(msg, "agent was killed") {
+			switch {
+			case x.ExitCode != nil && *x.ExitCode != 0:
+				msg += fmt.Sprintf(" (the agent exited with code %d)", *x.ExitCode)
+			case x.Signal != "":
+				msg += fmt.Sprintf(" (the agent was killed by %s)", x.Signal)
+			}
+		}
+		return store.Failed, msg
 	case x.StopReason == "end_turn":
 		return store.Succeeded, ""
 	case x.StopReason == "":

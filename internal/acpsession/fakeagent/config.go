@@ -71,6 +71,7 @@ type Step struct {
 	Message        *string         `json:"message,omitempty"`
 	Thought        *string         `json:"thought,omitempty"`
 	Chunks         *Chunks         `json:"chunks,omitempty"`
+	Flood          *Flood          `json:"flood,omitempty"`
 	Plan           json.RawMessage `json:"plan,omitempty"`
 	ToolCall       json.RawMessage `json:"tool_call,omitempty"`
 	ToolCallUpdate json.RawMessage `json:"tool_call_update,omitempty"`
@@ -100,6 +101,15 @@ type Chunks struct {
 	N             int    `json:"n"`
 	Text          string `json:"text"`
 	ToolCallEvery int    `json:"tool_call_every,omitempty"`
+}
+
+// Flood streams N updates from pre-encoded lines, as fast as stdout takes
+// them: message chunks, and every ToolCallUpdateEvery-th update a
+// tool_call_update.
+type Flood struct {
+	N                   int    `json:"n"`
+	ToolCallUpdateEvery int    `json:"tool_call_update_every,omitempty"`
+	Text                string `json:"text,omitempty"`
 }
 
 // Permission is a session/request_permission step.
@@ -155,7 +165,7 @@ type Fork struct {
 func (s *Step) actions() int {
 	n := 0
 	for _, set := range []bool{
-		s.Message != nil, s.Thought != nil, s.Chunks != nil, s.Plan != nil,
+		s.Message != nil, s.Thought != nil, s.Chunks != nil, s.Flood != nil, s.Plan != nil,
 		s.ToolCall != nil, s.ToolCallUpdate != nil, s.Permission != nil,
 		s.RawUpdate != nil, s.Notify != nil, s.Request != nil, s.Stderr != nil,
 		s.StderrFlood != nil, s.StdoutRaw != nil, s.WaitForCancel, s.AwaitCancel, s.Hang,

@@ -68,6 +68,8 @@ func (t *turn) step(st *Step) string {
 		a.sendUpdate(sid, textUpdate("agent_thought_chunk", *st.Thought))
 	case st.Chunks != nil:
 		return t.chunks(sid, st.Chunks)
+	case st.Flood != nil:
+		return t.flood(sid, st.Flood)
 	case st.Plan != nil:
 		a.sendUpdate(sid, mergeUpdate("plan", map[string]json.RawMessage{"entries": st.Plan}))
 	case st.ToolCall != nil:
@@ -75,7 +77,7 @@ func (t *turn) step(st *Step) string {
 	case st.ToolCallUpdate != nil:
 		a.sendUpdate(sid, mergeRaw("tool_call_update", st.ToolCallUpdate))
 	case st.Permission != nil:
-		t.permission(st.Permission)
+		t.permission(sid, st.Permission)
 	case st.RawUpdate != nil:
 		a.sendUpdate(sid, st.RawUpdate)
 	case st.Notify != nil:
@@ -175,13 +177,13 @@ var defaultOptions = []PermissionOption{
 	{ID: "never", Name: "Always reject", Kind: "reject_always"},
 }
 
-func (t *turn) permission(p *Permission) {
+func (t *turn) permission(sid string, p *Permission) {
 	kind := p.Kind
 	if p.ModeSwitch {
 		kind = "switch_mode"
 	}
 	opts := p.Options
-	if len(opts) == 0 {
+	if opts == nil { // "options": [] offers none
 		opts = defaultOptions
 	}
 	tc := map[string]any{"toolCallId": p.ToolCallID}
@@ -200,7 +202,7 @@ func (t *turn) permission(p *Permission) {
 		wireOpts = append(wireOpts, map[string]string{"optionId": o.ID, "name": name, "kind": o.Kind})
 	}
 	resp, ok := t.a.call(p.RequestID, acp.ClientMethodSessionRequestPermission, map[string]any{
-		"sessionId": t.s.id, "toolCall": tc, "options": wireOpts,
+		"sessionId": sid, "toolCall": tc, "options": wireOpts,
 	})
 	if !ok {
 		t.stopped = true

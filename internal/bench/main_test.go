@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	harness   = flag.Bool("harness", false, "run the load harness and exit (make bench) instead of the tests")
+	serverBin = flag.String("server", "bin/symm-mcp", "the server binary")
+	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
+	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
+	deadline  = flag.Duration("deadline", 4*time.Minute, "the most the whole harness may take")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages); default all")
+)
+
+// TestMain runs the harness instead of the tests when -harness is given.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if *harness {
+		// The harness is the client: it keeps its own collector out of
+		// the way of the server it measures.
+		debug.SetGCPercent(400)
+		cfg := fullScale()
+		cfg.server, cfg.agent, cfg.reps = *serverBin, *agentBin, *reps
+		if *only != "" {
+			cfg.only = strings.Split(*only, ",")
+		}
+		os.Exit(run(cfg, *deadline, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// config sizes one harness run.
+type config struct {
+	server, agent string
+
+	only []string // measurements to run; nil: all
+
+	reps          int // repetitions of the turn and of the concurrent run
+	execSamples   int // starts of each binary, interleaved
+	spawnSamples  int // spawns timed at each ledger size
+	ledger        int // finished tasks held for the second spawn figure
+	turn          int // updates in the large turn
+	every         int // one update in every is a tool_call_update
+	wakeSamples   int
+	streams       int // tasks streaming at once
+	streamUpdates int // updates each of them streams
+	bigLog        int // events in the large log that get_events reads
+	smallLog      int // events in the small one
+	pageSamples   int // get_events calls timed per log and position
+}
+
+func fullScale() config {
+	return config{
+		reps: 5, execSamples: 21, spawnSamples: 25, ledger: 1000,
+		turn: 100_000, every: 10, wakeSamples: 15,
+		streams: 64, streamUpdates: 20_000,
+		bigLog: 1_000_000, smallLog: 100, pageSamples: 31,
+	}
+}
+
+// run measures everything, prints the table to out and returns the exit
+// status: 1 when a target was missed or a measurement failed.
+func run(cfg config, bound time.Duration, out, logw io.Writer) int {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	logf := func(format string, args ...any) { fmt.Fprintf(logw, "bench: "+format+"\n", args...) }
+	e, err := newEnv(ctx, cfg)
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	defer e.cleanup()
+
+	var t table
+	steps := []struct {
+		name string
+		fn   func(context.Context, *env, *table) error
+	}{
+		{"start", measureStart},
+		{"spawn", measureSpawn},
+		{"turn", measureTurn},
+		{"wake", measureWake},
+		{"streams", measureStreams},
+		{"pages", measurePages},
+	}
+	failed := false
+	for _, s := range steps {
+		if cfg.only != nil && !slices.Contains(cfg.only, s.name) {
+			continue
+		}
+		began := time.Now()
+		logf("measuring %s ...", s.name)
+		if err := s.fn(ctx, e, &t); err != nil {
+			logf("%s: %v", s.name, err)
+			t.add(row{name: s.name, value: "error", detail: err.Error(), target: "runs", pass: ptr(false)})
+			failed = true
+		}
+		logf("%s took %.1f s", s.name, time.Since(began).Seconds())
+	}
+	fmt.Fprintf(out, "symm-mcp load harness: %s, %d CPUs (GOMAXPROCS %d), %s; medians of %d runs unless a row says otherwise\n\n",
+		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), cfg.reps)
+	t.print(out)
+	if t.failed() || failed {
+		fmt.Fprintln(out, "\nFAIL: a target was missed")
+		return 1
+	}
+	fmt.Fprintln(out, "\nPASS: every target met")
+	return 0
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+// TestHarness runs the whole harness at a small scale, so that it keeps
+// working; its figures are not checked against the targets, which hold
+// only at full scale on a quiet build.
+func TestHarness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the server")
+	}
+	dir := t.TempDir()
+	root := moduleRoot(t)
+	cfg := config{
+		server: filepath.Join(dir, "symm-mcp"), agent: filepath.Join(dir, "fake-acp-agent"),
+		reps: 1, execSamples: 3, spawnSamples: 3, ledger: 10, turn: 2000, every: 10, wakeSamples: 2,
+		streams: 4, streamUpdates: 500, bigLog: 2000, smallLog: 100, pageSamples: 3,
+	}
+	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = root
+		b, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", b)
+	}
+	var out, log strings.Builder
+	run(cfg, 2*time.Minute, &out, &log)
+	t.Log(log.String())
+	t.Log(out.String())
+	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
+	for _, name := range []string{"exec → initialize", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
+		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte"} {
+		assert.Contains(t, out.String(), name)
+	}
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	b, err := exec.Command("go", "env", "GOMOD").Output()
+	require.NoError(t, err)
+	return filepath.Dir(strings.TrimSpace(string(b)))
+}

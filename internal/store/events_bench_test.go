@@ -1,0 +1,107 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+)
+
+// Fields of the events a streaming turn records most: a tool call update
+// and a coalesced message.
+var (
+	benchToolFields = []byte(`{"tool_call_id":"call_1","status":"completed","raw_output":{"stdout":"file1\nfile2\n","exit_code":0}}`)
+	benchTextFields = []byte(`{"text":"Here is the next part of the answer, streamed as a few short chunks of text that were coalesced into one event."}`)
+)
+
+// BenchmarkAppend records events into one task's log, as the recorder does
+// while an agent streams.
+func BenchmarkAppend(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		typ    string
+		fields []byte
+	}{
+		{"tool_call_update", "tool_call_update", benchToolFields},
+		{"agent_message", "agent_message", benchTextFields},
+		{"no_fields", "task_cancelled", nil},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := New()
+			newBenchTask(b, s)
+			b.SetBytes(int64(len(c.fields)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Append("t", c.typ, t0, c.fields); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func newBenchTask(b *testing.B, s *Store) {
+	b.Helper()
+	if _, err := s.Create(NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchLog returns a store whose task "t" holds n events: one in ten a
+// message, the rest tool call updates.
+func benchLog(b *testing.B, n int) *Store {
+	b.Helper()
+	s := New()
+	newBenchTask(b, s)
+	for i := 1; i < n; i++ {
+		typ, fields := "tool_call_update", benchToolFields
+		if i%10 == 0 {
+			typ, fields = "agent_message", benchTextFields
+		}
+		if _, err := s.Append("t", typ, t0, fields); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
+}
+
+// BenchmarkEvents reads a get_events page (the default 100 events, and a
+// filtered page) from the start, the middle and the end of logs of 100,
+// 10k and 1M events. A page costs the same whatever the log's length.
+func BenchmarkEvents(b *testing.B) {
+	for _, n := range []int{100, 10_000, 1_000_000} {
+		s := benchLog(b, n)
+		const limit = 50 // the small log holds two pages
+		for _, pos := range []struct {
+			name  string
+			after int64
+		}{{"start", 0}, {"middle", int64(n) / 2}, {"end", int64(n) - limit}} {
+			b.Run(fmt.Sprintf("%s/%s", count(n), pos.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					p, err := s.Events("t", Query{After: pos.after, Limit: limit, MaxBytes: 1 << 20})
+					if err != nil || len(p.Events) != limit {
+						b.Fatalf("%d events, %v", len(p.Events), err)
+					}
+				}
+			})
+		}
+		b.Run(fmt.Sprintf("%s/filtered", count(n)), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, err := s.Events("t", Query{After: 0, Limit: 100, MaxBytes: 1 << 20, Types: []string{"agent_message"}, MaxScan: 10_000})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func count(n int) string {
+	switch {
+	case n >= 1_000_000:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}
