@@ -134,7 +134,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
-	err = mcpserver.RunStdio(ctx, mcpserver.New(svc, buildVersion()))
+	err = mcpserver.RunStdio(ctx, svc, buildVersion())
 	stop()
 	switch {
 	case ctx.Err() != nil:

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -40,16 +41,51 @@ check agent_message and tool_call events. Ignore event types you do not know.`
 
 // New returns an MCP server with the eight tools, calling svc.
 func New(svc Service, version string) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "symm-mcp", Version: version}, &mcp.ServerOptions{Instructions: Instructions})
+	s := newServer(version)
+	register(s, svc)
+	return s
+}
+
+func newServer(version string) *mcp.Server {
+	return mcp.NewServer(&mcp.Implementation{Name: "symm-mcp", Version: version}, &mcp.ServerOptions{
+		Instructions: Instructions,
+		// Tools that share a schema value have it resolved once.
+		SchemaCache: mcp.NewSchemaCache(),
+		// The tool list never changes once registered.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}},
+	})
+}
+
+// register adds the eight tools. Resolving their schemas is most of the
+// server's start-up, so tools that share an output shape share one schema.
+func register(s *mcp.Server, svc Service) {
 	h := handlers{svc}
-	addTool(s, describeAgentTool, h.describeAgent)
-	addTool(s, spawnTaskTool, h.spawnTask)
-	addTool(s, getTaskTool, h.getTask)
-	addTool(s, getEventsTool, h.getEvents)
-	addTool(s, waitTasksTool, h.waitTasks)
-	addTool(s, listTasksTool, h.listTasks)
-	addTool(s, resolveTaskTool, h.resolveTask)
-	addTool(s, cancelTaskTool, h.cancelTask)
+	outs := outputSchemas{}
+	addTool(s, outs, describeAgentTool, h.describeAgent)
+	addTool(s, outs, spawnTaskTool, h.spawnTask)
+	addTool(s, outs, getTaskTool, h.getTask)
+	addTool(s, outs, getEventsTool, h.getEvents)
+	addTool(s, outs, waitTasksTool, h.waitTasks)
+	addTool(s, outs, listTasksTool, h.listTasks)
+	addTool(s, outs, resolveTaskTool, h.resolveTask)
+	addTool(s, outs, cancelTaskTool, h.cancelTask)
+}
+
+// outputSchemas holds one inferred schema per output type.
+type outputSchemas map[reflect.Type]*jsonschema.Schema
+
+func (o outputSchemas) of(t reflect.Type, tool string) *jsonschema.Schema {
+	if s, ok := o[t]; ok {
+		return s
+	}
+	s, err := jsonschema.ForType(t, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+		reflect.TypeFor[json.RawMessage](): {},
+		reflect.TypeFor[store.Time]():      {Type: "string", Format: "date-time"},
+	}})
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", tool, err))
+	}
+	o[t] = s
 	return s
 }
 
@@ -65,7 +101,7 @@ type toolDef[In any] struct {
 
 // Replies are built from stored JSON, so handlers return raw bytes; the
 // output schema documents their shape.
-func addTool[In any](s *mcp.Server, d toolDef[In], h func(context.Context, In) (json.RawMessage, error)) {
+func addTool[In any](s *mcp.Server, outs outputSchemas, d toolDef[In], h func(context.Context, In) (json.RawMessage, error)) {
 	t := d.tool
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
@@ -75,14 +111,7 @@ func addTool[In any](s *mcp.Server, d toolDef[In], h func(context.Context, In) (
 		d.edit(in)
 	}
 	t.InputSchema = in
-	out, err := jsonschema.ForType(d.output, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
-		reflect.TypeFor[json.RawMessage](): {},
-		reflect.TypeFor[store.Time]():      {Type: "string", Format: "date-time"},
-	}})
-	if err != nil {
-		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", t.Name, err))
-	}
-	t.OutputSchema = out
+	t.OutputSchema = outs.of(d.output, t.Name)
 	mcp.AddTool(s, &t, func(ctx context.Context, _ *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
 		b, err := h(ctx, args)
 		if err != nil {
@@ -158,8 +187,34 @@ func jsonValue(v any) []byte {
 	return b
 }
 
-// RunStdio serves s over stdin and stdout until the client disconnects
+// RunStdio serves svc over stdin and stdout until the client disconnects
 // (stdin reaches EOF) or ctx ends.
-func RunStdio(ctx context.Context, s *mcp.Server) error {
+//
+// The tools are registered while the server already reads its first
+// message, so a client's initialize is answered without waiting for the
+// schemas; every other request waits until the tools are in place.
+func RunStdio(ctx context.Context, svc Service, version string) error {
+	s := newServer(version)
+	ready := make(chan struct{})
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			switch method {
+			case "initialize", "notifications/initialized", "ping":
+			default:
+				select {
+				case <-ready:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return next(ctx, method, req)
+		}
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		register(s, svc)
+		close(ready)
+	})
+	defer wg.Wait()
 	return s.Run(ctx, &mcp.StdioTransport{})
 }
