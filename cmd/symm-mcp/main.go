@@ -57,9 +57,10 @@ func buildVersion() string {
 }
 
 type options struct {
-	logLevel  slog.Level
-	notifyDir string
-	noNotify  bool
+	logLevel     slog.Level
+	notifyDir    string
+	noNotify     bool
+	stderrCapMiB int64
 }
 
 func parse(args []string, stderr io.Writer) (options, int, bool) {
@@ -70,6 +71,8 @@ func parse(args []string, stderr io.Writer) (options, int, bool) {
 	level := fs.String("log-level", "info", "log level on stderr: debug, info, warn or error")
 	fs.StringVar(&o.notifyDir, "notify-dir", "", "base directory for completion markers (default $XDG_RUNTIME_DIR/symm-mcp or symm-mcp-<uid> in the temp dir)")
 	fs.BoolVar(&o.noNotify, "no-notify", false, "turn completion markers off")
+	fs.Int64Var(&o.stderrCapMiB, "stderr-cap-mib", task.DefaultStderrCap>>20,
+		"MiB of stderr events kept per task; past it the oldest are dropped and counted (0: no cap)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: symm-mcp [flags]\n       symm-mcp doctor [--json]\n\n"+
 			"symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.\n"+
@@ -129,7 +132,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	sup := supervisor.New(supervisor.Config{Logger: log, Subreaper: true})
 	svc := task.New(task.Config{
 		Store: store.New(), Agents: agents.Default(), Supervisor: sup, Markers: markers,
-		Workspace: wd, Logger: log,
+		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20,
 	})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -222,3 +222,46 @@ func (a *abruptTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	a.conn = c
 	return c, err
 }
+
+func TestFaultStderrFlood(t *testing.T) {
+	const capBytes = 4 << 20
+	r := newRig(t, rigOptions{stderrCap: capBytes})
+	ws := workspace(t, nil)
+	// As much as the race-instrumented server takes in well within 20 s on
+	// two shared cores; 256 MiB without the detector.
+	flood := 256 << 20
+	if raceEnabled {
+		flood = 64 << 20
+	}
+	start := time.Now()
+	id := r.spawn(t, map[string]any{"prompt": script(
+		map[string]any{"message": "before"},
+		map[string]any{"stderr_flood": map[string]any{"bytes": flood}},
+		map[string]any{"message": "after"},
+	), "workspace": ws})
+	got := r.wait(t, id)
+	elapsed := time.Since(start)
+	require.Equal(t, "succeeded", got["status"])
+
+	kept := r.events(t, id, "stderr")
+	keptBytes := 0
+	for _, e := range kept {
+		keptBytes += len(e["text"].(string)) + 1
+	}
+	dropped := got["stderr_dropped"].(map[string]any)
+	lines, _ := dropped["lines"].(float64)
+	assert.Equal(t, float64(flood/1024), lines+float64(len(kept)), "every line is kept or counted as dropped")
+	assert.LessOrEqual(t, keptBytes, capBytes)
+	reports := r.events(t, id, "stderr_dropped")
+	require.NotEmpty(t, reports)
+	assert.Equal(t, lines, reports[len(reports)-1]["lines"], "the last report has the final count")
+
+	var text strings.Builder
+	for _, e := range r.events(t, id, "agent_message") {
+		text.WriteString(e["text"].(string))
+	}
+	assert.Equal(t, "beforeafter", text.String(), "nothing but stderr is ever dropped")
+	requireGone(t, r.pids(t, id, ws))
+	t.Logf("%d MiB of stderr in %v (%.0f MB/s); kept %d lines, dropped %.0f", flood>>20, elapsed.Round(time.Millisecond),
+		float64(flood)/elapsed.Seconds()/1e6, len(kept), lines)
+}

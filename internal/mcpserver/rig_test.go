@@ -77,6 +77,7 @@ type rigOptions struct {
 	requestTimeout time.Duration
 	timeouts       *supervisor.Timeouts
 	markers        bool
+	stderrCap      int64
 }
 
 func newRig(t *testing.T, o rigOptions) *rig {
@@ -95,7 +96,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	r := &rig{sup: sup, bin: bin}
 	cfg := task.Config{
 		Store: store.New(), Agents: agents.NewRegistry(adapters...), Supervisor: sup,
-		Workspace: t.TempDir(), RequestTimeout: o.requestTimeout,
+		Workspace: t.TempDir(), RequestTimeout: o.requestTimeout, StderrCap: o.stderrCap,
 		Getenv: func(k string) string { return lookupEnv(env, k) },
 	}
 	if o.markers {

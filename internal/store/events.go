@@ -30,8 +30,16 @@ type ref struct {
 	typ   uint16
 }
 
+// sideArena marks a ref whose bytes live in eventLog.side: events of a
+// capped type (stderr), held apart so that the oldest can be dropped and
+// their memory freed.
+const sideArena = ^uint32(0)
+
 type eventLog struct {
 	mem     *arenaSet         // nil until the first event
+	side    [][]byte          // capped events by side index; nil once dropped
+	sideOld int               // first side index not dropped
+	sideLen int64             // bytes of side events still held
 	refs    [][]ref           // chunks of refChunk refs
 	n       int               // events stored
 	types   []string          // interned event types, by id
@@ -78,9 +86,20 @@ func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
 	id := l.typeID(typ)
 	inner := objectMembers(fields)
 
-	size := 64 + len(l.quoted[id]) + len(inner)
-	buf := l.reserve(size)
+	buf := l.reserve(eventSize(l.quoted[id], inner))
 	start := len(buf)
+	buf = l.encode(buf, seq, id, now, inner)
+	n := len(buf) - start
+	a := len(l.mem.arenas) - 1
+	l.mem.arenas[a] = buf
+	l.addRef(ref{arena: uint32(a), off: uint32(start), n: uint32(n), typ: id})
+	return seq
+}
+
+func eventSize(quotedType, inner []byte) int { return 64 + len(quotedType) + len(inner) }
+
+// encode appends {"seq":N,"type":T,"time":...,<inner>} to buf.
+func (l *eventLog) encode(buf []byte, seq int64, id uint16, now time.Time, inner []byte) []byte {
 	buf = append(buf, `{"seq":`...)
 	buf = appendInt(buf, seq)
 	buf = append(buf, `,"type":`...)
@@ -92,18 +111,48 @@ func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
 		buf = append(buf, ',')
 		buf = append(buf, inner...)
 	}
-	buf = append(buf, '}')
-	n := len(buf) - start
-	a := len(l.mem.arenas) - 1
-	l.mem.arenas[a] = buf
+	return append(buf, '}')
+}
+
+func (l *eventLog) addRef(r ref) {
 	if l.n%refChunk == 0 {
 		l.refs = append(l.refs, make([]ref, 0, refChunk))
 	}
 	c := len(l.refs) - 1
-	l.refs[c] = append(l.refs[c], ref{arena: uint32(a), off: uint32(start), n: uint32(n), typ: id})
+	l.refs[c] = append(l.refs[c], r)
 	l.n++
-	l.bytes += int64(n)
-	return seq
+	l.bytes += int64(r.n)
+}
+
+// Dropped counts events a cap removed.
+type Dropped struct {
+	Lines int64 `json:"lines"`
+	Bytes int64 `json:"bytes"`
+}
+
+// appendCapped stores an event of a capped type apart, then drops the
+// oldest such events until they hold at most capBytes (the newest is
+// always kept). It returns the event's seq and what it dropped.
+func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capBytes int64) (int64, Dropped) {
+	seq := int64(l.n) + 1
+	id := l.typeID(typ)
+	inner := objectMembers(fields)
+	b := l.encode(make([]byte, 0, eventSize(l.quoted[id], inner)), seq, id, now, inner)
+	l.side = append(l.side, b)
+	l.sideLen += int64(len(b))
+	l.addRef(ref{arena: sideArena, off: uint32(len(l.side) - 1), n: uint32(len(b)), typ: id})
+
+	var d Dropped
+	for capBytes > 0 && l.sideLen > capBytes && l.sideOld < len(l.side)-1 {
+		old := l.side[l.sideOld]
+		l.side[l.sideOld] = nil
+		l.sideOld++
+		l.sideLen -= int64(len(old))
+		l.bytes -= int64(len(old))
+		d.Lines++
+		d.Bytes += int64(len(old))
+	}
+	return seq, d
 }
 
 // reserve returns the last arena with room for size more bytes, adding an
@@ -136,8 +185,14 @@ func (l *eventLog) reserve(size int) []byte {
 // only to be copied while l is in use.
 func (l *eventLog) event(i int) []byte {
 	r := l.ref(i)
+	if r.arena == sideArena {
+		return l.side[r.off]
+	}
 	return l.mem.arenas[r.arena][r.off : r.off+r.n]
 }
+
+// dropped reports whether a cap removed event i.
+func (l *eventLog) dropped(r ref) bool { return r.arena == sideArena && l.side[r.off] == nil }
 
 // objectMembers returns what lies between the braces of a JSON object, or
 // nil for an empty object or no fields.
@@ -237,7 +292,7 @@ func (s *Store) Events(id string, q Query) (Page, error) {
 	cursor := start
 	for i := int(start); i < int(total) && len(picked) < q.Limit && scanned < q.MaxScan; i++ {
 		r := l.ref(i)
-		if want == nil || want[r.typ] {
+		if (want == nil || want[r.typ]) && !l.dropped(r) {
 			if len(picked) > 0 && size+int(r.n) > q.MaxBytes {
 				break
 			}
@@ -256,6 +311,21 @@ func (s *Store) Events(id string, q Query) (Page, error) {
 		events[k] = buf[off:len(buf):len(buf)]
 	}
 	return Page{Events: events, Cursor: cursor, HasMore: cursor < total, Status: e.task.Status}, nil
+}
+
+// AppendCapped records an event of a capped type (stderr): the task keeps
+// at most capBytes of encoded events of such types, and the oldest are
+// dropped to make room; their seqs are skipped by pages. capBytes <= 0
+// keeps everything. It returns the event's seq and what was dropped now.
+func (s *Store) AppendCapped(id, typ string, now time.Time, fields []byte, capBytes int64) (int64, Dropped, error) {
+	e, err := s.get(id)
+	if err != nil {
+		return 0, Dropped{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seq, d := e.log.appendCapped(typ, now, fields, capBytes)
+	return seq, d, nil
 }
 
 // LogBytes returns how many bytes of encoded events the task holds.

@@ -123,6 +123,8 @@ type Task struct {
 	Model          *string         `json:"model"`
 	Effort         *string         `json:"effort"`
 	Usage          json.RawMessage `json:"usage"`
+	// StderrDropped counts the stderr lines and bytes the cap dropped.
+	StderrDropped Dropped `json:"stderr_dropped"`
 }
 
 // NewTask describes a task to create.
@@ -209,3 +211,6 @@ func SetExit(code *int, signal string) Edit {
 		t.Signal = optional(signal)
 	}}
 }
+
+// SetStderrDropped records the running count of dropped stderr.
+func SetStderrDropped(d Dropped) Edit { return Edit{func(t *Task) { t.StderrDropped = d }} }

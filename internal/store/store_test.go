@@ -273,3 +273,49 @@ func TestConcurrentAppendAndRead(t *testing.T) {
 	assert.Len(t, p.Events, 1)
 	assert.False(t, p.HasMore)
 }
+
+func TestCappedEventsDropTheOldest(t *testing.T) {
+	s := New()
+	newTask(t, s, "t")
+	line := strings.Repeat("e", 100)
+	var dropped Dropped
+	for i := range 100 {
+		if i%10 == 0 {
+			_, err := s.Append("t", "agent_message", t0, []byte(fmt.Sprintf(`{"i":%d}`, i)))
+			require.NoError(t, err)
+		}
+		fields, _ := json.Marshal(map[string]any{"text": line, "i": i})
+		_, d, err := s.AppendCapped("t", "stderr", t0, fields, 2000)
+		require.NoError(t, err)
+		dropped.Lines += d.Lines
+		dropped.Bytes += d.Bytes
+	}
+	p, err := s.Events("t", Query{Limit: 1000, MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	var kept []float64
+	messages, stderrBytes := 0, 0
+	for _, e := range p.Events {
+		m := decode(t, e)
+		switch m["type"] {
+		case "stderr":
+			kept = append(kept, m["i"].(float64))
+			stderrBytes += len(e)
+		case "agent_message":
+			messages++
+		}
+	}
+	assert.Equal(t, 10, messages, "nothing but the capped type is ever dropped")
+	assert.LessOrEqual(t, stderrBytes, 2000)
+	require.NotEmpty(t, kept)
+	assert.Equal(t, 99.0, kept[len(kept)-1], "the newest is kept")
+	for k := 1; k < len(kept); k++ {
+		assert.Equal(t, kept[k-1]+1, kept[k], "the kept lines are the newest, contiguous")
+	}
+	assert.Equal(t, int64(100-len(kept)), dropped.Lines)
+	assert.Equal(t, p.Cursor, int64(1+10+100), "seqs of dropped events are skipped, not reused")
+
+	// A filtered read scans over dropped events too.
+	f, err := s.Events("t", Query{Limit: 1000, MaxBytes: 1 << 20, Types: []string{"stderr"}})
+	require.NoError(t, err)
+	assert.Len(t, f.Events, len(kept))
+}

@@ -36,7 +36,15 @@ type recorder struct {
 	pending []byte
 	timer   *time.Timer
 	ended   bool
+
+	dropped    store.Dropped // stderr the cap dropped, in all
+	reported   store.Dropped // as the last stderr_dropped event said
+	reportedAt time.Time
 }
+
+// droppedInterval is how often, at most, a stderr_dropped event is recorded
+// while a flood goes on; the last count is recorded when the process exits.
+const droppedInterval = time.Second
 
 var (
 	_ supervisor.Sink = (*recorder)(nil)
@@ -220,13 +228,44 @@ func (r *recorder) Stderr(text string, part, parts int) {
 	}
 	r.run.mu.Lock()
 	defer r.run.mu.Unlock()
-	_ = r.appendLocked("stderr", p)
+	if r.ended {
+		return
+	}
+	r.flushLocked()
+	fe := encoders.Get().(*fieldEncoder)
+	defer encoders.Put(fe)
+	b, err := fe.encode(p)
+	if err != nil {
+		return
+	}
+	now := r.s.cfg.Now()
+	_, d, err := r.s.cfg.Store.AppendCapped(r.id, "stderr", now, b, r.s.cfg.StderrCap)
+	if err != nil || d.Lines == 0 {
+		return
+	}
+	r.dropped.Lines += d.Lines
+	r.dropped.Bytes += d.Bytes
+	_, _ = r.s.cfg.Store.Update(r.id, store.SetStderrDropped(r.dropped))
+	if now.Sub(r.reportedAt) >= droppedInterval {
+		r.reportDroppedLocked(now)
+	}
+}
+
+// reportDroppedLocked records the running count of dropped stderr, if it
+// changed since the last report.
+func (r *recorder) reportDroppedLocked(now time.Time) {
+	if r.dropped == r.reported {
+		return
+	}
+	r.reported, r.reportedAt = r.dropped, now
+	_ = r.appendLocked("stderr_dropped", r.dropped)
 }
 
 // Exited implements supervisor.Sink: pending text, then the error that
 // explains a failure, process_exited, and the terminal status_changed.
 func (r *recorder) Exited(x supervisor.Exit) {
 	r.run.mu.Lock()
+	r.reportDroppedLocked(r.s.cfg.Now())
 	status, msg := outcome(x, r.run.stopped != "")
 	if msg != "" {
 		_ = r.appendLocked("error", errorFields{Message: msg})

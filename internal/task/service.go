@@ -48,6 +48,9 @@ var _ supervisor.Conversation = (*acpsession.Session)(nil)
 
 // Limits of the tools, as the README states them.
 const (
+	// DefaultStderrCap is the per-task cap on stored stderr events.
+	DefaultStderrCap = 64 << 20
+
 	DefaultPageLimit = 100
 	MaxPageLimit     = 1000
 	// MaxPageBytes bounds the encoded events of one get_events reply. The
@@ -74,8 +77,11 @@ type Config struct {
 	// RequestTimeout bounds each ACP request before the prompt (0: the
 	// ACP session's default).
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// StderrCap bounds the encoded stderr events a task keeps; past it the
+	// oldest are dropped and counted. Zero or less keeps everything.
+	StderrCap int64
+	Logger    *slog.Logger
+	Now       func() time.Time
 }
 
 // Service is the TaskService. Its methods are safe for concurrent use.
