@@ -314,7 +314,13 @@ func (s *Session) observeResponse(env *envelope) {
 		}
 		s.mu.Lock()
 		s.st.offer.options = *r.Options
+		sid := s.st.sid
 		s.mu.Unlock()
+		// Some agents (opencode) confirm a setting only in this answer:
+		// record it, so the log shows the pins in force before the prompt.
+		s.deliver(sid, Mapped{EventType: EventAgentUpdate, Fields: AgentUpdateFields{
+			UpdateType: "set_config_option_response", Data: bytes.Clone(env.Result),
+		}})
 	case acp.AgentMethodSessionPrompt:
 		ans := promptAnswer{answered: true}
 		var usage json.RawMessage

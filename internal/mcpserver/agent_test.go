@@ -297,6 +297,15 @@ func TestSettingsAreCheckedBeforeThePrompt(t *testing.T) {
 		id := r.spawn(t, map[string]any{"prompt": "p", "workspace": ws, "model": "b"})
 		assert.Equal(t, "succeeded", r.wait(t, id)["status"])
 		assert.Equal(t, []string{"initialize", "session/new", "session/set_config_option", "session/prompt"}, methods(requests(t, ws)))
+		var confirmed []string
+		for _, e := range r.events(t, id, "agent_update") {
+			if e["update_type"] == "set_config_option_response" {
+				for _, o := range e["data"].(map[string]any)["configOptions"].([]any) {
+					confirmed = append(confirmed, fmt.Sprint(o.(map[string]any)["currentValue"]))
+				}
+			}
+		}
+		assert.Equal(t, []string{"b"}, confirmed, "the agent's answer to the setting is recorded")
 	})
 }
 

@@ -1,0 +1,98 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+)
+
+// agentCase is one real agent: how to point it at the model server with a
+// fresh HOME (from /work/shared/real-agents.md and scripts/capture-offers).
+type agentCase struct {
+	name string
+	exe  string
+	// setup prepares home and returns the agent's extra environment, set
+	// in symm-mcp's environment (the agents inherit it); url is the model
+	// server's base URL without /v1.
+	setup func(ctx context.Context, home, url string, env []string) ([]string, error)
+	// refusalFails: a refused tool call ends the turn cancelled, so the
+	// task fails (codex cancels its own turn on the reject option).
+	refusalFails bool
+}
+
+var agentCases = []agentCase{
+	{name: "claude_code", exe: "claude-agent-acp", setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
+		return []string{
+			"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=x",
+			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1",
+			"DISABLE_ERROR_REPORTING=1",
+		}, nil
+	}},
+	{name: "codex", exe: "codex-acp", refusalFails: true, setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
+		cfg := fmt.Sprintf("model = \"m\"\nmodel_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\n"+
+			"base_url = \"%s/v1\"\nwire_api = \"responses\"\nenv_key = \"LOCAL_KEY\"\n", url)
+		dir := filepath.Join(home, ".codex")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		return []string{"LOCAL_KEY=x"}, os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600)
+	}},
+	{name: "copilot", exe: "copilot", setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
+		return []string{
+			"COPILOT_PROVIDER_BASE_URL=" + url + "/v1", "COPILOT_PROVIDER_API_KEY=x", "COPILOT_MODEL=m",
+			"COPILOT_OFFLINE=true", "COPILOT_AUTO_UPDATE=false",
+		}, nil
+	}},
+	{name: "cline", exe: "cline", setup: func(ctx context.Context, home, url string, env []string) ([]string, error) {
+		extra := []string{"CLINE_API_KEY=x", "CLINE_PROVIDER=openai-compatible"}
+		cmd := exec.CommandContext(ctx, lookIn(env, "cline"), "auth", "-p", "openai-compatible", "-k", "x", "-m", "m", "-b", url+"/v1")
+		cmd.Env = append(append([]string(nil), env...), extra...)
+		cmd.Dir = home
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("cline auth: %v: %s", err, out)
+		}
+		return extra, nil
+	}},
+	{name: "opencode", exe: "opencode", setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
+		// symm-mcp merges its permission rules into this variable.
+		cfg := map[string]any{
+			"model": "local/m", "small_model": "local/m", "autoupdate": false, "share": "disabled",
+			"provider": map[string]any{"local": map[string]any{
+				"npm":     "@ai-sdk/openai-compatible",
+				"options": map[string]any{"baseURL": url + "/v1", "apiKey": "x"},
+				"models":  map[string]any{"m": map[string]any{"tool_call": true}},
+			}},
+		}
+		b, err := json.Marshal(cfg)
+		return []string{"OPENCODE_CONFIG_CONTENT=" + string(b), "OPENCODE_DISABLE_AUTOUPDATE=1",
+			"OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1"}, err
+	}},
+}
+
+// lookIn finds exe in the first PATH entry of env that has it.
+func lookIn(env []string, exe string) string {
+	for _, dir := range filepath.SplitList(envValue(env, "PATH")) {
+		p := filepath.Join(dir, exe)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	return exe
+}
+
+func envValue(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '=' {
+			v = kv[len(key)+1:]
+		}
+	}
+	return v
+}
