@@ -92,6 +92,10 @@ type Params struct {
 	// (DefaultRequestTimeout when zero).
 	RequestTimeout time.Duration
 
+	// Slots, shared by the sessions of a server, bounds how many of their
+	// readers handle lines at once (nil: no bound).
+	Slots IngestSlots
+
 	// probe stops Run after the session exists: describe_agent's probe.
 	probe bool
 }

@@ -40,25 +40,39 @@ func (env *envelope) reset() {
 
 func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
-// ingestSlots bounds how many session readers handle lines at once, across
-// every session of the process: one per CPU the Go scheduler runs. Agents
-// that stream fast keep their pipes full, so without the bound every reader
-// would stay runnable, and each MCP call would queue behind all of them for
-// the scheduler (64 streaming tasks made a get_task take 60 ms and more; see
-// intent 0008). A reader holds a slot while it handles what one read of the
-// pipe brought, at most 64 KiB, and waits for its agent without one.
-var ingestSlots = make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
+// IngestSlots bounds how many session readers handle lines at once, across
+// the sessions that share it (a server shares one among all its tasks).
+// Agents that stream fast keep their pipes full, so without the bound every
+// reader would stay runnable, and each MCP call would queue behind all of
+// them for the scheduler (64 streaming tasks made a get_task take 60 ms and
+// more; see intent 0008). A reader holds a slot while it handles what one
+// read of the pipe brought, at most 64 KiB, and waits for its agent without
+// one. A nil IngestSlots bounds nothing.
+type IngestSlots chan struct{}
 
-// acquireSlot takes an ingest slot. A reader that had to wait was woken by
-// the one that released the slot, and would run next on that CPU, ahead of
-// everything else queued there; it yields first, so that readers do not
-// hand the CPU to one another while MCP calls wait.
-func acquireSlot() {
+// NewIngestSlots returns room for n readers at once; one per CPU the Go
+// scheduler runs (runtime.GOMAXPROCS) is the intended size.
+func NewIngestSlots(n int) IngestSlots { return make(IngestSlots, max(n, 1)) }
+
+// acquire takes a slot. A reader that had to wait was woken by the one that
+// released the slot, and would run next on that CPU, ahead of everything
+// else queued there; it yields first, so that readers do not hand the CPU to
+// one another while MCP calls wait.
+func (is IngestSlots) acquire() {
+	if is == nil {
+		return
+	}
 	select {
-	case ingestSlots <- struct{}{}:
+	case is <- struct{}{}:
 	default:
-		ingestSlots <- struct{}{}
+		is <- struct{}{}
 		runtime.Gosched()
+	}
+}
+
+func (is IngestSlots) release() {
+	if is != nil {
+		<-is
 	}
 }
 
@@ -67,9 +81,10 @@ func acquireSlot() {
 func (s *Session) read() {
 	defer s.finish()
 	held := false
+	slots := s.p.Slots
 	release := func() {
 		if held {
-			<-ingestSlots
+			slots.release()
 			held = false
 		}
 	}
@@ -83,7 +98,7 @@ func (s *Session) read() {
 		}
 		frag, err := br.ReadSlice('\n')
 		if !held {
-			acquireSlot()
+			slots.acquire()
 			held = true
 		}
 		if err == bufio.ErrBufferFull {

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -86,8 +87,9 @@ type Config struct {
 
 // Service is the TaskService. Its methods are safe for concurrent use.
 type Service struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	slots acpsession.IngestSlots // shared by the tasks' session readers
 
 	mu       sync.Mutex
 	runs     map[string]*run // by task id
@@ -117,7 +119,10 @@ func New(cfg Config) *Service {
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, runs: make(map[string]*run), changed: make(chan struct{})}
+	return &Service{
+		cfg: cfg, log: cfg.Logger, runs: make(map[string]*run), changed: make(chan struct{}),
+		slots: acpsession.NewIngestSlots(runtime.GOMAXPROCS(0)),
+	}
 }
 
 // SpawnRequest is spawn_task's input.
@@ -211,6 +216,7 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	params := acpsession.Params{
 		Cwd: ws, Prompt: req.Prompt, ResumeID: req.SessionID,
 		Settings: launch.Settings, Allow: slices.Clone(req.Allow), RequestTimeout: s.cfg.RequestTimeout,
+		Slots: s.slots,
 	}
 	spec := supervisor.Spec{
 		Argv: launch.Argv, Env: launch.Env, Dir: ws,
