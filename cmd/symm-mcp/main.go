@@ -114,8 +114,12 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	// A closed MCP stdout must not kill the server before it cleans up.
-	signal.Ignore(syscall.SIGPIPE)
+	// A closed MCP stdout must not kill the server before it cleans up. A
+	// handled signal, unlike an ignored one, is reset for the agents we exec,
+	// so their own pipelines keep the usual SIGPIPE behaviour.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	if isTerminal(stdin) {
 		fmt.Fprintln(stderr, "symm-mcp speaks MCP over stdio and is meant to be launched by an MCP client.\n"+
@@ -135,12 +139,27 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20,
 	})
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer stop()
+	// The signals stay handled until cleanup is done: a client that closes
+	// stdin and then sends SIGTERM must not kill the server mid-cleanup.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	ctx, stop := context.WithCancel(context.Background())
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		select {
+		case <-sigs:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
 	err = mcpserver.RunStdio(ctx, svc, buildVersion())
+	signalled := ctx.Err() != nil
 	stop()
+	<-watching
 	switch {
-	case ctx.Err() != nil:
+	case signalled:
 		log.Info("shutting down on a signal")
 	case err != nil && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF"):
 		log.Warn("MCP session ended", "err", err)

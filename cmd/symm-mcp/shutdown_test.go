@@ -142,3 +142,47 @@ func TestServerEndsAgentsOnShutdown(t *testing.T) {
 		})
 	}
 }
+
+// A client may close stdin and send SIGTERM right after, while the server
+// still ends its agents: the signal must not cut that cleanup short.
+func TestSignalDuringCleanupDoesNotKillTheServer(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "markers")
+	s := &session{server: startServer(t, agentPath(t), "--notify-dir", base)}
+	s.init(t)
+	_, pids := liveTasks(t, s, 2)
+	require.NoError(t, s.stdin.Close())
+	// The agents ignore the turn cancel, so cleanup lasts seconds.
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGINT))
+	assert.Equal(t, 0, s.waitExit(t), "stderr:\n%s", s.stderr.String())
+	requireGone(t, pids)
+}
+
+// Agents start with SIGPIPE at its default, whatever the server does with it.
+func TestAgentsStartWithDefaultSIGPIPE(t *testing.T) {
+	bin := t.TempDir()
+	script := "#!/bin/sh\ngrep '^SigIgn:' /proc/self/status >&2\nexit 0\n"
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "opencode"), []byte(script), 0o755))
+	s := &session{server: startServer(t, []string{"PATH=" + bin + ":/usr/bin:/bin"}, "--no-notify")}
+	s.init(t)
+	out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": "p", "workspace": t.TempDir()})
+	id := out["task_id"].(string)
+	var mask string
+	deadline := time.Now().Add(30 * time.Second)
+	for mask == "" && time.Now().Before(deadline) {
+		ev := s.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{"stderr"}})
+		for _, e := range ev["events"].([]any) {
+			if rest, ok := strings.CutPrefix(e.(map[string]any)["text"].(string), "SigIgn:"); ok {
+				mask = strings.TrimSpace(rest)
+			}
+		}
+		if mask == "" {
+			s.call(t, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 0.05})
+		}
+	}
+	require.NotEmpty(t, mask, "the agent reported its ignored signals")
+	var bits uint64
+	_, err := fmt.Sscanf(mask, "%x", &bits)
+	require.NoError(t, err)
+	assert.Zero(t, bits&(1<<(uint(syscall.SIGPIPE)-1)), "SIGPIPE is not ignored in the agent (SigIgn %s)", mask)
+}
