@@ -103,7 +103,7 @@ func (s *Session) read() {
 		}
 		if err == bufio.ErrBufferFull {
 			long = append(long, frag...)
-			if len(long) > maxLine+2 { // +2: the line ending may be \r\n
+			if len(long) > maxLine {
 				release()
 				s.lineTooLong(br)
 				return
@@ -115,7 +115,7 @@ func (s *Session) read() {
 			long = append(long, frag...)
 			line = long
 		}
-		if len(bytes.TrimRight(line, "\r\n")) > maxLine {
+		if forwardedLen(line) > maxLine {
 			release()
 			s.lineTooLong(br)
 			return
@@ -710,4 +710,12 @@ func (u *fastUpdate) scanContent(sc *jscan) bool {
 			}
 		}
 	}
+}
+
+// forwardedLen is the length of line as forward writes it: with a newline.
+func forwardedLen(line []byte) int {
+	if n := len(line); n > 0 && line[n-1] == '\n' {
+		return n
+	}
+	return len(line) + 1
 }

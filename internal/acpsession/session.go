@@ -31,7 +31,9 @@ var (
 	errSinkClosed = errors.New("sink closed")
 )
 
-// maxLine is the longest stdout line accepted, as in the SDK's reader.
+// maxLine is the longest stdout line accepted, its line ending included:
+// the SDK's reader, to which most lines are forwarded, holds no more (a
+// longer line would stop it for good while the reader blocks on the pipe).
 const maxLine = 10 << 20
 
 // Method names the session watches on the wire.

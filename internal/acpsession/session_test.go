@@ -726,9 +726,9 @@ func TestUpdatesAroundTheTurn(t *testing.T) {
 }
 
 func TestLongLines(t *testing.T) {
-	t.Run("a 10 MiB line is read (and skipped: not JSON)", func(t *testing.T) {
+	t.Run("a 10 MiB line, its newline included, is read (and skipped: not JSON)", func(t *testing.T) {
 		h := newHarness(t, fakeagent.Config{}, Params{
-			Prompt: script(t, steps(obj{"stdout_raw": obj{"bytes": maxLine}}, obj{"message": "after"})),
+			Prompt: script(t, steps(obj{"stdout_raw": obj{"bytes": maxLine - 1}}, obj{"message": "after"})),
 		})
 		stop, err := h.run()
 		require.NoError(t, err)
@@ -737,7 +737,7 @@ func TestLongLines(t *testing.T) {
 	})
 	t.Run("a longer line ends the session", func(t *testing.T) {
 		h := newHarness(t, fakeagent.Config{}, Params{
-			Prompt: script(t, steps(obj{"message": "before"}, obj{"stdout_raw": obj{"bytes": maxLine + 1}}, obj{"message": "after"}, obj{"hang": true})),
+			Prompt: script(t, steps(obj{"message": "before"}, obj{"stdout_raw": obj{"bytes": maxLine}}, obj{"message": "after"}, obj{"hang": true})),
 		})
 		_, err := h.run()
 		require.ErrorIs(t, err, ErrLineTooLong)

@@ -289,6 +289,7 @@ func TestSettingsAreCheckedBeforeThePrompt(t *testing.T) {
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			assert.Contains(t, got["error"], c.want)
+			assert.NotContains(t, got["error"], "(the agent", "the cleanup's exit is not blamed on the agent")
 			assert.NotContains(t, methods(requests(t, ws)), "session/prompt")
 		})
 	}

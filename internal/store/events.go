@@ -248,7 +248,7 @@ type Query struct {
 	// Types, when not empty, keeps only events of these types.
 	Types []string
 	// MaxScan bounds how many events one call examines when Types filters;
-	// the cursor then is the last seq scanned.
+	// the cursor then is the last seq scanned. Without Types it is unused.
 	MaxScan int
 }
 
@@ -299,7 +299,11 @@ func (s *Store) Events(id string, q Query) (Page, error) {
 			picked = append(picked, i)
 			size += int(r.n)
 		}
-		scanned++
+		if want != nil {
+			// Only a filtered read may end empty at the scan bound; an
+			// unfiltered one walks past dropped events to a kept one.
+			scanned++
+		}
 		cursor = int64(i) + 1
 	}
 

@@ -319,3 +319,16 @@ func TestCappedEventsDropTheOldest(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, f.Events, len(kept))
 }
+
+func TestUnfilteredPagesSkipDroppedEventsPastTheScanBound(t *testing.T) {
+	s := New()
+	newTask(t, s, "t")
+	for i := range 3000 {
+		_, _, err := s.AppendCapped("t", "stderr", t0, []byte(fmt.Sprintf(`{"i":%d}`, i)), 200)
+		require.NoError(t, err)
+	}
+	p, err := s.Events("t", Query{After: 1, Limit: 10, MaxBytes: 1 << 20, MaxScan: 100})
+	require.NoError(t, err)
+	require.NotEmpty(t, p.Events, "an unfiltered page has an event when one is available")
+	assert.Greater(t, decode(t, p.Events[0])["i"].(float64), 2900.0)
+}

@@ -3,6 +3,7 @@ package task
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -183,6 +184,9 @@ func (r *recorder) Event(typ string, fields any) error {
 func (r *recorder) SessionStarted(id string, resumed bool) error {
 	r.run.mu.Lock()
 	defer r.run.mu.Unlock()
+	if r.ended {
+		return fmt.Errorf("task %s has ended", r.id)
+	}
 	if _, err := r.s.cfg.Store.Update(r.id, store.SetSessionID(id)); err != nil {
 		return err
 	}
@@ -199,6 +203,9 @@ func (r *recorder) Usage(raw json.RawMessage) {
 	}
 	r.run.mu.Lock()
 	defer r.run.mu.Unlock()
+	if r.ended {
+		return
+	}
 	_, _ = r.s.cfg.Store.Update(r.id, store.SetUsage(raw))
 }
 
@@ -306,9 +313,13 @@ func outcome(x supervisor.Exit, stopRequested bool) (store.Status, string) {
 		return store.Cancelled, ""
 	case x.Err != nil:
 		msg := x.Err.Error()
-		// The conversation may fail (a broken pipe) before the supervisor
-		// sees why: the agent's own exit says more.
-		if !strings.Contains(msg, "agent exited") && !strings.Contains(msg, "agent was killed") {
+		// The conversation may fail because the agent went away (a broken
+		// pipe, its stdout closed) before the supervisor saw it exit: then
+		// the exit says why. Not otherwise: after a setup failure the exit
+		// is the cleanup's doing, not the agent's.
+		agentGone := errors.Is(x.Err, acpsession.ErrConnectionClosed) ||
+			strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection ended")
+		if agentGone && !strings.Contains(msg, "agent exited") && !strings.Contains(msg, "agent was killed") {
 			switch {
 			case x.ExitCode != nil && *x.ExitCode != 0:
 				msg += fmt.Sprintf(" (the agent exited with code %d)", *x.ExitCode)
