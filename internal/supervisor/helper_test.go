@@ -111,6 +111,14 @@ func runHelper(mode string) {
 		say("end end_turn")
 		drainStdin()
 
+	case "endlessline": // 20 MiB of "é" on stderr with no newline, then EOF
+		awaitPrompt()
+		w := bufio.NewWriter(os.Stderr)
+		w.WriteString(strings.Repeat("é", 10<<20))
+		w.Flush()
+		say("end end_turn")
+		drainStdin()
+
 	case "chatty": // writes stderr until killed, ignoring stdin EOF
 		awaitPrompt()
 		say("end end_turn")

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // run is one agent process and its conversation. Fields set in launch and
@@ -76,6 +77,21 @@ func (r *run) readStderr() {
 		chunk, err := br.ReadSlice('\n')
 		line = append(line, chunk...)
 		switch {
+		case err == bufio.ErrBufferFull && len(line) >= maxStderrLine:
+			// A line that never ends (progress bars redrawn with \r) must
+			// not grow without bound: deliver it in sections, cut before a
+			// character that is not whole yet.
+			cut := len(line)
+			for i := 1; i <= utf8.UTFMax && i <= len(line); i++ {
+				if utf8.RuneStart(line[len(line)-i]) {
+					if !utf8.FullRune(line[len(line)-i:]) {
+						cut = len(line) - i
+					}
+					break
+				}
+			}
+			r.deliverStderr(line[:cut])
+			line = append(line[:0], line[cut:]...)
 		case err == bufio.ErrBufferFull:
 			continue // a long line: keep collecting, parts are counted at its end
 		case err == nil:
@@ -93,6 +109,10 @@ func (r *run) readStderr() {
 		}
 	}
 }
+
+// maxStderrLine bounds how much of one stderr line is held before it is
+// delivered: a longer line arrives as several lines of pieces.
+const maxStderrLine = 8 * MaxStderrPiece
 
 func (r *run) deliverStderr(line []byte) {
 	pieces := SplitLine(line, MaxStderrPiece)

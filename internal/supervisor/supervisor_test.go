@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // quick are short bounds for tests whose agents misbehave on purpose.
@@ -150,6 +151,37 @@ func TestLongStderrLineIsSplit(t *testing.T) {
 	}
 	if after != (stderrCall{"after", 1, 1}) {
 		t.Errorf("next line = %+v", after)
+	}
+}
+
+// A line without an end is delivered in sections of at most maxStderrLine,
+// never cutting a character, and nothing of it is lost.
+func TestEndlessStderrLineIsDeliveredInSections(t *testing.T) {
+	sup := newSupervisor(t, quick)
+	s := newSink(true)
+	id := start(t, sup, helperSpec(t, "endlessline", nil, nil), s)
+	e := awaitExit(t, sup, id, s)
+	if e.StopReason != "end_turn" {
+		t.Fatalf("exit = %+v", e)
+	}
+	var all strings.Builder
+	for _, c := range s.stderr {
+		if len(c.text) > MaxStderrPiece {
+			t.Fatalf("a piece of %d bytes", len(c.text))
+		}
+		if strings.ContainsRune(c.text, utf8.RuneError) {
+			t.Fatal("a character was cut")
+		}
+		if c.parts > maxStderrLine/MaxStderrPiece {
+			t.Fatalf("a section of %d pieces: the line was held whole", c.parts)
+		}
+		all.WriteString(c.text)
+	}
+	if all.String() != strings.Repeat("é", 10<<20) {
+		t.Fatalf("got %d bytes back, want %d", all.Len(), 20<<20)
+	}
+	if len(s.stderr) < 20 {
+		t.Errorf("%d pieces, want the 20 MiB in pieces of at most 1 MiB", len(s.stderr))
 	}
 }
 
