@@ -261,3 +261,36 @@ func TestOpencodeEnv(t *testing.T) {
 		})
 	}
 }
+
+func TestOpencodeConfigPinsTheBuildAgent(t *testing.T) {
+	user := `{"agent":{"build":{"permission":{"edit":"allow","read":"allow"},"model":"x"},"plan":{"permission":{"edit":"allow"}}},` +
+		`"mode":{"build":{"permission":"allow"}}}`
+	out, err := OpencodeConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Agent map[string]struct {
+			Permission map[string]string `json:"permission"`
+			Model      string            `json:"model"`
+		} `json:"agent"`
+		Mode map[string]struct {
+			Permission map[string]string `json:"permission"`
+		} `json:"mode"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	build := got.Agent["build"]
+	for _, k := range []string{"edit", "bash", "webfetch"} {
+		if build.Permission[k] != "ask" || got.Mode["build"].Permission[k] != "ask" {
+			t.Fatalf("%s not pinned to ask in the build agent: %s", k, out)
+		}
+	}
+	if build.Permission["read"] != "allow" || build.Model != "x" {
+		t.Fatalf("the build agent's other settings were not kept: %s", out)
+	}
+	if got.Agent["plan"].Permission["edit"] != "allow" {
+		t.Fatalf("other agents are left as they are: %s", out)
+	}
+}

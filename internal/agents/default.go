@@ -147,16 +147,55 @@ func OpencodeConfig(user string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var perm map[string]json.RawMessage
-	if raw, ok := cfg["permission"]; ok && isObject(raw) {
-		if err := json.Unmarshal(raw, &perm); err != nil {
-			return "", fmt.Errorf("%s: permission: %w", OpencodeConfigVar, err)
-		}
-	}
-	if cfg["permission"], err = encode(withAsk(perm)); err != nil {
+	if err := askIn(cfg, "permission"); err != nil {
 		return "", err
 	}
+	// The build agent's own permission rules, inline under agent.build or
+	// mode.build, would take precedence over the top-level ones: where the
+	// user wrote them, they ask too.
+	for _, section := range []string{"agent", "mode"} {
+		agents, err := object(cfg[section])
+		if err != nil || agents == nil {
+			continue
+		}
+		build, err := object(agents["build"])
+		if err != nil || build == nil {
+			continue
+		}
+		if err := askIn(build, "permission"); err != nil {
+			return "", err
+		}
+		if agents["build"], err = encode(build); err != nil {
+			return "", err
+		}
+		if cfg[section], err = encode(agents); err != nil {
+			return "", err
+		}
+	}
 	return encodeString(cfg)
+}
+
+// askIn sets m[key] to a permission object holding our ask entries, keeping
+// the other entries of an object that was there.
+func askIn(m map[string]json.RawMessage, key string) error {
+	perm, err := object(m[key])
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", OpencodeConfigVar, key, err)
+	}
+	m[key], err = encode(withAsk(perm))
+	return err
+}
+
+// object decodes raw when it is a JSON object; nil otherwise.
+func object(raw json.RawMessage) (map[string]json.RawMessage, error) {
+	if !isObject(raw) {
+		return nil, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // OpencodePermission is OpencodeConfig for the OPENCODE_PERMISSION
