@@ -35,6 +35,7 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 	inTurn := s.st.turn == turnActive && string(req.SessionId) == s.st.sid
 	cancelled := s.st.cancelled
 	modes := s.st.offer.modeIDs()
+	announced := s.st.kinds[string(req.ToolCall.ToolCallId)]
 	s.st.inflight++
 	s.mu.Unlock()
 	defer s.handlerDone()
@@ -58,11 +59,22 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 	}
 	d := permission.Decision{Outcome: permission.Cancelled}
 	if !cancelled {
-		d = permission.Decide(s.p.Allow, permission.Request{
+		r := permission.Request{
 			ToolKind:   f.Kind,
 			ModeSwitch: f.Kind == permission.SwitchMode || switchesMode(f.Options, modes),
 			Options:    f.Options,
-		})
+		}
+		d = permission.Decide(s.p.Allow, r)
+		// A request without a kind counts as "other"; in ACP it may also
+		// mean "the kind the tool call announced". Allow only when both
+		// readings allow, so neither can widen what the task allowed.
+		if f.Kind == "" && announced != "" && d.Outcome == permission.AllowOnce {
+			r.ToolKind = announced
+			r.ModeSwitch = r.ModeSwitch || announced == permission.SwitchMode
+			if d2 := permission.Decide(s.p.Allow, r); d2.Outcome != permission.AllowOnce {
+				d = d2
+			}
+		}
 	}
 	f.Decision = d.Outcome
 	if d.Outcome != permission.Cancelled {

@@ -236,9 +236,16 @@ func (s *Session) handleUpdate(env *envelope, line []byte, clean bool) {
 // not replayed history, this session's id, and after the session start
 // (until which it is held).
 func (s *Session) deliver(sid string, m Mapped) {
+	id, kind := toolKind(m)
 	s.sinkMu.Lock()
 	defer s.sinkMu.Unlock()
 	s.mu.Lock()
+	if kind != "" && sid == s.st.sid {
+		if s.st.kinds == nil {
+			s.st.kinds = make(map[string]string)
+		}
+		s.st.kinds[id] = kind
+	}
 	emit := false
 	switch {
 	case s.st.replaying || s.st.failure != nil || s.st.closing:
@@ -718,4 +725,28 @@ func forwardedLen(line []byte) int {
 		return n
 	}
 	return len(line) + 1
+}
+
+// toolKind returns the id and kind a tool call update announces, if it
+// announces a kind: a permission request that leaves its kind out is then
+// judged by it too.
+func toolKind(m Mapped) (id, kind string) {
+	switch f := m.Fields.(type) {
+	case ToolCallFields:
+		if f.Kind != nil {
+			return f.ToolCallID, *f.Kind
+		}
+	case json.RawMessage:
+		if m.EventType != EventToolCall && m.EventType != EventToolCallUpdate || !bytes.Contains(f, []byte(`"kind":`)) {
+			return "", ""
+		}
+		var t struct {
+			ID   string `json:"tool_call_id"`
+			Kind string `json:"kind"`
+		}
+		if json.Unmarshal(f, &t) == nil {
+			return t.ID, t.Kind
+		}
+	}
+	return "", ""
 }

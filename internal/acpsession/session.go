@@ -81,6 +81,7 @@ type state struct {
 	replaying bool // session/load sent, not answered: updates are history
 	pending   map[string]outRequest
 	offer     offer
+	kinds     map[string]string      // tool call id -> the kind its updates announced
 	init      acp.InitializeResponse // the agent's answer to initialize
 	turn      turnPhase
 	prompt    promptAnswer
