@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/symm-mcp/symm-mcp/internal/e2e/agentenv"
 	"github.com/symm-mcp/symm-mcp/internal/e2e/modelserver"
 )
 
@@ -274,7 +275,7 @@ func testAgent(t *testing.T, a agentCase) {
 	}
 	// Only this agent on PATH: doctor then judges it alone.
 	require.NoError(t, os.Symlink(exe, filepath.Join(bin, a.exe)))
-	r.env = baseEnv(r.home, bin)
+	r.env = agentenv.Base(r.home, bin)
 
 	modelLog, err := os.Create(filepath.Join(r.logs, "model.log"))
 	require.NoError(t, err)
@@ -320,32 +321,6 @@ func testAgent(t *testing.T, a agentCase) {
 	check(t, a.name, 6, "cancel", func(t *recorder) { r.checkCancel(ctx, t) })
 	check(t, a.name, 7, "resume", func(t *recorder) { r.checkResume(ctx, t, plain) })
 	check(t, a.name, 8, "doctor", func(t *recorder) { r.checkDoctor(ctx, t) })
-}
-
-// baseEnv is an agent's whole environment: a fresh HOME with its XDG
-// directories and a PATH of the agent and node. Nothing is inherited, so
-// no credential of the user's reaches the agent.
-func baseEnv(home, bin string) []string {
-	path := bin
-	if node, err := exec.LookPath("node"); err == nil {
-		path += ":" + filepath.Dir(node)
-	}
-	path += ":/usr/local/bin:/usr/bin:/bin"
-	env := []string{
-		"HOME=" + home, "PATH=" + path, "LANG=C.UTF-8", "TERM=dumb", "NO_COLOR=1",
-		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
-		"XDG_DATA_HOME=" + filepath.Join(home, ".local", "share"),
-		"XDG_STATE_HOME=" + filepath.Join(home, ".local", "state"),
-		"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
-		"TMPDIR=" + filepath.Join(home, "tmp"),
-		// Nothing but loopback, even if an agent honours a proxy.
-		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost",
-	}
-	if os.Geteuid() == 0 {
-		// claude-agent-acp refuses to run as root otherwise.
-		env = append(env, "IS_SANDBOX=1")
-	}
-	return env
 }
 
 // call runs one tool and decodes its JSON reply into out.

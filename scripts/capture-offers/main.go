@@ -36,6 +36,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/e2e/agentenv"
 )
 
 // agent is one installable agent: its registry name, executable and ACP
@@ -77,7 +79,7 @@ var agentsList = []agent{
 		env := []string{"CLINE_API_KEY=x", "CLINE_PROVIDER=openai-compatible"}
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "cline"), "auth", "-p", "openai-compatible", "-k", "x", "-m", "m",
 			"-b", fmt.Sprintf("http://127.0.0.1:%d/v1", port))
-		cmd.Env = append(baseEnv(home, bin), env...)
+		cmd.Env = append(agentenv.Base(home, bin), env...)
 		cmd.Dir = home
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		out, err := cmd.CombinedOutput()
@@ -160,30 +162,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// baseEnv is the whole environment of an agent: a fresh HOME with its XDG
-// directories, and a PATH with the agents and node. Nothing is inherited,
-// so no credential of the user's reaches the agent.
-func baseEnv(home, bin string) []string {
-	path := bin
-	if node, err := exec.LookPath("node"); err == nil {
-		path += ":" + filepath.Dir(node)
-	}
-	path += ":/usr/local/bin:/usr/bin:/bin"
-	env := []string{
-		"HOME=" + home, "PATH=" + path, "LANG=C.UTF-8", "TERM=dumb", "NO_COLOR=1",
-		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
-		"XDG_DATA_HOME=" + filepath.Join(home, ".local", "share"),
-		"XDG_STATE_HOME=" + filepath.Join(home, ".local", "state"),
-		"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
-		"TMPDIR=" + filepath.Join(home, "tmp"),
-	}
-	if os.Geteuid() == 0 {
-		// claude-agent-acp refuses to run as root otherwise.
-		env = append(env, "IS_SANDBOX=1")
-	}
-	return env
-}
-
 // unusedPort returns a loopback port nothing listens on: every model
 // request the agent might make is refused at once.
 func unusedPort() (int, error) {
@@ -212,7 +190,7 @@ func capture(a agent, bin string, bare bool, timeout time.Duration) (init, sess 
 			return nil, nil, err
 		}
 	}
-	env := baseEnv(home, bin)
+	env := agentenv.Base(home, bin)
 	if !bare {
 		port, err := unusedPort()
 		if err != nil {
