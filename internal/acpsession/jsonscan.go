@@ -73,33 +73,37 @@ func (sc *jscan) open() bool {
 // escapes, else it fails) and its colon; more is false at the object's
 // closing brace, which it consumes.
 func (sc *jscan) member(first bool) (key []byte, more, ok bool) {
-	c := sc.peek()
-	if c == '}' && first {
+	tok, more, ok := sc.nextKey(first, true)
+	if !more || !ok {
+		return nil, more, ok
+	}
+	return tok[1 : len(tok)-1], true, true
+}
+
+// anyMember is member for objects skipped whole: any valid key, returned
+// with its quotes.
+func (sc *jscan) anyMember(first bool) (key []byte, more, ok bool) {
+	return sc.nextKey(first, false)
+}
+
+// nextKey reads past the separator before the next member and returns its
+// key token and colon; plain refuses keys that are not plain ASCII.
+func (sc *jscan) nextKey(first, plain bool) (tok []byte, more, ok bool) {
+	switch c := sc.peek(); {
+	case c == '}':
 		sc.i++
 		return nil, false, true
-	}
-	if !first {
-		switch c {
-		case '}':
-			sc.i++
-			return nil, false, true
-		case ',':
-			sc.i++
-		default:
-			return nil, false, false
-		}
-		if sc.peek() != '"' {
-			return nil, false, false
-		}
-	} else if c != '"' {
+	case !first && c == ',':
+		sc.i++
+	case !first:
 		return nil, false, false
 	}
 	tok, class, ok := sc.str()
-	if !ok || class != plainASCII || sc.peek() != ':' {
+	if !ok || plain && class != plainASCII || sc.peek() != ':' {
 		return nil, false, false
 	}
 	sc.i++
-	return tok[1 : len(tok)-1], true, true
+	return tok, true, true
 }
 
 // str reads a string token and returns it with its quotes.
@@ -206,35 +210,6 @@ func (sc *jscan) value(depth int) bool {
 		return sc.number()
 	}
 	return false
-}
-
-// anyMember is member for objects skipped whole: any valid key.
-func (sc *jscan) anyMember(first bool) (key []byte, more, ok bool) {
-	c := sc.peek()
-	if c == '}' && first {
-		sc.i++
-		return nil, false, true
-	}
-	if !first {
-		switch c {
-		case '}':
-			sc.i++
-			return nil, false, true
-		case ',':
-			sc.i++
-		default:
-			return nil, false, false
-		}
-	}
-	if sc.peek() != '"' {
-		return nil, false, false
-	}
-	tok, _, ok := sc.str()
-	if !ok || sc.peek() != ':' {
-		return nil, false, false
-	}
-	sc.i++
-	return tok, true, true
 }
 
 func (sc *jscan) literal(lit string) bool {

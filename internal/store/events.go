@@ -45,7 +45,6 @@ type eventLog struct {
 	types   []string          // interned event types, by id
 	typeIDs map[string]uint16 // reverse of types
 	quoted  [][]byte          // JSON encoding of each type
-	bytes   int64             // total encoded bytes stored
 }
 
 // arenaSet holds a log's arenas, apart from the log, so that a cleanup
@@ -121,7 +120,6 @@ func (l *eventLog) addRef(r ref) {
 	c := len(l.refs) - 1
 	l.refs[c] = append(l.refs[c], r)
 	l.n++
-	l.bytes += int64(r.n)
 }
 
 // Dropped counts events a cap removed.
@@ -148,7 +146,6 @@ func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capByt
 		l.side[l.sideOld] = nil
 		l.sideOld++
 		l.sideLen -= int64(len(old))
-		l.bytes -= int64(len(old))
 		d.Lines++
 		d.Bytes += int64(len(old))
 	}
@@ -330,15 +327,4 @@ func (s *Store) AppendCapped(id, typ string, now time.Time, fields []byte, capBy
 	defer e.mu.Unlock()
 	seq, d := e.log.appendCapped(typ, now, fields, capBytes)
 	return seq, d, nil
-}
-
-// LogBytes returns how many bytes of encoded events the task holds.
-func (s *Store) LogBytes(id string) (int64, error) {
-	e, err := s.get(id)
-	if err != nil {
-		return 0, err
-	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.log.bytes, nil
 }

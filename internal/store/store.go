@@ -139,13 +139,6 @@ func (s *Store) List() []json.RawMessage {
 	return out
 }
 
-// Len returns the number of tasks.
-func (s *Store) Len() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.order)
-}
-
 // Append records one event. fields is a JSON object whose members become the
 // event's fields after seq, type and time; nil means none. It returns the
 // event's sequence number.

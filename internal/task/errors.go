@@ -1,9 +1,6 @@
 package task
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Code is a tool error code.
 type Code string
@@ -30,13 +27,4 @@ func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 func errorf(code Code, format string, args ...any) error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// CodeOf returns the code of a domain error, "" for any other error.
-func CodeOf(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
 }
