@@ -1,11 +1,12 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 )
@@ -104,23 +102,26 @@ func buildHello(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// server is one symm-mcp process and an MCP client over its stdio. The
-// client is the MCP SDK's stdio transport and JSON-RPC layer with lean
-// tool calls on top: a reply is decoded into the few fields the harness
-// reads, where the SDK's ClientSession would decode every event into a
-// map (which costs the client more CPU than the server spends serving
-// the page; intent 0008).
+// server is one symm-mcp process and an MCP client over its stdio: it
+// writes requests as JSON lines and decodes each reply line once, into the
+// few fields the harness reads. The MCP SDK's client would scan every
+// reply six times or more (its stdio reader, a batch probe, the JSON-RPC
+// envelope, then the result) and decode each event into a map; on the two
+// cores the server shares with it, that made the client, not the server,
+// the larger part of paging a long log (intent 0008).
 type server struct {
 	cmd    *exec.Cmd
-	conn   mcp.Connection
+	stdin  io.WriteCloser
 	pid    int
 	stderr *tail
 
+	writeMu  sync.Mutex
 	nextID   atomic.Int64
 	mu       sync.Mutex
-	waiting  map[int64]chan *jsonrpc.Response
+	waiting  map[int64]chan []byte
 	readErr  error
 	readDone chan struct{}
+	exited   chan error
 }
 
 // start launches the server and returns once initialize was answered,
@@ -131,21 +132,32 @@ func (e *env) start(ctx context.Context) (*server, time.Duration, error) {
 	cmd.Env = []string{"PATH=" + e.pathDir, "HOME=" + e.dir, "TMPDIR=" + e.dir}
 	st := &tail{max: 8 << 10}
 	cmd.Stderr = st
-	began := time.Now()
-	conn, err := (&mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}).Connect(ctx)
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
+		return nil, 0, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
 		return nil, 0, fmt.Errorf("starting the server: %w", err)
 	}
-	s := &server{cmd: cmd, conn: conn, pid: cmd.Process.Pid, stderr: st,
-		waiting: make(map[int64]chan *jsonrpc.Response), readDone: make(chan struct{})}
-	go s.readLoop()
+	s := &server{cmd: cmd, stdin: stdin, pid: cmd.Process.Pid, stderr: st,
+		waiting: make(map[int64]chan []byte), readDone: make(chan struct{}), exited: make(chan error, 1)}
+	go s.readLoop(stdout)
+	go func() {
+		<-s.readDone // Wait closes stdout: only once it is read to the end
+		s.exited <- cmd.Wait()
+	}()
 	_, err = s.request(ctx, "initialize", map[string]any{
 		"protocolVersion": hostProtocol, "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "symm-bench", "version": "1"},
-	})
+	}, nil)
 	took := time.Since(began)
 	if err == nil {
-		err = s.conn.Write(ctx, &jsonrpc.Request{Method: "notifications/initialized", Params: json.RawMessage(`{}`)})
+		err = s.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
 	}
 	if err != nil {
 		_ = s.close()
@@ -154,57 +166,93 @@ func (e *env) start(ctx context.Context) (*server, time.Duration, error) {
 	return s, took, nil
 }
 
-// readLoop hands responses to their callers; the server sends no
-// requests the harness must answer (it advertises no capabilities).
-func (s *server) readLoop() {
+// readLoop hands each reply line to the caller waiting for its id; the
+// server sends no requests the harness must answer (it advertises no
+// capabilities).
+func (s *server) readLoop(stdout io.Reader) {
 	defer close(s.readDone)
+	r := bufio.NewReaderSize(stdout, 1<<20)
 	for {
-		msg, err := s.conn.Read(context.Background())
+		line, err := r.ReadBytes('\n')
 		if err != nil {
 			s.mu.Lock()
 			s.readErr = err
 			s.mu.Unlock()
 			return
 		}
-		resp, ok := msg.(*jsonrpc.Response)
+		id, ok := replyID(line)
 		if !ok {
 			continue
 		}
-		id, _ := resp.ID.Raw().(int64)
 		s.mu.Lock()
 		ch := s.waiting[id]
 		delete(s.waiting, id)
 		s.mu.Unlock()
 		if ch != nil {
-			ch <- resp
+			ch <- line
 		}
 	}
 }
 
-// request sends a request and returns its result.
-func (s *server) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	p, err := json.Marshal(params)
-	if err != nil {
-		return nil, err
+// replyID reads a reply's id from the start of its line, where the server
+// writes it, and decodes the envelope only when it is elsewhere.
+func replyID(line []byte) (int64, bool) {
+	const head = `{"jsonrpc":"2.0","id":`
+	if rest, ok := bytes.CutPrefix(line, []byte(head)); ok {
+		if i := bytes.IndexByte(rest, ','); i > 0 {
+			if id, err := strconv.ParseInt(string(rest[:i]), 10, 64); err == nil {
+				return id, true
+			}
+		}
 	}
+	var env struct {
+		ID     *int64  `json:"id"`
+		Method *string `json:"method"`
+	}
+	if json.Unmarshal(line, &env) != nil || env.ID == nil || env.Method != nil {
+		return 0, false
+	}
+	return *env.ID, true
+}
+
+func (s *server) send(msg any) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	_, err = s.stdin.Write(append(b, '\n'))
+	return err
+}
+
+// request sends a request and decodes its reply's result into result
+// (when not nil), in one pass over the reply.
+func (s *server) request(ctx context.Context, method string, params, result any) ([]byte, error) {
 	id := s.nextID.Add(1)
-	ch := make(chan *jsonrpc.Response, 1)
+	ch := make(chan []byte, 1)
 	s.mu.Lock()
 	s.waiting[id] = ch
 	s.mu.Unlock()
-	rid, err := jsonrpc.MakeID(float64(id))
-	if err != nil {
-		return nil, err
-	}
-	if err := s.conn.Write(ctx, &jsonrpc.Request{ID: rid, Method: method, Params: p}); err != nil {
+	if err := s.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
 		return nil, err
 	}
 	select {
-	case resp := <-ch:
-		if resp.Error != nil {
-			return nil, fmt.Errorf("%s: %w", method, resp.Error)
+	case line := <-ch:
+		reply := struct {
+			Result any `json:"result"`
+			Error  *struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}{Result: result}
+		if err := json.Unmarshal(line, &reply); err != nil {
+			return nil, fmt.Errorf("%s: %w", method, err)
 		}
-		return resp.Result, nil
+		if reply.Error != nil {
+			return nil, fmt.Errorf("%s: %d %s", method, reply.Error.Code, reply.Error.Message)
+		}
+		return line, nil
 	case <-s.readDone:
 		s.mu.Lock()
 		err := s.readErr
@@ -215,40 +263,45 @@ func (s *server) request(ctx context.Context, method string, params any) (json.R
 	}
 }
 
-// close ends the session: the server sees EOF, shuts down and exits.
+// close ends the session: the server sees EOF, shuts down and exits; one
+// that has not exited 10 s later is killed.
 func (s *server) close() error {
-	err := s.conn.Close()
-	<-s.readDone
-	if err != nil && !errors.Is(err, os.ErrClosed) {
-		return fmt.Errorf("server exit: %w (stderr: %s)", err, s.stderr)
+	_ = s.stdin.Close()
+	select {
+	case err := <-s.exited:
+		if err != nil {
+			return fmt.Errorf("server exit: %w (stderr: %s)", err, s.stderr)
+		}
+		return nil
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		return fmt.Errorf("server did not exit within 10 s of EOF (stderr: %s)", s.stderr)
 	}
-	return nil
 }
 
 // call invokes a tool and decodes its reply's structured content into
-// out, in one pass over the result: the text copy of the reply is
-// scanned, not decoded.
+// out, in one pass over the reply: the text copy is scanned, not decoded.
 func (s *server) call(ctx context.Context, name string, args, out any) error {
-	raw, err := s.request(ctx, "tools/call", map[string]any{"name": name, "arguments": args})
-	if err != nil {
-		return err
-	}
 	res := struct {
 		StructuredContent any  `json:"structuredContent"`
 		IsError           bool `json:"isError"`
 	}{StructuredContent: out}
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+	line, err := s.request(ctx, "tools/call", map[string]any{"name": name, "arguments": args}, &res)
+	if err != nil {
+		return err
 	}
 	if res.IsError {
 		var e struct {
-			Content []struct {
-				Text string `json:"text"`
-			} `json:"content"`
+			Result struct {
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			} `json:"result"`
 		}
-		_ = json.Unmarshal(raw, &e)
-		if len(e.Content) > 0 {
-			return fmt.Errorf("%s: %s", name, e.Content[0].Text)
+		_ = json.Unmarshal(line, &e)
+		if len(e.Result.Content) > 0 {
+			return fmt.Errorf("%s: %s", name, e.Result.Content[0].Text)
 		}
 		return fmt.Errorf("%s failed", name)
 	}

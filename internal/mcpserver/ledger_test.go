@@ -25,19 +25,30 @@ import (
 // hostProtocol is the MCP protocol version real hosts speak today.
 const hostProtocol = "2025-06-18"
 
-// connect serves svc over in-memory transports and returns a client session.
+// connect serves svc as the binary does, with Serve over a pair of pipes,
+// and returns a client session speaking to it.
 func connect(t *testing.T, svc Service) *mcp.ClientSession {
 	t.Helper()
-	ctx := context.Background()
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := New(svc, "test").Connect(ctx, st, nil)
+	inR, inW, err := os.Pipe()
 	require.NoError(t, err)
+	outR, outW, err := os.Pipe()
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() {
+		err := Serve(context.Background(), svc, "test", inR, outW)
+		_ = outW.Close() // the client sees EOF once the server is done
+		served <- err
+	}()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: hostProtocol})
+	cs, err := client.Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, &mcp.ClientSessionOptions{ProtocolVersion: hostProtocol})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = cs.Close()
-		_ = ss.Wait()
+		select {
+		case <-served:
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return after the client closed")
+		}
 	})
 	return cs
 }

@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"reflect"
 	"sync"
 	"time"
@@ -189,11 +191,18 @@ func jsonValue(v any) []byte {
 
 // RunStdio serves svc over stdin and stdout until the client disconnects
 // (stdin reaches EOF) or ctx ends.
+func RunStdio(ctx context.Context, svc Service, version string) error {
+	return Serve(ctx, svc, version, os.Stdin, os.Stdout)
+}
+
+// Serve serves svc as newline-delimited JSON-RPC over in and out until in
+// reaches EOF or ctx ends; it closes in, not out.
 //
 // The tools are registered while the server already reads its first
 // message, so a client's initialize is answered without waiting for the
-// schemas; every other request waits until the tools are in place.
-func RunStdio(ctx context.Context, svc Service, version string) error {
+// schemas; every other request waits until the tools are in place. Tool
+// replies are written from stored JSON past the SDK's encoding (splicer).
+func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) error {
 	s := newServer(version)
 	ready := make(chan struct{})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -210,11 +219,13 @@ func RunStdio(ctx context.Context, svc Service, version string) error {
 			return next(ctx, method, req)
 		}
 	})
+	sp := newSplicer(out)
+	s.AddReceivingMiddleware(sp.middleware)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		register(s, svc)
 		close(ready)
 	})
 	defer wg.Wait()
-	return s.Run(ctx, &mcp.StdioTransport{})
+	return s.Run(ctx, &mcp.IOTransport{Reader: in, Writer: sp})
 }

@@ -1,0 +1,280 @@
+package mcpserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+)
+
+// trickyText needs every kind of escape a JSON string has, and the ones
+// encoding/json adds for HTML and JavaScript.
+const trickyText = "quote \" backslash \\ slash / tab \t newline \n cr \r nul \x00 bell \x07 del \x7f " +
+	"<html> & </html> line sep \u2028 para sep \u2029 é ü 日本 🙂 \ufffd end"
+
+// TestSplicedRepliesMatchTheSDKs reads the same ledger through Serve,
+// whose replies are written from stored JSON, and through the SDK's own
+// encoding (New over in-memory transports): a client sees the same
+// structured content and the same text block from both.
+func TestSplicedRepliesMatchTheSDKs(t *testing.T) {
+	l := newLedger(t)
+	id, run := l.spawn(t, map[string]any{"prompt": trickyText, "initiator_id": trickyText})
+	sink := run.Sink.(acpsession.Sink)
+	require.NoError(t, sink.SessionStarted("sess-1", false))
+	for i := range 300 {
+		sink.Text(acpsession.Message, strings.Repeat(trickyText, i%7+1))
+		require.NoError(t, sink.Event("tool_call", map[string]any{"tool_call_id": trickyText, "title": trickyText,
+			"raw_input": map[string]any{"path": trickyText, "n": i}}))
+	}
+	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
+
+	sdk := connectInMemory(t, l.svc)
+	calls := []struct {
+		name string
+		args map[string]any
+	}{
+		{"get_task", map[string]any{"task_id": id}},
+		{"list_tasks", map[string]any{}},
+		{"wait_tasks", map[string]any{"task_ids": []string{id}}},
+		{"resolve_task", map[string]any{"task_id": id, "resolution": "accepted", "note": trickyText}},
+		{"get_events", map[string]any{"task_id": id, "limit": 1000}},
+		{"get_events", map[string]any{"task_id": id, "after_seq": 100, "limit": 7}},
+		{"get_events", map[string]any{"task_id": id, "event_types": []string{"tool_call"}}},
+		{"get_task", map[string]any{"task_id": "nope"}}, // a tool error
+	}
+	for _, c := range calls {
+		spliced, err := l.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.name, Arguments: c.args})
+		require.NoError(t, err)
+		own, err := sdk.CallTool(context.Background(), &mcp.CallToolParams{Name: c.name, Arguments: c.args})
+		require.NoError(t, err)
+		if !spliced.IsError {
+			var fromText any
+			require.NoError(t, json.Unmarshal([]byte(text(spliced)), &fromText), c.name)
+			assert.Equal(t, spliced.StructuredContent, fromText, "%s: the text block is the structured content", c.name)
+		}
+		if c.name == "resolve_task" {
+			// Each call revises the resolution; the second reply is the
+			// first's with a newer time.
+			own.StructuredContent.(map[string]any)["resolved_at"] = spliced.StructuredContent.(map[string]any)["resolved_at"]
+			spliced.Content, own.Content = nil, nil
+		}
+		assert.Equal(t, own.IsError, spliced.IsError, c.name)
+		assert.Equal(t, own.StructuredContent, spliced.StructuredContent, c.name)
+		assert.Equal(t, own.Content, spliced.Content, c.name)
+	}
+	events := call(t, l.cs, "get_events", map[string]any{"task_id": id, "limit": 1000})["events"].([]any)
+	assert.Equal(t, strings.Repeat(trickyText, 1), events[5].(map[string]any)["text"])
+}
+
+// connectInMemory serves svc with the SDK encoding every reply.
+func connectInMemory(t *testing.T, svc Service) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := New(svc, "test").Connect(context.Background(), st, nil)
+	require.NoError(t, err)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil).
+		Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: hostProtocol})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cs.Close()
+		_ = ss.Wait()
+	})
+	return cs
+}
+
+// TestSplicedBatch sends a JSON-RPC batch, which protocol 2025-03-26
+// allows: the replies come back as one array line, each with its own
+// page written in.
+func TestSplicedBatch(t *testing.T) {
+	l := newLedger(t)
+	id, run := l.spawn(t, nil)
+	sink := run.Sink.(acpsession.Sink)
+	sink.Text(acpsession.Message, trickyText)
+	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
+
+	inR, inW, err := os.Pipe()
+	require.NoError(t, err)
+	outR, outW, err := os.Pipe()
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(context.Background(), l.svc, "test", inR, outW)
+		_ = outW.Close()
+	}()
+	defer func() {
+		_ = inW.Close()
+		select {
+		case <-served:
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return")
+		}
+		_ = outR.Close()
+	}()
+	lines := bufio.NewReader(outR)
+	send := func(s string) {
+		_, err := inW.WriteString(s + "\n")
+		require.NoError(t, err)
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"batch","version":"1"}}}`)
+	_, err = lines.ReadBytes('\n')
+	require.NoError(t, err)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`[{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_events","arguments":{"task_id":"` + id + `"}}},` +
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get_task","arguments":{"task_id":"` + id + `"}}}]`)
+	line, err := lines.ReadBytes('\n')
+	require.NoError(t, err)
+	assert.NotContains(t, string(line), "symm-mcp-splice-", "no placeholder reaches the wire")
+	var replies []struct {
+		ID     int `json:"id"`
+		Result struct {
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+			StructuredContent json.RawMessage `json:"structuredContent"`
+		} `json:"result"`
+	}
+	require.NoError(t, json.Unmarshal(line, &replies), "%s", line)
+	require.Len(t, replies, 2)
+	for _, r := range replies {
+		require.Len(t, r.Result.Content, 1)
+		var a, b any
+		require.NoError(t, json.Unmarshal(r.Result.StructuredContent, &a))
+		require.NoError(t, json.Unmarshal([]byte(r.Result.Content[0].Text), &b))
+		assert.Equal(t, a, b, "reply %d", r.ID)
+	}
+	assert.Contains(t, replies[0].Result.Content[0].Text, `"text":"quote \"`, "reply 2 holds the page")
+}
+
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+func TestSplicerWrite(t *testing.T) {
+	var out bytes.Buffer
+	s := newSplicer(&out)
+	page := json.RawMessage(`{"events":[{"text":"a \"b\" <c>\n"}],"cursor":3}`)
+	stem := s.hold(page)
+
+	msg := []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"` + stem + `t"}],"structuredContent":"` + stem + `s"}}` + "\n")
+	n, err := s.Write(msg)
+	require.NoError(t, err)
+	assert.Equal(t, len(msg), n, "Write reports what it was given")
+	text, _ := json.Marshal(string(page))
+	assert.Equal(t, `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":`+string(text)+`}],"structuredContent":`+string(page)+"}}\n", out.String())
+	assert.Empty(t, s.payloads, "a written payload is let go")
+
+	t.Run("no placeholder", func(t *testing.T) {
+		out.Reset()
+		plain := []byte(`{"jsonrpc":"2.0","id":2,"result":{}}` + "\n")
+		_, err := s.Write(plain)
+		require.NoError(t, err)
+		assert.Equal(t, string(plain), out.String())
+	})
+	t.Run("not ours", func(t *testing.T) {
+		out.Reset()
+		// An unknown number, a placeholder cut short and one of an unknown
+		// kind are written as they are.
+		odd := string(s.prefix) + "999s " + string(s.prefix) + " " + string(s.prefix) + "12x " + string(s.prefix)
+		_, err := s.Write([]byte(odd))
+		require.NoError(t, err)
+		assert.Equal(t, odd, out.String())
+	})
+	t.Run("write error", func(t *testing.T) {
+		f := newSplicer(failingWriter{errors.New("broken pipe")})
+		stem := f.hold(page)
+		n, err := f.Write([]byte(`"` + stem + `s"`))
+		assert.EqualError(t, err, "broken pipe")
+		assert.Zero(t, n)
+	})
+}
+
+// FuzzStringContent holds the text block's escaping to encoding/json's.
+func FuzzStringContent(f *testing.F) {
+	for _, s := range []string{"", trickyText, "\xff\xfe", "a\xe2\x80", "\xed\xa0\x80", strings.Repeat("é", 10)} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		want, err := json.Marshal(string(src))
+		require.NoError(t, err)
+		got := append(appendStringContent([]byte{'"'}, src), '"')
+		require.Equal(t, string(want), string(got))
+	})
+}
+
+func BenchmarkSpliceWrite(b *testing.B) {
+	var page bytes.Buffer
+	page.WriteString(`{"events":[`)
+	for i := range 1000 {
+		if i > 0 {
+			page.WriteByte(',')
+		}
+		ev, _ := json.Marshal(map[string]any{"seq": i, "type": "agent_message", "text": strings.Repeat("word ", 40) + `"q" <a>`})
+		page.Write(ev)
+	}
+	page.WriteString(`],"cursor":1000,"has_more":true,"status":"running"}`)
+	s := newSplicer(discard{})
+	b.SetBytes(int64(page.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		stem := s.hold(page.Bytes())
+		msg := []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"` + stem + `t"}],"structuredContent":"` + stem + `s"}}` + "\n")
+		if _, err := s.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func TestSplicerMiddleware(t *testing.T) {
+	s := newSplicer(discard{})
+	page := json.RawMessage(`{"tasks":[]}`)
+	reply := func(r *mcp.CallToolResult) mcp.MethodHandler {
+		return func(context.Context, string, mcp.Request) (mcp.Result, error) { return r, nil }
+	}
+	ours := func() *mcp.CallToolResult {
+		return &mcp.CallToolResult{StructuredContent: page, Content: []mcp.Content{&mcp.TextContent{Text: string(page)}}}
+	}
+
+	res, err := s.middleware(reply(ours()))(context.Background(), "tools/call", nil)
+	require.NoError(t, err)
+	r := res.(*mcp.CallToolResult)
+	stem := r.Content[0].(*mcp.TextContent).Text
+	require.True(t, strings.HasPrefix(stem, string(s.prefix)), "the text block is a placeholder: %q", stem)
+	stem = strings.TrimSuffix(stem, "t")
+	assert.Equal(t, json.RawMessage(`"`+stem+`s"`), r.StructuredContent)
+	assert.Len(t, s.payloads, 1)
+
+	// Anything else passes untouched: other methods, tool errors, and
+	// results whose text is not their structured content.
+	other := ours()
+	other.Content[0].(*mcp.TextContent).Text = "summary"
+	failed := ours()
+	failed.IsError = true
+	for _, c := range []struct {
+		method string
+		res    *mcp.CallToolResult
+	}{{"tools/list", ours()}, {"tools/call", failed}, {"tools/call", other},
+		{"tools/call", &mcp.CallToolResult{StructuredContent: map[string]any{}, Content: []mcp.Content{&mcp.TextContent{Text: "{}"}}}}} {
+		want, _ := json.Marshal(c.res)
+		res, err := s.middleware(reply(c.res))(context.Background(), c.method, nil)
+		require.NoError(t, err)
+		got, _ := json.Marshal(res)
+		assert.JSONEq(t, string(want), string(got))
+	}
+	assert.Len(t, s.payloads, 1, "nothing else held")
+}
