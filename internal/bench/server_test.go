@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
@@ -200,7 +201,9 @@ func replyID(line []byte) (int64, bool) {
 	const head = `{"jsonrpc":"2.0","id":`
 	if rest, ok := bytes.CutPrefix(line, []byte(head)); ok {
 		if i := bytes.IndexByte(rest, ','); i > 0 {
-			if id, err := strconv.ParseInt(string(rest[:i]), 10, 64); err == nil {
+			next := rest[i+1:]
+			id, err := strconv.ParseInt(string(rest[:i]), 10, 64)
+			if err == nil && (bytes.HasPrefix(next, []byte(`"result":`)) || bytes.HasPrefix(next, []byte(`"error":`))) {
 				return id, true
 			}
 		}
@@ -234,6 +237,11 @@ func (s *server) request(ctx context.Context, method string, params, result any)
 	s.mu.Lock()
 	s.waiting[id] = ch
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.waiting, id)
+		s.mu.Unlock()
+	}()
 	if err := s.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
 		return nil, err
 	}
@@ -263,8 +271,9 @@ func (s *server) request(ctx context.Context, method string, params, result any)
 	}
 }
 
-// close ends the session: the server sees EOF, shuts down and exits; one
-// that has not exited 10 s later is killed.
+// close ends the session: the server sees EOF, shuts down and exits. One
+// still running 10 s later is an error; it gets SIGTERM, which it answers
+// by cleaning up its agents, and SIGKILL 10 s after that.
 func (s *server) close() error {
 	_ = s.stdin.Close()
 	select {
@@ -274,10 +283,15 @@ func (s *server) close() error {
 		}
 		return nil
 	case <-time.After(10 * time.Second):
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
 		_ = s.cmd.Process.Kill()
 		<-s.exited
-		return fmt.Errorf("server did not exit within 10 s of EOF (stderr: %s)", s.stderr)
 	}
+	return fmt.Errorf("server did not exit within 10 s of EOF (stderr: %s)", s.stderr)
 }
 
 // call invokes a tool and decodes its reply's structured content into

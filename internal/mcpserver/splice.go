@@ -63,6 +63,12 @@ func (s *splicer) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if !ok || !isText || text.Text != string(raw) || text.Annotations != nil || text.Meta != nil {
 			return res, err
 		}
+		// Written as it is, the JSON must not be empty or break the line
+		// framing; stored JSON never does, and anything else is left to
+		// the SDK.
+		if len(raw) == 0 || bytes.IndexByte(raw, '\n') >= 0 {
+			return res, err
+		}
 		token := s.hold(raw)
 		r.StructuredContent = json.RawMessage(`"` + token + `s"`)
 		r.Content = []mcp.Content{&mcp.TextContent{Text: token + "t"}}
@@ -83,7 +89,9 @@ func (s *splicer) hold(raw json.RawMessage) string {
 // Write writes p with every placeholder replaced: `"<stem>s"` by the
 // payload as JSON, `<stem>t` inside a string by the payload escaped as
 // string content. The transport writes each message (or batch) in one
-// call, so a message's placeholders never straddle two writes.
+// call, so a message's placeholders never straddle two writes; it also
+// holds its own lock around each call, so holding ours across the write
+// makes nobody wait longer than they would anyway.
 func (s *splicer) Write(p []byte) (int, error) {
 	i := bytes.Index(p, s.prefix)
 	if i < 0 {

@@ -155,6 +155,8 @@ func TestSplicedBatch(t *testing.T) {
 		assert.Equal(t, a, b, "reply %d", r.ID)
 	}
 	assert.Contains(t, replies[0].Result.Content[0].Text, `"text":"quote \"`, "reply 2 holds the page")
+	// The SDK would have written < as \u003c: the page was written as stored.
+	assert.Contains(t, string(replies[0].Result.StructuredContent), `<html> & </html>`)
 }
 
 type failingWriter struct{ err error }
@@ -184,12 +186,28 @@ func TestSplicerWrite(t *testing.T) {
 	})
 	t.Run("not ours", func(t *testing.T) {
 		out.Reset()
-		// An unknown number, a placeholder cut short and one of an unknown
-		// kind are written as they are.
-		odd := string(s.prefix) + "999s " + string(s.prefix) + " " + string(s.prefix) + "12x " + string(s.prefix)
+		stem := s.hold(page)
+		// An unknown number, a placeholder cut short, one of an unknown
+		// kind, and a structured one without its quotes are written as
+		// they are, and the payload stays held.
+		p := string(s.prefix)
+		odd := p + "999s " + p + " " + stem + "x " + stem + "s " + stem
 		_, err := s.Write([]byte(odd))
 		require.NoError(t, err)
 		assert.Equal(t, odd, out.String())
+		assert.Len(t, s.payloads, 1)
+		delete(s.payloads, 2)
+	})
+	t.Run("outsized buffer let go", func(t *testing.T) {
+		out.Reset()
+		big := json.RawMessage(`"` + strings.Repeat("x", 3<<20) + `"`)
+		stem := s.hold(big)
+		_, err := s.Write([]byte(`{"text":"` + stem + `t","s":"` + stem + `s"}`))
+		require.NoError(t, err)
+		text, _ := json.Marshal(string(big))
+		assert.Equal(t, `{"text":`+string(text)+`,"s":`+string(big)+`}`, out.String())
+		assert.Nil(t, s.buf, "a buffer over 4 MiB is not kept")
+		assert.Empty(t, s.payloads)
 	})
 	t.Run("write error", func(t *testing.T) {
 		f := newSplicer(failingWriter{errors.New("broken pipe")})
@@ -197,6 +215,7 @@ func TestSplicerWrite(t *testing.T) {
 		n, err := f.Write([]byte(`"` + stem + `s"`))
 		assert.EqualError(t, err, "broken pipe")
 		assert.Zero(t, n)
+		assert.Empty(t, f.payloads, "a payload is let go even when its write fails")
 	})
 }
 
@@ -269,12 +288,15 @@ func TestSplicerMiddleware(t *testing.T) {
 		method string
 		res    *mcp.CallToolResult
 	}{{"tools/list", ours()}, {"tools/call", failed}, {"tools/call", other},
+		{"tools/call", &mcp.CallToolResult{StructuredContent: json.RawMessage{}, Content: []mcp.Content{&mcp.TextContent{}}}},
+		{"tools/call", &mcp.CallToolResult{StructuredContent: json.RawMessage("{\n}"), Content: []mcp.Content{&mcp.TextContent{Text: "{\n}"}}}},
 		{"tools/call", &mcp.CallToolResult{StructuredContent: map[string]any{}, Content: []mcp.Content{&mcp.TextContent{Text: "{}"}}}}} {
-		want, _ := json.Marshal(c.res)
+		structured, content := c.res.StructuredContent, c.res.Content[0].(*mcp.TextContent).Text
 		res, err := s.middleware(reply(c.res))(context.Background(), c.method, nil)
 		require.NoError(t, err)
-		got, _ := json.Marshal(res)
-		assert.JSONEq(t, string(want), string(got))
+		require.Same(t, c.res, res)
+		assert.Equal(t, structured, c.res.StructuredContent)
+		assert.Equal(t, content, c.res.Content[0].(*mcp.TextContent).Text)
 	}
 	assert.Len(t, s.payloads, 1, "nothing else held")
 }
