@@ -526,6 +526,65 @@ func TestShutdownCancelsAndRefuses(t *testing.T) {
 	assert.Contains(t, out["error"], "shutting down")
 }
 
+// TestStopBeforeTheProcessStarts cancels a task, by cancel_task and by
+// shutdown, while its start is not yet under way: it ends cancelled from
+// starting, with no process events and no error.
+func TestStopBeforeTheProcessStarts(t *testing.T) {
+	for _, by := range []string{"cancel_task", "shutdown"} {
+		t.Run(by, func(t *testing.T) {
+			l := newLedger(t)
+			entered := make(chan struct{}, 1)
+			l.sup.BeforeStart = func(ctx context.Context) {
+				entered <- struct{}{}
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Second):
+				}
+			}
+			spawned := make(chan map[string]any, 1)
+			go func() {
+				res, err := l.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "spawn_task",
+					Arguments: map[string]any{"agent": "codex", "prompt": "p", "workspace": l.ws}})
+				if err != nil {
+					spawned <- map[string]any{"error": err.Error()}
+					return
+				}
+				var out map[string]any
+				_ = json.Unmarshal([]byte(text(res)), &out)
+				spawned <- out
+			}()
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the start did not begin")
+			}
+			tasks := call(t, l.cs, "list_tasks", map[string]any{})["tasks"].([]any)
+			require.Len(t, tasks, 1)
+			id := tasks[0].(map[string]any)["task_id"].(string)
+			assert.Equal(t, "starting", tasks[0].(map[string]any)["status"])
+
+			if by == "cancel_task" {
+				out := call(t, l.cs, "cancel_task", map[string]any{"task_id": id})
+				assert.Equal(t, "cancelled", out["status"])
+			} else {
+				require.NoError(t, l.svc.Shutdown(context.Background()))
+			}
+			select {
+			case out := <-spawned:
+				assert.Equal(t, "cancelled", out["status"], "spawn_task returns the cancelled task: %v", out)
+				assert.Nil(t, out["error"])
+			case <-time.After(10 * time.Second):
+				t.Fatal("spawn_task did not return")
+			}
+			events := call(t, l.cs, "get_events", map[string]any{"task_id": id})["events"].([]any)
+			assert.Equal(t, []string{"task_created", "status_changed", "task_cancelled", "status_changed"}, eventTypes(events))
+			assert.Equal(t, by, events[2].(map[string]any)["source"])
+			assert.Equal(t, "starting", events[3].(map[string]any)["from"])
+			assert.Equal(t, "cancelled", events[3].(map[string]any)["to"])
+		})
+	}
+}
+
 func TestConcurrentCallers(t *testing.T) {
 	l := newLedger(t)
 	var wg sync.WaitGroup

@@ -14,13 +14,15 @@ const MaxStderrPiece = 1 << 20
 // maxCost is the most one character costs as JSON text (\u00XX).
 const maxCost = 6
 
-// jsonCost is how many bytes encoding/json writes for r inside a string.
+// jsonCost is how many bytes encoding/json, without HTML escaping (as
+// events are stored), writes for r inside a string.
 func jsonCost(r rune) int {
 	switch {
-	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t' || r == '\b' || r == '\f':
 		return 2
-	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
-		// HTML-escaping encoders write <, > and & as \u003c: count the most.
+	case r < 0x20 || r == '\u2028' || r == '\u2029':
+		// Events are stored without HTML escaping, so <, > and & count
+		// one; U+2028 and U+2029 are escaped all the same.
 		return maxCost
 	default:
 		return utf8.RuneLen(r)

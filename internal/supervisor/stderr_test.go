@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -27,6 +29,8 @@ func TestSplitLine(t *testing.T) {
 		{"max below one escaped character", "😀😀", 1, []string{"😀", "😀"}},
 		{"quotes cost two", `""""""`, 8, []string{`""""`, `""`}},
 		{"control bytes cost six", "\x01\x02\x03", 12, []string{"\x01\x02", "\x03"}},
+		{"HTML characters cost one", "<a>&<b>&", 8, []string{"<a>&<b>&"}},
+		{"line separators cost six", "a\u2028\u2029", 12, []string{"a\u2028", "\u2029"}},
 		{"a long line of x", strings.Repeat("x", 20), 8, []string{"xxxxxxxx", "xxxxxxxx", "xxxx"}},
 	}
 	for _, tt := range tests {
@@ -41,7 +45,7 @@ func TestSplitLine(t *testing.T) {
 
 // FuzzSplitLine checks the properties the Sink relies on.
 func FuzzSplitLine(f *testing.F) {
-	for _, s := range []string{"", "a", "é", "😀x", "\xff", "a\xff\xfe\xfdb", "\xed\xa0\x80", strings.Repeat("é", 9)} {
+	for _, s := range []string{"", "a", "é", "😀x", "\xff", "a\xff\xfe\xfdb", "\xed\xa0\x80", strings.Repeat("é", 9), "<&>\u2028\x01\"\\"} {
 		f.Add([]byte(s), 4)
 		f.Add([]byte(s), 7)
 	}
@@ -54,12 +58,15 @@ func FuzzSplitLine(f *testing.F) {
 		if len(pieces) == 0 {
 			t.Fatal("no pieces")
 		}
+		// A piece's cost is its length as the recorder writes it.
 		cost := func(p string) int {
-			n := 0
-			for _, r := range p {
-				n += jsonCost(r)
+			var b bytes.Buffer
+			enc := json.NewEncoder(&b)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(p); err != nil {
+				t.Fatal(err)
 			}
-			return n
+			return b.Len() - len("\"\"\n")
 		}
 		for i, p := range pieces {
 			if len(p) > bound || cost(p) > bound {
@@ -74,8 +81,8 @@ func FuzzSplitLine(f *testing.F) {
 			// Each piece but the last is as long as it can be: the next
 			// character would not have fit.
 			if i < len(pieces)-1 {
-				r, _ := utf8.DecodeRuneInString(pieces[i+1])
-				if cost(p)+jsonCost(r) <= bound {
+				_, size := utf8.DecodeRuneInString(pieces[i+1])
+				if cost(p+pieces[i+1][:size]) <= bound {
 					t.Fatalf("piece %d (%d bytes) could have held the next character", i, len(p))
 				}
 			}

@@ -104,8 +104,11 @@ type run struct {
 	started bool
 	id      supervisor.RunID
 	stopped string // source of the requested stop, "" if none
-	done    chan struct{}
-	rec     *recorder
+	// cancelStart aborts a start not yet under way when a stop is
+	// requested; nil once the start returned.
+	cancelStart context.CancelFunc
+	done        chan struct{}
+	rec         *recorder
 }
 
 // New returns a Service.
@@ -185,7 +188,9 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	if s.cfg.Markers != nil {
 		notifyPath = s.cfg.Markers.Path(id)
 	}
-	r := &run{done: make(chan struct{})}
+	startCtx, cancelStart := context.WithCancel(ctx)
+	defer cancelStart()
+	r := &run{done: make(chan struct{}), cancelStart: cancelStart}
 	r.rec = &recorder{s: s, id: id, run: r}
 	if _, err := s.cfg.Store.Create(store.NewTask{
 		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,
@@ -224,14 +229,20 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 			return acpsession.Start(stdin, stdout, params, r.rec, s.log.With("task", id))
 		},
 	}
-	runID, err := s.cfg.Supervisor.Start(ctx, spec, r.rec)
+	// A stop requested from here on cancels startCtx: a start not yet under
+	// way does not begin, and the task ends cancelled without a process.
+	runID, err := s.cfg.Supervisor.Start(startCtx, spec, r.rec)
 	if err != nil {
-		s.failStart(id, r, err.Error())
+		if errors.Is(err, context.Canceled) && ctx.Err() == nil {
+			s.endUnstarted(id, r, store.Cancelled, "")
+		} else {
+			s.failStart(id, r, err.Error())
+		}
 		return s.cfg.Store.TaskJSON(id)
 	}
 
 	r.mu.Lock()
-	r.started, r.id = true, runID
+	r.started, r.id, r.cancelStart = true, runID, nil
 	stopNow := r.stopped != ""
 	r.mu.Unlock()
 	if stopNow {
@@ -245,9 +256,21 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 // failStart ends a task that never got a process: an error event, then
 // failed. It records no process_started or process_exited.
 func (s *Service) failStart(id string, r *run, msg string) {
+	s.endUnstarted(id, r, store.Failed, msg)
+}
+
+// endUnstarted ends a task that never got a process: failed, after an
+// error event naming msg, or cancelled (a stop came before the start).
+func (s *Service) endUnstarted(id string, r *run, to store.Status, msg string) {
 	r.mu.Lock()
-	_ = r.rec.appendLocked("error", errorFields{Message: msg})
-	_, err := s.cfg.Store.Transition(id, store.Failed, s.cfg.Now(), store.SetError(msg))
+	r.cancelStart = nil
+	var err error
+	if to == store.Failed {
+		_ = r.rec.appendLocked("error", errorFields{Message: msg})
+		_, err = s.cfg.Store.Transition(id, to, s.cfg.Now(), store.SetError(msg))
+	} else {
+		_, err = s.cfg.Store.Transition(id, to, s.cfg.Now())
+	}
 	r.mu.Unlock()
 	if err != nil {
 		s.log.Error("failing a task that did not start", "task", id, "err", err)
@@ -380,6 +403,9 @@ func (s *Service) requestStop(id string, r *run, source string) (started bool, r
 		_ = r.rec.appendLocked("task_cancelled", struct {
 			Source string `json:"source"`
 		}{source})
+		if r.cancelStart != nil {
+			r.cancelStart()
+		}
 	}
 	return r.started, r.id, true
 }

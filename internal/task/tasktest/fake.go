@@ -15,6 +15,10 @@ import (
 type Supervisor struct {
 	// StartErr, when set, makes every Start fail with it.
 	StartErr error
+	// BeforeStart, when set, runs first in every Start, with Start's
+	// context; Start then fails if that context has ended, as the real
+	// supervisor does before it launches anything.
+	BeforeStart func(ctx context.Context)
 	// Started receives each run as it starts (buffered; never blocks Start
 	// when full).
 	Started chan *Run
@@ -49,7 +53,13 @@ func (r *Run) End(x supervisor.Exit) {
 }
 
 // Start implements task.Supervisor.
-func (f *Supervisor) Start(_ context.Context, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error) {
+func (f *Supervisor) Start(ctx context.Context, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error) {
+	if f.BeforeStart != nil {
+		f.BeforeStart(ctx)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	f.mu.Lock()
 	if f.shutting {
 		f.mu.Unlock()
