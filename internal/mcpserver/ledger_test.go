@@ -29,6 +29,12 @@ const hostProtocol = "2025-06-18"
 // and returns a client session speaking to it.
 func connect(t *testing.T, svc Service) *mcp.ClientSession {
 	t.Helper()
+	return connectAs(t, svc, hostProtocol)
+}
+
+// connectAs is connect with the client asking for protocol version.
+func connectAs(t *testing.T, svc Service, version string) *mcp.ClientSession {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	require.NoError(t, err)
 	outR, outW, err := os.Pipe()
@@ -40,7 +46,7 @@ func connect(t *testing.T, svc Service) *mcp.ClientSession {
 		served <- err
 	}()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, &mcp.ClientSessionOptions{ProtocolVersion: hostProtocol})
+	cs, err := client.Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = cs.Close()

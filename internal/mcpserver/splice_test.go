@@ -27,7 +27,9 @@ const trickyText = "quote \" backslash \\ slash / tab \t newline \n cr \r nul \x
 // TestSplicedRepliesMatchTheSDKs reads the same ledger through Serve,
 // whose replies are written from stored JSON, and through the SDK's own
 // encoding (New over in-memory transports): a client sees the same
-// structured content and the same text block from both.
+// structured content, text block and _meta from both, under every protocol
+// version the SDK speaks (2026-07-28 adds server info to each result's
+// _meta after the splicer has run).
 func TestSplicedRepliesMatchTheSDKs(t *testing.T) {
 	l := newLedger(t)
 	id, run := l.spawn(t, map[string]any{"prompt": trickyText, "initiator_id": trickyText})
@@ -40,11 +42,7 @@ func TestSplicedRepliesMatchTheSDKs(t *testing.T) {
 	}
 	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
 
-	sdk := connectInMemory(t, l.svc)
-	calls := []struct {
-		name string
-		args map[string]any
-	}{
+	calls := []toolCall{
 		{"get_task", map[string]any{"task_id": id}},
 		{"list_tasks", map[string]any{}},
 		{"wait_tasks", map[string]any{"task_ids": []string{id}}},
@@ -54,8 +52,25 @@ func TestSplicedRepliesMatchTheSDKs(t *testing.T) {
 		{"get_events", map[string]any{"task_id": id, "event_types": []string{"tool_call"}}},
 		{"get_task", map[string]any{"task_id": "nope"}}, // a tool error
 	}
+	for _, version := range mcp.SupportedProtocolVersions() {
+		t.Run(version, func(t *testing.T) {
+			compareReplies(t, connectAs(t, l.svc, version), connectInMemory(t, l.svc, version), calls)
+		})
+	}
+	events := call(t, l.cs, "get_events", map[string]any{"task_id": id, "limit": 1000})["events"].([]any)
+	assert.Equal(t, strings.Repeat(trickyText, 1), events[5].(map[string]any)["text"])
+}
+
+type toolCall struct {
+	name string
+	args map[string]any
+}
+
+// compareReplies makes each call through both sessions and compares what
+// their client decoded.
+func compareReplies(t *testing.T, splicing, sdk *mcp.ClientSession, calls []toolCall) {
 	for _, c := range calls {
-		spliced, err := l.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.name, Arguments: c.args})
+		spliced, err := splicing.CallTool(context.Background(), &mcp.CallToolParams{Name: c.name, Arguments: c.args})
 		require.NoError(t, err)
 		own, err := sdk.CallTool(context.Background(), &mcp.CallToolParams{Name: c.name, Arguments: c.args})
 		require.NoError(t, err)
@@ -73,19 +88,18 @@ func TestSplicedRepliesMatchTheSDKs(t *testing.T) {
 		assert.Equal(t, own.IsError, spliced.IsError, c.name)
 		assert.Equal(t, own.StructuredContent, spliced.StructuredContent, c.name)
 		assert.Equal(t, own.Content, spliced.Content, c.name)
+		assert.Equal(t, own.Meta, spliced.Meta, c.name)
 	}
-	events := call(t, l.cs, "get_events", map[string]any{"task_id": id, "limit": 1000})["events"].([]any)
-	assert.Equal(t, strings.Repeat(trickyText, 1), events[5].(map[string]any)["text"])
 }
 
 // connectInMemory serves svc with the SDK encoding every reply.
-func connectInMemory(t *testing.T, svc Service) *mcp.ClientSession {
+func connectInMemory(t *testing.T, svc Service, version string) *mcp.ClientSession {
 	t.Helper()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := New(svc, "test").Connect(context.Background(), st, nil)
 	require.NoError(t, err)
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil).
-		Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: hostProtocol})
+		Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = cs.Close()
