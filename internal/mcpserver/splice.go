@@ -110,22 +110,20 @@ func (s *splicer) Write(p []byte) (int, error) {
 		}
 		n, err := strconv.ParseUint(string(p[j:k]), 10, 64)
 		payload, held := s.payloads[n]
+		ours := err == nil && held && k < len(p)
 		switch {
-		case err != nil || !held || k == len(p):
-			// Not ours: written as it is.
-			out = append(out, p[:k]...)
-			p = p[k:]
-		case p[k] == 's' && i > 0 && p[i-1] == '"' && k+1 < len(p) && p[k+1] == '"':
+		case ours && p[k] == 's' && i > 0 && p[i-1] == '"' && k+1 < len(p) && p[k+1] == '"':
 			out = append(out, p[:i-1]...)
 			out = append(out, payload...)
 			p = p[k+2:]
 			used = append(used, n)
-		case p[k] == 't':
+		case ours && p[k] == 't':
 			out = append(out, p[:i]...)
 			out = appendStringContent(out, payload)
 			p = p[k+1:]
 			used = append(used, n)
 		default:
+			// Not a placeholder of ours: written as it is.
 			out = append(out, p[:k]...)
 			p = p[k:]
 		}

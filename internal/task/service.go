@@ -104,8 +104,8 @@ type run struct {
 	started bool
 	id      supervisor.RunID
 	stopped string // source of the requested stop, "" if none
-	// cancelStart aborts a start not yet under way when a stop is
-	// requested; nil once the start returned.
+	// cancelStart cuts short a start not yet under way when a stop is
+	// requested; once the process started, cancelling it does nothing.
 	cancelStart context.CancelFunc
 	done        chan struct{}
 	rec         *recorder
@@ -242,7 +242,7 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	}
 
 	r.mu.Lock()
-	r.started, r.id, r.cancelStart = true, runID, nil
+	r.started, r.id = true, runID
 	stopNow := r.stopped != ""
 	r.mu.Unlock()
 	if stopNow {
@@ -263,7 +263,6 @@ func (s *Service) failStart(id string, r *run, msg string) {
 // error event naming msg, or cancelled (a stop came before the start).
 func (s *Service) endUnstarted(id string, r *run, to store.Status, msg string) {
 	r.mu.Lock()
-	r.cancelStart = nil
 	var err error
 	if to == store.Failed {
 		_ = r.rec.appendLocked("error", errorFields{Message: msg})
@@ -273,7 +272,7 @@ func (s *Service) endUnstarted(id string, r *run, to store.Status, msg string) {
 	}
 	r.mu.Unlock()
 	if err != nil {
-		s.log.Error("failing a task that did not start", "task", id, "err", err)
+		s.log.Error("ending a task that did not start", "task", id, "to", to, "err", err)
 	}
 	s.finished(id, r)
 }
@@ -403,9 +402,7 @@ func (s *Service) requestStop(id string, r *run, source string) (started bool, r
 		_ = r.rec.appendLocked("task_cancelled", struct {
 			Source string `json:"source"`
 		}{source})
-		if r.cancelStart != nil {
-			r.cancelStart()
-		}
+		r.cancelStart()
 	}
 	return r.started, r.id, true
 }
