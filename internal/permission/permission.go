@@ -5,7 +5,8 @@
 // The rules never widen an agent's permissions: only kinds listed in allow
 // are approved, only ever once; "always" options are never chosen; a mode
 // switch is never granted; and when the one-time option a decision needs is
-// not offered, the request is cancelled rather than answered otherwise.
+// not offered, or its id also names another option (an answer carries only
+// the id), the request is cancelled rather than answered otherwise.
 package permission
 
 import "slices"
@@ -64,10 +65,17 @@ func Decide(allow []string, req Request) Decision {
 	if !req.ModeSwitch && kind != SwitchMode && Valid(kind) && slices.Contains(allow, kind) {
 		want = AllowOnce
 	}
-	for _, o := range req.Options {
-		if o.Kind == want {
-			return Decision{Outcome: want, OptionID: o.ID}
+	i := slices.IndexFunc(req.Options, func(o Option) bool { return o.Kind == want })
+	if i < 0 {
+		return Decision{Outcome: Cancelled}
+	}
+	id := req.Options[i].ID
+	for j, o := range req.Options {
+		if j != i && o.ID == id {
+			// The agent would resolve the id to whichever option it finds
+			// first, perhaps an "always" one.
+			return Decision{Outcome: Cancelled}
 		}
 	}
-	return Decision{Outcome: Cancelled}
+	return Decision{Outcome: want, OptionID: id}
 }

@@ -102,6 +102,14 @@ func TestDecide(t *testing.T) {
 			permission.Request{ToolKind: "move", Options: []permission.Option{
 				{ID: "x", Kind: "allow"}, {ID: "y", Kind: ""}, {ID: "z", Kind: "ALLOW_ONCE"},
 			}}, permission.Decision{Outcome: permission.Cancelled}},
+		{"an id shared with an always option: cancelled", []string{"edit"},
+			permission.Request{ToolKind: "edit", Options: []permission.Option{
+				{ID: "go", Kind: permission.AllowAlways}, {ID: "go", Kind: permission.AllowOnce}, {ID: "no", Kind: permission.RejectOnce},
+			}}, permission.Decision{Outcome: permission.Cancelled}},
+		{"a shared id elsewhere does not matter", []string{"edit"},
+			permission.Request{ToolKind: "edit", Options: []permission.Option{
+				{ID: "x", Kind: permission.AllowAlways}, {ID: "x", Kind: permission.RejectAlways}, {ID: "go", Kind: permission.AllowOnce},
+			}}, permission.Decision{Outcome: permission.AllowOnce, OptionID: "go"}},
 		{"an empty option id is still the option chosen", []string{"delete"},
 			permission.Request{ToolKind: "delete", Options: []permission.Option{{ID: "", Kind: permission.AllowOnce}}},
 			permission.Decision{Outcome: permission.AllowOnce, OptionID: ""}},
@@ -133,6 +141,14 @@ func checkDecision(allow []string, req permission.Request, got permission.Decisi
 			break
 		}
 	}
+	if first >= 0 {
+		for i, o := range req.Options {
+			if i != first && o.ID == req.Options[first].ID {
+				first = -1 // its id is ambiguous: as if not offered
+				break
+			}
+		}
+	}
 	switch {
 	case got.Outcome == permission.AllowAlways || got.Outcome == permission.RejectAlways:
 		return "chose an always option"
@@ -143,7 +159,7 @@ func checkDecision(allow []string, req permission.Request, got permission.Decisi
 	case got.Outcome != permission.AllowOnce && got.Outcome != permission.RejectOnce && got.Outcome != permission.Cancelled:
 		return fmt.Sprintf("unknown outcome %q", got.Outcome)
 	case first < 0 && got.Outcome != permission.Cancelled:
-		return "did not cancel although the needed option is missing"
+		return "did not cancel although the needed option is missing or its id is not unique"
 	case first >= 0 && got.Outcome == permission.Cancelled:
 		return "cancelled although the needed option is offered"
 	case got.Outcome == permission.Cancelled && got.OptionID != "":
@@ -202,6 +218,17 @@ func TestDecideEveryCombination(t *testing.T) {
 						if got2.Outcome != got.Outcome || position(lying, got2.OptionID) != position(opts, got.OptionID) {
 							fail(allow, req, got2, fmt.Sprintf("ids changed the decision: %+v with opaque ids, %+v with lying ids %+v", got, got2, lying))
 						}
+
+						// One option's id given to another option too.
+						if len(opts) > 1 {
+							dup := slices.Clone(opts)
+							a, b := rng.IntN(len(dup)), rng.IntN(len(dup))
+							dup[b].ID = dup[a].ID
+							dreq := permission.Request{ToolKind: kind, ModeSwitch: modeSwitch, Options: dup}
+							if why := checkDecision(allow, dreq, permission.Decide(allow, dreq)); why != "" {
+								fail(allow, dreq, permission.Decide(allow, dreq), why)
+							}
+						}
 					}
 				}
 			}
@@ -212,7 +239,7 @@ func TestDecideEveryCombination(t *testing.T) {
 	}
 	require.Zero(t, failures, "%d of %d combinations broke a rule", failures, combos)
 	assert.Equal(t, 512*2*len(requestKinds)*16*2, combos)
-	t.Logf("%d combinations, each decided twice (opaque and lying ids)", combos)
+	t.Logf("%d combinations, each decided with opaque, lying and (given two options or more) shared ids", combos)
 }
 
 // makeOptions offers each option kind in mask, in a shuffled order, with
