@@ -63,7 +63,7 @@ func runHelper(mode string) {
 				n++
 			}
 		}
-		say("end %s|%s|%d", cwd, os.Getenv("SYMM_T"), n)
+		say("end %s|%s|%d|%s", cwd, os.Getenv("SYMM_T"), n, os.Getenv("PATH"))
 		drainStdin()
 
 	case "exit": // exits mid-turn with HELPER_CODE

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -125,6 +126,7 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec, sink Sink) (RunID, er
 	if err != nil {
 		return 0, err
 	}
+	env = absolutePath(env)
 	if spec.Dir != "" {
 		// exec reports a missing directory as a missing executable.
 		if fi, err := os.Stat(spec.Dir); err != nil {
@@ -389,6 +391,32 @@ func mergeEnv(base, over []string) ([]string, error) {
 		add(kv)
 	}
 	return out, nil
+}
+
+// absolutePath keeps only the absolute entries of env's PATH. The agent
+// runs in the workspace, so a relative or empty entry would let a file
+// there stand in for whatever the agent runs by name: node for
+// "#!/usr/bin/env node", git, a shell. With no absolute entry left, PATH
+// is unset (an empty PATH would mean the working directory).
+func absolutePath(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		v, ok := strings.CutPrefix(kv, "PATH=")
+		if !ok {
+			out = append(out, kv)
+			continue
+		}
+		var dirs []string
+		for _, dir := range filepath.SplitList(v) {
+			if filepath.IsAbs(dir) {
+				dirs = append(dirs, dir)
+			}
+		}
+		if len(dirs) > 0 {
+			out = append(out, "PATH="+strings.Join(dirs, string(filepath.ListSeparator)))
+		}
+	}
+	return out
 }
 
 // lookupEnv returns the value of the last entry for key, as the C library

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -244,7 +245,9 @@ func TestStartEnvDirAndResolvedArgv(t *testing.T) {
 	if err := os.Symlink(helperExe(t), filepath.Join(bin, "fake-agent")); err != nil {
 		t.Fatal(err)
 	}
-	base := append(os.Environ(), "PATH=relative:"+bin, "SYMM_T=base")
+	// Relative and empty PATH entries are not passed on: they would
+	// resolve against the workspace.
+	base := append(os.Environ(), "PATH=relative::"+bin+":./x:", "SYMM_T=base")
 	sup := New(Config{Env: base, Subreaper: true})
 	t.Cleanup(func() { sup.Shutdown(context.Background()) })
 	workdir := t.TempDir()
@@ -256,7 +259,7 @@ func TestStartEnvDirAndResolvedArgv(t *testing.T) {
 		Converse: converse(nil, nil),
 	}, s)
 	e := awaitExit(t, sup, id, s)
-	want := workdir + "|override|1"
+	want := workdir + "|override|1|" + bin
 	if e.StopReason != want || e.Err != nil {
 		t.Errorf("agent saw %q (err %v), want %q", e.StopReason, e.Err, want)
 	}
@@ -526,5 +529,20 @@ func TestUnconfirmedCleanupIsReported(t *testing.T) {
 	defer r.Shutdown(context.Background())
 	for _, pid := range leftovers {
 		eventually(t, fmt.Sprintf("pid %d reaped", pid), func() bool { return gone(pid) })
+	}
+}
+
+func TestAbsolutePath(t *testing.T) {
+	tests := []struct{ in, want []string }{
+		{[]string{"A=1", "PATH=/usr/bin:.:bin::/bin:", "B=2"}, []string{"A=1", "PATH=/usr/bin:/bin", "B=2"}},
+		{[]string{"PATH=relative::./x"}, []string{}},
+		{[]string{"PATH="}, []string{}},
+		{[]string{"A=1"}, []string{"A=1"}},
+		{[]string{"XPATH=.:rel", "PATHS=.", "PATH=/a"}, []string{"XPATH=.:rel", "PATHS=.", "PATH=/a"}},
+	}
+	for _, tt := range tests {
+		if got := absolutePath(tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("absolutePath(%q) = %q, want %q", tt.in, got, tt.want)
+		}
 	}
 }
