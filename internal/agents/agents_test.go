@@ -167,6 +167,18 @@ func decode(t *testing.T, s string) map[string]any {
 
 var ours = map[string]any{"edit": "ask", "bash": "ask", "webfetch": "ask"}
 
+// buildOurs is the build agent's section when the user wrote none.
+var buildOurs = map[string]any{"build": map[string]any{"permission": ours}}
+
+// with returns ours plus the user's other entries.
+func with(kv ...any) map[string]any {
+	m := map[string]any{"edit": "ask", "bash": "ask", "webfetch": "ask"}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1]
+	}
+	return m
+}
+
 func TestOpencodeConfig(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -174,20 +186,27 @@ func TestOpencodeConfig(t *testing.T) {
 		want    map[string]any
 		wantErr string
 	}{
-		{name: "unset", user: "", want: map[string]any{"permission": ours}},
-		{name: "JSON whitespace only counts as unset", user: " \t\r\n ", want: map[string]any{"permission": ours}},
+		{name: "unset", user: "", want: map[string]any{"permission": ours, "agent": buildOurs}},
+		{name: "JSON whitespace only counts as unset", user: " \t\r\n ", want: map[string]any{"permission": ours, "agent": buildOurs}},
 		{name: "user keys preserved", user: `{"model":"local/m","provider":{"local":{"options":{"baseURL":"http://127.0.0.1:1/v1"}}},"share":"disabled"}`,
 			want: map[string]any{
-				"model": "local/m", "share": "disabled", "permission": ours,
+				"model": "local/m", "share": "disabled", "permission": ours, "agent": buildOurs,
 				"provider": map[string]any{"local": map[string]any{"options": map[string]any{"baseURL": "http://127.0.0.1:1/v1"}}},
 			}},
 		{name: "our three entries win, the user's others stay",
 			user: `{"permission":{"edit":"allow","bash":{"git *":"allow","*":"deny"},"webfetch":"allow","read":"deny","external_directory":"ask"}}`,
-			want: map[string]any{"permission": map[string]any{"edit": "ask", "bash": "ask", "webfetch": "ask", "read": "deny", "external_directory": "ask"}}},
-		{name: "permission as a string becomes an object holding ours", user: `{"permission":"allow","model":"x"}`,
-			want: map[string]any{"permission": ours, "model": "x"}},
-		{name: "permission null", user: `{"permission":null}`, want: map[string]any{"permission": ours}},
-		{name: "surrounding whitespace", user: "\n {\"model\":\"x\"} \t", want: map[string]any{"permission": ours, "model": "x"}},
+			want: map[string]any{"permission": with("read", "deny", "external_directory", "ask"), "agent": buildOurs}},
+		{name: "permission as a string is every tool's rule, before ours", user: `{"permission":"allow","model":"x"}`,
+			want: map[string]any{"permission": with("*", "allow"), "model": "x", "agent": buildOurs}},
+		{name: "permission null", user: `{"permission":null}`, want: map[string]any{"permission": ours, "agent": buildOurs}},
+		{name: "surrounding whitespace", user: "\n {\"model\":\"x\"} \t", want: map[string]any{"permission": ours, "model": "x", "agent": buildOurs}},
+		{name: "the build agent's other settings and other agents stay",
+			user: `{"agent":{"plan":{"model":"p"},"build":{"model":"b","permission":{"read":"allow"}}}}`,
+			want: map[string]any{"permission": ours, "agent": map[string]any{
+				"plan": map[string]any{"model": "p"}, "build": map[string]any{"model": "b", "permission": with("read", "allow")}}}},
+		{name: "permission a number is rejected", user: `{"permission":1}`, wantErr: "OPENCODE_CONFIG_CONTENT: permission must be an object or a string"},
+		{name: "agent not an object is rejected", user: `{"agent":"build"}`, wantErr: "OPENCODE_CONFIG_CONTENT: agent must be an object"},
+		{name: "agent.build not an object is rejected", user: `{"agent":{"build":[]}}`, wantErr: "OPENCODE_CONFIG_CONTENT: agent.build must be an object"},
 		{name: "an array is rejected", user: `[{"permission":{}}]`, wantErr: "OPENCODE_CONFIG_CONTENT must hold a JSON object"},
 		{name: "a string is rejected", user: `"allow"`, wantErr: "OPENCODE_CONFIG_CONTENT must hold a JSON object"},
 		{name: "null is rejected", user: `null`, wantErr: "OPENCODE_CONFIG_CONTENT must hold a JSON object"},
@@ -199,7 +218,7 @@ func TestOpencodeConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := OpencodeConfig(tc.user)
+			got, err := OpencodeConfig(tc.user, "")
 			if tc.wantErr != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tc.wantErr)
@@ -211,7 +230,7 @@ func TestOpencodeConfig(t *testing.T) {
 	}
 
 	t.Run("the user's text is not HTML-escaped", func(t *testing.T) {
-		got, err := OpencodeConfig(`{"instructions":["a<b>&c.md"]}`)
+		got, err := OpencodeConfig(`{"instructions":["a<b>&c.md"]}`, "")
 		require.NoError(t, err)
 		assert.Contains(t, got, `"a<b>&c.md"`)
 	})
@@ -227,14 +246,14 @@ func TestOpencodeEnv(t *testing.T) {
 		want    map[string]map[string]any // variable -> decoded value
 		wantErr string
 	}{
-		{name: "nothing set", vars: nil, want: map[string]map[string]any{OpencodeConfigVar: {"permission": ours}}},
+		{name: "nothing set", vars: nil, want: map[string]map[string]any{OpencodeConfigVar: {"permission": ours, "agent": buildOurs}}},
 		{name: "OPENCODE_PERMISSION blank stays unset", vars: map[string]string{OpencodePermissionVar: " \n"},
-			want: map[string]map[string]any{OpencodeConfigVar: {"permission": ours}}},
-		{name: "OPENCODE_PERMISSION gets our entries too",
-			vars: map[string]string{OpencodeConfigVar: `{"model":"m"}`, OpencodePermissionVar: `{"edit":"allow","read":"deny"}`},
+			want: map[string]map[string]any{OpencodeConfigVar: {"permission": ours, "agent": buildOurs}}},
+		{name: "OPENCODE_PERMISSION moves into the inline configuration, ahead of ours",
+			vars: map[string]string{OpencodeConfigVar: `{"model":"m","permission":{"read":"ask"}}`, OpencodePermissionVar: `{"edit":"allow","read":"deny","*":"allow"}`},
 			want: map[string]map[string]any{
-				OpencodeConfigVar:     {"model": "m", "permission": ours},
-				OpencodePermissionVar: {"edit": "ask", "bash": "ask", "webfetch": "ask", "read": "deny"},
+				OpencodeConfigVar:     {"model": "m", "permission": with("read", "deny", "*", "allow"), "agent": buildOurs},
+				OpencodePermissionVar: ours,
 			}},
 		{name: "OPENCODE_PERMISSION not an object", vars: map[string]string{OpencodePermissionVar: `"allow"`},
 			wantErr: "OPENCODE_PERMISSION must hold a JSON object"},
@@ -265,7 +284,7 @@ func TestOpencodeEnv(t *testing.T) {
 func TestOpencodeConfigPinsTheBuildAgent(t *testing.T) {
 	user := `{"agent":{"build":{"permission":{"edit":"allow","read":"allow"},"model":"x"},"plan":{"permission":{"edit":"allow"}}},` +
 		`"mode":{"build":{"permission":"allow"}}}`
-	out, err := OpencodeConfig(user)
+	out, err := OpencodeConfig(user, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,4 +312,28 @@ func TestOpencodeConfigPinsTheBuildAgent(t *testing.T) {
 	if got.Agent["plan"].Permission["edit"] != "allow" {
 		t.Fatalf("other agents are left as they are: %s", out)
 	}
+}
+
+// TestOpencodeRulesComeLast: opencode lets the last matching rule win, so
+// the user's wildcards, and OPENCODE_PERMISSION's entries, come before ours.
+func TestOpencodeRulesComeLast(t *testing.T) {
+	out, err := OpencodeConfig(`{"permission":{"edit*":"allow","edit":"allow","read":"deny"},"agent":{"build":{"permission":{"*":"allow"}}}}`, `{"*":"allow"}`)
+	require.NoError(t, err)
+	cfg, err := decodeObject(json.RawMessage(out), "out", "")
+	require.NoError(t, err)
+	keys := func(raw json.RawMessage) []string {
+		o, err := decodeObject(raw, "out", "")
+		require.NoError(t, err)
+		var k []string
+		for _, m := range o {
+			k = append(k, m.key)
+		}
+		return k
+	}
+	assert.Equal(t, []string{"edit*", "read", "*", "edit", "bash", "webfetch"}, keys(cfg.get("permission")))
+	agents, err := decodeObject(cfg.get("agent"), "out", "")
+	require.NoError(t, err)
+	build, err := decodeObject(agents.get("build"), "out", "")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"*", "edit", "bash", "webfetch"}, keys(build.get("permission")))
 }

@@ -60,10 +60,22 @@ var agentCases = []agentCase{
 		}
 		return extra, nil
 	}},
-	{name: "opencode", exe: "opencode", setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
-		// symm-mcp merges its permission rules into this variable.
+	{name: "opencode", exe: "opencode", setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
+		// The user's own configuration allows everything, in every place
+		// symm-mcp's rules must win over: the global config file (with
+		// entries before a wildcard), OPENCODE_PERMISSION, and the inline
+		// configuration symm-mcp merges its rules into.
+		dir := filepath.Join(home, ".config", "opencode")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		global := `{"permission":{"edit":"allow","bash":"allow","webfetch":"allow","*":"allow"}}`
+		if err := os.WriteFile(filepath.Join(dir, "opencode.json"), []byte(global), 0o600); err != nil {
+			return nil, err
+		}
 		cfg := map[string]any{
-			"model": "local/m", "small_model": "local/m", "autoupdate": false, "share": "disabled",
+			"permission": map[string]any{"edit*": "allow", "bash*": "allow"},
+			"model":      "local/m", "small_model": "local/m", "autoupdate": false, "share": "disabled",
 			"provider": map[string]any{"local": map[string]any{
 				"npm":     "@ai-sdk/openai-compatible",
 				"options": map[string]any{"baseURL": url + "/v1", "apiKey": "x"},
@@ -71,7 +83,7 @@ var agentCases = []agentCase{
 			}},
 		}
 		b, err := json.Marshal(cfg)
-		return []string{"OPENCODE_CONFIG_CONTENT=" + string(b), "OPENCODE_DISABLE_AUTOUPDATE=1",
+		return []string{"OPENCODE_CONFIG_CONTENT=" + string(b), `OPENCODE_PERMISSION={"*":"allow"}`, "OPENCODE_DISABLE_AUTOUPDATE=1",
 			"OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1"}, err
 	}},
 }
