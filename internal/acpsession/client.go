@@ -1,6 +1,7 @@
 package acpsession
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"slices"
@@ -85,6 +86,9 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 	s.sinkMu.Lock()
 	err := s.sink.Event(EventPermission, f)
 	s.sinkMu.Unlock()
+	if errors.Is(err, ErrWithdrawn) {
+		return cancelledOutcome, nil
+	}
 	if err != nil {
 		s.mu.Lock()
 		if s.st.recordErr == nil {

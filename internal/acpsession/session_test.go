@@ -465,6 +465,27 @@ func TestPermissionNotRecorded(t *testing.T) {
 	assert.Contains(t, h.methods(), "session/cancel")
 }
 
+// TestPermissionWithdrawn: a sink that withdraws the decision (the task
+// is stopping) gets the request answered cancelled, and the turn goes on
+// without an error; stopping it is the supervisor's part.
+func TestPermissionWithdrawn(t *testing.T) {
+	sink := &recSink{eventErr: func(typ string) error {
+		if typ == EventPermission {
+			return ErrWithdrawn
+		}
+		return nil
+	}}
+	h := startHarness(t, fakeagent.Config{}, Params{
+		Allow:  []string{"execute"},
+		Prompt: script(t, steps(obj{"permission": obj{"tool_call_id": "t1", "kind": "execute", "report": true}})),
+	}, sink)
+	stop, err := h.run()
+	require.NoError(t, err)
+	assert.Equal(t, "end_turn", stop)
+	assert.Equal(t, "permission t1: cancelled", h.sink.text(Message), "the agent was answered cancelled, not allowed")
+	assert.NotContains(t, h.methods(), "session/cancel")
+}
+
 func TestCancel(t *testing.T) {
 	t.Run("mid-stream", func(t *testing.T) {
 		h := newHarness(t, fakeagent.Config{}, Params{

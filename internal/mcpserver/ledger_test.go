@@ -16,6 +16,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
@@ -530,6 +531,57 @@ func TestShutdownCancelsAndRefuses(t *testing.T) {
 	out := call(t, l.cs, "spawn_task", map[string]any{"agent": "codex", "prompt": "p", "workspace": l.ws})
 	assert.Equal(t, "failed", out["status"])
 	assert.Contains(t, out["error"], "shutting down")
+}
+
+// TestNoApprovalAfterTheStop: once task_cancelled is recorded, a
+// permission decision the session makes before it hears of the stop is
+// recorded, and answered, as cancelled.
+func TestNoApprovalAfterTheStop(t *testing.T) {
+	l := newLedger(t)
+	id, run := l.spawn(t, map[string]any{"allow": []string{"read"}})
+	sink := run.Sink.(acpsession.Sink)
+	stopping := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	l.sup.BeforeStop = func(context.Context, *tasktest.Run) {
+		once.Do(func() {
+			close(stopping)
+			<-release
+		})
+	}
+	cancelled := make(chan map[string]any, 1)
+	go func() {
+		res, err := l.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "cancel_task", Arguments: map[string]any{"task_id": id}})
+		out := map[string]any{}
+		if err == nil {
+			_ = json.Unmarshal([]byte(text(res)), &out)
+		}
+		cancelled <- out
+	}()
+	select {
+	case <-stopping:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stop did not reach the supervisor")
+	}
+	opt := "allow-1"
+	err := sink.Event(acpsession.EventPermission, acpsession.PermissionFields{
+		ToolCallID: "t1", Kind: "read", Decision: permission.AllowOnce, OptionID: &opt,
+		Options: []permission.Option{{ID: opt, Kind: permission.AllowOnce}},
+	})
+	assert.ErrorIs(t, err, acpsession.ErrWithdrawn)
+	close(release)
+	select {
+	case out := <-cancelled:
+		assert.Equal(t, "cancelled", out["status"])
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel_task did not return")
+	}
+	events := call(t, l.cs, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_cancelled", "permission"}})["events"].([]any)
+	require.Len(t, events, 2)
+	assert.Equal(t, "task_cancelled", events[0].(map[string]any)["type"])
+	perm := events[1].(map[string]any)
+	assert.Equal(t, "cancelled", perm["decision"], "recorded as answered: cancelled")
+	assert.Nil(t, perm["option_id"])
 }
 
 // TestStopBeforeTheProcessStarts cancels a task, by cancel_task and by

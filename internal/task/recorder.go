@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
@@ -176,6 +177,15 @@ func (r *recorder) Event(typ string, fields any) error {
 	defer r.run.mu.Unlock()
 	if r.ended {
 		return fmt.Errorf("task %s has ended", r.id)
+	}
+	// Once a stop is requested, no decision but cancelled goes out: the
+	// session learns of the stop a moment later, from the supervisor.
+	if f, ok := fields.(acpsession.PermissionFields); ok && r.run.stopped != "" && f.Decision != permission.Cancelled {
+		f.Decision, f.OptionID = permission.Cancelled, nil
+		if err := r.appendLocked(typ, f); err != nil {
+			return err
+		}
+		return acpsession.ErrWithdrawn
 	}
 	return r.appendLocked(typ, fields)
 }

@@ -19,6 +19,9 @@ type Supervisor struct {
 	// context; Start then fails if that context has ended, as the real
 	// supervisor does before it launches anything.
 	BeforeStart func(ctx context.Context)
+	// BeforeStop, when set, runs first in every Stop (the task has recorded
+	// task_cancelled by then).
+	BeforeStop func(ctx context.Context, r *Run)
 	// Started receives each run as it starts (buffered; never blocks Start
 	// when full).
 	Started chan *Run
@@ -89,6 +92,9 @@ func (f *Supervisor) Stop(ctx context.Context, id supervisor.RunID) {
 	f.mu.Unlock()
 	if r == nil {
 		return
+	}
+	if f.BeforeStop != nil {
+		f.BeforeStop(ctx, r)
 	}
 	code := 0
 	r.End(supervisor.Exit{ExitCode: &code, StopReason: "cancelled", Stopped: true})
