@@ -17,8 +17,8 @@
 package acpsession
 
 import (
-	"errors"
 	"encoding/json"
+	"errors"
 	"time"
 )
 

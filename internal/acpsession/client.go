@@ -1,8 +1,8 @@
 package acpsession
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
