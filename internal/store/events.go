@@ -36,15 +36,16 @@ type ref struct {
 const sideArena = ^uint32(0)
 
 type eventLog struct {
-	mem     *arenaSet         // nil until the first event
-	side    [][]byte          // capped events by side index; nil once dropped
-	sideOld int               // first side index not dropped
-	sideLen int64             // bytes of side events still held
-	refs    [][]ref           // chunks of refChunk refs
-	n       int               // events stored
-	types   []string          // interned event types, by id
-	typeIDs map[string]uint16 // reverse of types
-	quoted  [][]byte          // JSON encoding of each type
+	mem      *arenaSet         // nil until the first event
+	side     [][]byte          // capped events from side index sideBase on; nil once dropped
+	sideBase int               // side index of side[0]: dropped entries before it are gone
+	sideOld  int               // first side index not dropped
+	sideLen  int64             // bytes of side events still held
+	refs     [][]ref           // chunks of refChunk refs
+	n        int               // events stored
+	types    []string          // interned event types, by id
+	typeIDs  map[string]uint16 // reverse of types
+	quoted   [][]byte          // JSON encoding of each type
 }
 
 // arenaSet holds a log's arenas, apart from the log, so that a cleanup
@@ -138,16 +139,23 @@ func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capByt
 	b := l.encode(make([]byte, 0, eventSize(l.quoted[id], inner)), seq, id, now, inner)
 	l.side = append(l.side, b)
 	l.sideLen += int64(len(b))
-	l.addRef(ref{arena: sideArena, off: uint32(len(l.side) - 1), n: uint32(len(b)), typ: id})
+	end := l.sideBase + len(l.side) // side indexes in use: [sideBase, end)
+	l.addRef(ref{arena: sideArena, off: uint32(end - 1), n: uint32(len(b)), typ: id})
 
 	var d Dropped
-	for capBytes > 0 && l.sideLen > capBytes && l.sideOld < len(l.side)-1 {
-		old := l.side[l.sideOld]
-		l.side[l.sideOld] = nil
+	for capBytes > 0 && l.sideLen > capBytes && l.sideOld < end-1 {
+		old := l.side[l.sideOld-l.sideBase]
+		l.side[l.sideOld-l.sideBase] = nil
 		l.sideOld++
 		l.sideLen -= int64(len(old))
 		d.Lines++
 		d.Bytes += int64(len(old))
+	}
+	// Past the cap every line drops one: let go of their slots once they
+	// are half of side, so that a dropped line keeps only its ref.
+	if gone := l.sideOld - l.sideBase; gone >= 1024 && gone >= len(l.side)/2 {
+		l.side = append([][]byte(nil), l.side[gone:]...)
+		l.sideBase = l.sideOld
 	}
 	return seq, d
 }
@@ -183,13 +191,14 @@ func (l *eventLog) reserve(size int) []byte {
 func (l *eventLog) event(i int) []byte {
 	r := l.ref(i)
 	if r.arena == sideArena {
-		return l.side[r.off]
+		return l.side[int(r.off)-l.sideBase]
 	}
 	return l.mem.arenas[r.arena][r.off : r.off+r.n]
 }
 
 // dropped reports whether a cap removed event i.
-func (l *eventLog) dropped(r ref) bool { return r.arena == sideArena && l.side[r.off] == nil }
+// Side events are dropped oldest first.
+func (l *eventLog) dropped(r ref) bool { return r.arena == sideArena && int(r.off) < l.sideOld }
 
 // objectMembers returns what lies between the braces of a JSON object, or
 // nil for an empty object or no fields.

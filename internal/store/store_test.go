@@ -320,6 +320,52 @@ func TestCappedEventsDropTheOldest(t *testing.T) {
 	assert.Len(t, f.Events, len(kept))
 }
 
+// TestDroppedLinesLetGoOfTheirSlots: past the cap, a dropped line keeps
+// only its ref (its seq), not a slot in the capped events' storage; paging
+// is unchanged.
+func TestDroppedLinesLetGoOfTheirSlots(t *testing.T) {
+	s := New()
+	newTask(t, s, "t")
+	const lines = 20000
+	for i := range lines {
+		if i%100 == 0 {
+			_, err := s.Append("t", "agent_message", t0, []byte(fmt.Sprintf(`{"i":%d}`, i)))
+			require.NoError(t, err)
+		}
+		_, _, err := s.AppendCapped("t", "stderr", t0, []byte(fmt.Sprintf(`{"i":%d}`, i)), 2000)
+		require.NoError(t, err)
+	}
+	e, err := s.get("t")
+	require.NoError(t, err)
+	assert.Less(t, len(e.log.side), 2*1024+200, "slots of dropped lines are let go")
+
+	var stderr []float64
+	messages := 0
+	for after := int64(0); ; {
+		p, err := s.Events("t", Query{After: after, Limit: 1000, MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		for _, ev := range p.Events {
+			m := decode(t, ev)
+			switch m["type"] {
+			case "stderr":
+				stderr = append(stderr, m["i"].(float64))
+			case "agent_message":
+				messages++
+			}
+		}
+		after = p.Cursor
+		if !p.HasMore {
+			break
+		}
+	}
+	assert.Equal(t, lines/100, messages)
+	require.NotEmpty(t, stderr)
+	assert.Equal(t, float64(lines-1), stderr[len(stderr)-1])
+	for k := 1; k < len(stderr); k++ {
+		require.Equal(t, stderr[k-1]+1, stderr[k], "the kept lines are the newest, contiguous")
+	}
+}
+
 func TestUnfilteredPagesSkipDroppedEventsPastTheScanBound(t *testing.T) {
 	s := New()
 	newTask(t, s, "t")

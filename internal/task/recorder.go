@@ -262,19 +262,21 @@ func (r *recorder) Stderr(text string, part, parts int) {
 	}
 	r.dropped.Lines += d.Lines
 	r.dropped.Bytes += d.Bytes
-	_, _ = r.s.cfg.Store.Update(r.id, store.SetStderrDropped(r.dropped))
 	if now.Sub(r.reportedAt) >= droppedInterval {
 		r.reportDroppedLocked(now)
 	}
 }
 
 // reportDroppedLocked records the running count of dropped stderr, if it
-// changed since the last report.
+// changed since the last report: in the task, and as a stderr_dropped
+// event. Not once per dropped line: updating the task re-encodes its
+// record, prompt included.
 func (r *recorder) reportDroppedLocked(now time.Time) {
 	if r.dropped == r.reported {
 		return
 	}
 	r.reported, r.reportedAt = r.dropped, now
+	_, _ = r.s.cfg.Store.Update(r.id, store.SetStderrDropped(r.dropped))
 	_ = r.appendLocked("stderr_dropped", r.dropped)
 }
 
@@ -308,6 +310,9 @@ func (r *recorder) Exited(x supervisor.Exit) {
 		r.s.log.Error("recording the end of a task", "task", r.id, "err", err)
 	}
 	r.ended = true
+	// Finished tasks stay in the ledger: let go of what only a live run needs.
+	r.pending = nil
+	r.run.cancelStart = nil
 	r.run.mu.Unlock()
 	r.s.finished(r.id, r.run)
 }

@@ -2,6 +2,7 @@ package task
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,11 +12,15 @@ import (
 
 // benchRecorder is a task's recorder over a store, with no process.
 func benchRecorder(b *testing.B) (*recorder, *store.Store) {
+	return benchRecorderWith(b, "p", 0)
+}
+
+func benchRecorderWith(b *testing.B, prompt string, stderrCap int64) (*recorder, *store.Store) {
 	b.Helper()
 	st := store.New()
 	now := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
-	svc := New(Config{Store: st, Now: func() time.Time { return now }})
-	if _, err := st.Create(store.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: "p"}, now); err != nil {
+	svc := New(Config{Store: st, Now: func() time.Time { return now }, StderrCap: stderrCap})
+	if _, err := st.Create(store.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: prompt}, now); err != nil {
 		b.Fatal(err)
 	}
 	r := &run{done: make(chan struct{})}
@@ -88,5 +93,17 @@ func BenchmarkEvents(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkStderrPastTheCap records stderr lines once the cap drops one
+// per line, for a task with a 1 MiB prompt: the cost must not grow with
+// the task's record.
+func BenchmarkStderrPastTheCap(b *testing.B) {
+	rec, _ := benchRecorderWith(b, strings.Repeat("p", 1<<20), 4<<10)
+	line := strings.Repeat("e", 100)
+	b.ReportAllocs()
+	for b.Loop() {
+		rec.Stderr(line, 0, 0)
 	}
 }

@@ -402,7 +402,9 @@ func (s *Service) requestStop(id string, r *run, source string) (started bool, r
 		_ = r.rec.appendLocked("task_cancelled", struct {
 			Source string `json:"source"`
 		}{source})
-		r.cancelStart()
+		if r.cancelStart != nil {
+			r.cancelStart()
+		}
 	}
 	return r.started, r.id, true
 }
