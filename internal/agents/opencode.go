@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -115,14 +116,7 @@ func withAsk(perm object) object {
 	return out
 }
 
-func isOpencodeAsk(key string) bool {
-	for _, k := range opencodeAsk {
-		if k == key {
-			return true
-		}
-	}
-	return false
-}
+func isOpencodeAsk(key string) bool { return slices.Contains(opencodeAsk, key) }
 
 // permissionObject reads a permission value: an object as it is, a string
 // as {"*": string}, nothing (or null) as an empty object.
@@ -157,9 +151,7 @@ func variableObject(variable, value string) (object, error) {
 	if isBlank(value) {
 		return nil, nil
 	}
-	if !json.Valid([]byte(value)) {
-		var v any
-		err := json.Unmarshal([]byte(value), &v)
+	if err := json.Unmarshal([]byte(value), new(json.RawMessage)); err != nil {
 		return nil, fmt.Errorf("%s is not valid JSON (it must hold a JSON object): %w", variable, err)
 	}
 	if !isObject(json.RawMessage(value)) {

@@ -36,28 +36,38 @@ func connect(t *testing.T, svc Service) *mcp.ClientSession {
 // connectAs is connect with the client asking for protocol version.
 func connectAs(t *testing.T, svc Service, version string) *mcp.ClientSession {
 	t.Helper()
+	toServer, fromServer := servePipes(t, svc)
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.IOTransport{Reader: fromServer, Writer: toServer}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() }) // runs before servePipes' cleanup
+	return cs
+}
+
+// servePipes runs Serve over a pair of pipes and returns the client's
+// ends. At cleanup the pipe to the server is closed, and Serve must return.
+func servePipes(t *testing.T, svc Service) (toServer, fromServer *os.File) {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	require.NoError(t, err)
 	outR, outW, err := os.Pipe()
 	require.NoError(t, err)
-	served := make(chan error, 1)
+	served := make(chan struct{})
 	go func() {
-		err := Serve(context.Background(), svc, "test", inR, outW)
+		defer close(served)
+		_ = Serve(context.Background(), svc, "test", inR, outW)
 		_ = outW.Close() // the client sees EOF once the server is done
-		served <- err
 	}()
-	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, &mcp.ClientSessionOptions{ProtocolVersion: version})
-	require.NoError(t, err)
 	t.Cleanup(func() {
-		_ = cs.Close()
+		_ = inW.Close()
 		select {
 		case <-served:
 		case <-time.After(10 * time.Second):
 			t.Error("Serve did not return after the client closed")
 		}
+		_ = outR.Close()
 	})
-	return cs
+	return inW, outR
 }
 
 type ledger struct {

@@ -6,10 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
@@ -118,31 +116,14 @@ func TestSplicedBatch(t *testing.T) {
 	sink.Text(acpsession.Message, trickyText)
 	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
 
-	inR, inW, err := os.Pipe()
-	require.NoError(t, err)
-	outR, outW, err := os.Pipe()
-	require.NoError(t, err)
-	served := make(chan error, 1)
-	go func() {
-		served <- Serve(context.Background(), l.svc, "test", inR, outW)
-		_ = outW.Close()
-	}()
-	defer func() {
-		_ = inW.Close()
-		select {
-		case <-served:
-		case <-time.After(10 * time.Second):
-			t.Error("Serve did not return")
-		}
-		_ = outR.Close()
-	}()
+	inW, outR := servePipes(t, l.svc)
 	lines := bufio.NewReader(outR)
 	send := func(s string) {
 		_, err := inW.WriteString(s + "\n")
 		require.NoError(t, err)
 	}
 	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"batch","version":"1"}}}`)
-	_, err = lines.ReadBytes('\n')
+	_, err := lines.ReadBytes('\n')
 	require.NoError(t, err)
 	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	send(`[{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_events","arguments":{"task_id":"` + id + `"}}},` +
