@@ -272,3 +272,7 @@ func offerText(a doctorAgent, o *task.Offer, opt string) string {
 	}
 	return fmt.Sprintf("%s (%d values)", *o.Current, len(o.Values))
 }
+
+// shutdownBound caps the confirmation that every described agent is gone:
+// each cleanup is bounded and they run concurrently.
+const shutdownBound = 30 * time.Second

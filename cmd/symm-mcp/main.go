@@ -15,9 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
@@ -30,10 +28,6 @@ import (
 // version is set at link time (-ldflags "-X main.version=v1.2.3"); without
 // it the module's build information is used.
 var version string
-
-// shutdownBound caps the whole shutdown: every task's bounded cleanup runs
-// concurrently, so this is one task's worst case with room to spare.
-const shutdownBound = 30 * time.Second
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stderr))
@@ -154,24 +148,25 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 		case <-ctx.Done():
 		}
 	}()
-	err = mcpserver.RunStdio(ctx, svc, buildVersion())
-	signalled := ctx.Err() != nil
+	// The session ends with the client (EOF, or a reply it does not read),
+	// or on a signal; either way every task is stopped first, then the
+	// requests already read are answered.
+	out := mcpserver.RunStdio(ctx, svc, buildVersion())
 	stop()
 	<-watching
 	switch {
-	case signalled:
-		log.Info("shutting down on a signal")
-	case err != nil && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF"):
-		log.Warn("MCP session ended", "err", err)
+	case errors.Is(out.Reason, context.Canceled):
+		log.Info("shut down on a signal")
+	case errors.Is(out.Reason, mcpserver.ErrClientStalled):
+		log.Warn("the client stopped reading its replies; shut down", "err", out.Reason)
+	case out.Reason != nil && !errors.Is(out.Reason, io.EOF):
+		log.Warn("MCP session ended", "err", out.Reason)
 	default:
-		log.Info("client disconnected; shutting down")
+		log.Info("client disconnected; shut down")
 	}
-
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownBound)
-	defer cancel()
 	code = 0
-	if err := svc.Shutdown(sctx); err != nil {
-		log.Error("shutdown: some agent processes could not be confirmed gone", "err", err)
+	if out.Shutdown != nil {
+		log.Error("shutdown: some agent processes could not be confirmed gone", "err", out.Shutdown)
 		code = 1
 	}
 	if err := markers.Close(); err != nil {

@@ -46,7 +46,7 @@ func connectAs(t *testing.T, svc Service, version string) *mcp.ClientSession {
 
 // servePipes runs Serve over a pair of pipes and returns the client's
 // ends. At cleanup the pipe to the server is closed, and Serve must return.
-func servePipes(t *testing.T, svc Service) (toServer, fromServer *os.File) {
+func servePipes(t testing.TB, svc Service) (toServer, fromServer *os.File) {
 	t.Helper()
 	inR, inW, err := os.Pipe()
 	require.NoError(t, err)

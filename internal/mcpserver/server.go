@@ -32,6 +32,8 @@ type Service interface {
 	List() []json.RawMessage
 	Resolve(id string, resolution store.Resolution, note string) (json.RawMessage, error)
 	Cancel(ctx context.Context, id string) (json.RawMessage, error)
+	// Shutdown stops every task; Serve calls it when the session ends.
+	Shutdown(ctx context.Context) error
 }
 
 // Instructions tell an MCP host how the tools fit together.
@@ -189,20 +191,57 @@ func jsonValue(v any) []byte {
 	return b
 }
 
-// RunStdio serves svc over stdin and stdout until the client disconnects
-// (stdin reaches EOF) or ctx ends.
-func RunStdio(ctx context.Context, svc Service, version string) error {
-	return Serve(ctx, svc, version, os.Stdin, os.Stdout)
+// ShutdownBound caps the end of a session: stopping every task (each
+// task's bounded cleanup runs concurrently, so this is one task's worst
+// case with room to spare) and then answering the requests already read.
+const ShutdownBound = 30 * time.Second
+
+// Outcome says how a session ended.
+type Outcome struct {
+	// Reason is why: io.EOF when the client closed its end, ctx's error
+	// when ctx ended, ErrClientStalled, or the error that ended reading.
+	Reason error
+	// Shutdown is the service's shutdown error: some agent processes could
+	// not be confirmed gone.
+	Shutdown error
 }
 
-// Serve serves svc as newline-delimited JSON-RPC over in and out until in
-// reaches EOF or ctx ends; it closes in, not out.
+// RunStdio serves svc over stdin and stdout until the client disconnects
+// (stdin reaches EOF), stops reading, or ctx ends.
+func RunStdio(ctx context.Context, svc Service, version string) Outcome {
+	in, restoreIn := pollable(os.Stdin)
+	defer restoreIn()
+	out, restoreOut := pollable(os.Stdout)
+	defer restoreOut()
+	if out != os.Stdout {
+		defer out.Close()
+	}
+	return Serve(ctx, svc, version, in, out)
+}
+
+// Serve serves svc as newline-delimited JSON-RPC over in and out; it closes
+// in, not out.
+//
+// The session ends when in reaches EOF or fails, when a reply cannot be
+// written within WriteTimeout, or when ctx ends. Then, in this order, Serve
+// shuts svc down (every task stopped, as a disconnect does), answers every
+// request already read, and returns; the whole within ShutdownBound. Lines
+// the SDK could not take (not JSON, not JSON-RPC, too long) are answered
+// with a JSON-RPC error and the session goes on (framing).
 //
 // The tools are registered while the server already reads its first
 // message, so a client's initialize is answered without waiting for the
 // schemas; every other request waits until the tools are in place. Tool
 // replies are written from stored JSON past the SDK's encoding (splicer).
-func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) error {
+func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) Outcome {
+	client := newClientWriter(out, WriteTimeout)
+	sp := newSplicer(client)
+	sdkIn, feed := io.Pipe()
+	f := newFraming(feed, func(p []byte) error {
+		_, err := sp.Write(p)
+		return err
+	})
+
 	s := newServer(version)
 	ready := make(chan struct{})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -216,16 +255,84 @@ func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 					return nil, ctx.Err()
 				}
 			}
-			return next(ctx, method, req)
+			res, err := next(ctx, method, req)
+			if r, ok := res.(*mcp.InitializeResult); ok && err == nil {
+				// Batches are allowed or not by the version agreed on.
+				f.version.Store(&r.ProtocolVersion)
+			}
+			return res, err
 		}
 	})
-	sp := newSplicer(out)
 	s.AddReceivingMiddleware(sp.middleware)
+
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	wg.Go(func() {
 		register(s, svc)
 		close(ready)
 	})
-	defer wg.Wait()
-	return s.Run(ctx, &mcp.IOTransport{Reader: in, Writer: sp})
+	// The SDK's context ends only once the requests read are answered, so
+	// that a signal does not cut their replies off.
+	sdkCtx, cancelSDK := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSDK()
+	ran := make(chan struct{})
+	wg.Go(func() {
+		defer close(ran)
+		_ = s.Run(sdkCtx, &mcp.IOTransport{Reader: sdkIn, Writer: sdkWriter{f, sp}, MaxLineLength: -1})
+	})
+	read := make(chan error, 1)
+	wg.Go(func() {
+		read <- f.pump(in)
+		// The SDK sees EOF only once Serve closes the pipe.
+	})
+
+	var o Outcome
+	readDone := false
+	select {
+	case o.Reason = <-read:
+		readDone = true
+	case <-client.gone:
+		o.Reason = client.err
+	case <-ctx.Done():
+		o.Reason = ctx.Err()
+	case <-ran:
+		o.Reason = io.ErrUnexpectedEOF
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownBound)
+	defer cancel()
+	o.Shutdown = svc.Shutdown(sctx)
+	awaitAnswers(sctx, f, client, ran)
+
+	_ = feed.Close() // the SDK reads EOF and ends the session
+	_ = in.Close()         // a pump still reading stops
+	if !readDone {
+		<-read
+	}
+	_ = sdkIn.Close()
+	select {
+	case <-ran:
+	case <-sctx.Done():
+		cancelSDK()
+	}
+	return o
+}
+
+// awaitAnswers waits until every request read has been answered, the
+// client is gone, the SDK stopped, or ctx ends.
+func awaitAnswers(ctx context.Context, f *framing, client *clientWriter, ran <-chan struct{}) {
+	for {
+		n, changed := f.pending()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-changed:
+		case <-client.gone:
+			return
+		case <-ran:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }

@@ -1,0 +1,482 @@
+package mcpserver
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The framing layer sits between the client's byte stream and the MCP SDK's
+// stdio transport (intent 0014). The SDK ends the whole connection on the
+// first line it cannot decode (a stray "hello", a batch under a protocol
+// without batches, an id of {}, a line over its length limit), and symm-mcp
+// would then cancel every task. So every line is checked here first: what
+// the SDK would choke on is answered here with a JSON-RPC error and never
+// reaches it; the rest is forwarded.
+//
+// Every forwarded request also gets an id of ours, a small integer the SDK
+// represents exactly, and the client's id is written back byte for byte in
+// the reply: the SDK holds ids as float64 or int64, so 9007199254740993,
+// 12345678901234567890 or 1.5 would otherwise come back changed or not at
+// all. Counting the requests forwarded and the replies written also tells
+// when every request read has been answered, which the orderly end of a
+// session waits for.
+
+const (
+	// MaxLine is the longest line accepted from the client: the limit the
+	// MCP SDK clients themselves enforce, so no request we refuse could have
+	// been sent by them.
+	MaxLine = 16 << 20
+	// idWindow is how much of a refused oversized line is kept to find its id.
+	idWindow = 64 << 10
+	// WriteTimeout bounds one write to the client: a client that does not
+	// read its replies for this long is treated as gone.
+	WriteTimeout = 10 * time.Second
+)
+
+// ErrClientStalled is the reason a session ended when the client stopped
+// reading its replies: one could not be written within WriteTimeout.
+var ErrClientStalled = errors.New("the client did not read a reply within " + WriteTimeout.String())
+
+// framing holds the ids of the requests in flight and the negotiated
+// protocol version; one per session.
+type framing struct {
+	mu      sync.Mutex
+	next    int64                     // the last id of ours handed out
+	theirs  map[int64]json.RawMessage // our id -> the client's id as sent
+	ours    map[string]int64          // the client's id as sent -> our id, for cancellations
+	changed chan struct{}             // closed and replaced when a request is answered
+	version atomic.Pointer[string]    // the protocol version initialize agreed on
+	toSDK   io.Writer                 // the pipe the SDK reads
+	reply   func(p []byte) error      // writes one line to the client, past the id mapping
+}
+
+func newFraming(toSDK io.Writer, reply func([]byte) error) *framing {
+	return &framing{
+		theirs:  make(map[int64]json.RawMessage),
+		ours:    make(map[string]int64),
+		changed: make(chan struct{}),
+		toSDK:   toSDK,
+		reply:   reply,
+	}
+}
+
+// pump reads lines from r until it fails (io.EOF when the client closed
+// its end) and forwards or answers each one.
+func (f *framing) pump(r io.Reader) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var buf []byte
+	for {
+		line, over, err := readLine(br, buf[:0])
+		switch {
+		case over:
+			f.refuse(findID(line), codeInvalidRequest,
+				fmt.Sprintf("request exceeds the %d-byte (16 MiB) line limit", MaxLine))
+		case len(bytes.TrimSpace(line)) > 0:
+			if werr := f.handle(line); werr != nil {
+				return werr
+			}
+		}
+		// Keep the buffer for the next line unless one long request grew it.
+		if cap(line) <= 1<<20 {
+			buf = line
+		} else {
+			buf = nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// readLine reads one line into buf, without its newline. A line longer
+// than MaxLine is drained without being held: over is true and the line
+// holds its first idWindow bytes.
+func readLine(br *bufio.Reader, buf []byte) (line []byte, over bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !over {
+			if len(buf)+len(chunk) > MaxLine+1 { // +1: the newline itself
+				over = true
+				keep := min(idWindow-min(len(buf), idWindow), len(chunk))
+				buf = append(buf[:min(len(buf), idWindow)], chunk[:keep]...)
+			} else {
+				buf = append(buf, chunk...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if !over {
+			buf = bytes.TrimSuffix(buf, []byte{'\n'})
+		}
+		return buf, over, err
+	}
+}
+
+// JSON-RPC's error codes for what cannot be handled.
+const (
+	codeParseError     = -32700
+	codeInvalidRequest = -32600
+)
+
+var null = json.RawMessage("null")
+
+// handle checks one line and forwards it to the SDK or answers it. Only a
+// failure to forward is returned.
+func (f *framing) handle(line []byte) error {
+	line = bytes.TrimSpace(line)
+	if !json.Valid(line) {
+		f.refuse(findID(line), codeParseError, "parse error: the line is not valid JSON")
+		return nil
+	}
+	switch line[0] {
+	case '{':
+		msg, _, id, code, reason := f.rewrite(line)
+		if reason != "" {
+			f.refuse(id, code, reason)
+			return nil
+		}
+		if msg == nil {
+			return nil // a reply to nothing: dropped, as the SDK would
+		}
+		return f.forward(msg)
+	case '[':
+		return f.batch(line)
+	default:
+		f.refuse(null, codeInvalidRequest, "invalid request: a JSON-RPC message is an object")
+		return nil
+	}
+}
+
+// batch forwards a JSON-RPC batch when the protocol version has batches
+// (those before 2025-06-18), each request with an id of ours; otherwise, or
+// when any member is malformed, the whole batch is answered with one error.
+func (f *framing) batch(line []byte) error {
+	v := f.protocol()
+	if v == "" || v >= "2025-06-18" {
+		if v == "" {
+			v = "before initialize"
+		}
+		f.refuse(null, codeInvalidRequest, "invalid request: JSON-RPC batches are not part of MCP protocol version "+v)
+		return nil
+	}
+	var members []json.RawMessage
+	if err := json.Unmarshal(line, &members); err != nil || len(members) == 0 {
+		f.refuse(null, codeInvalidRequest, "invalid request: an empty batch")
+		return nil
+	}
+	// The notifications go ahead on lines of their own: the SDK never
+	// answers a batch that holds one (JSON-RPC lets a batch be processed
+	// in any order).
+	out := []byte{'['}
+	var added []int64
+	var notes [][]byte
+	for i, m := range members {
+		m = bytes.TrimSpace(m)
+		var msg []byte
+		reason := "not an object"
+		if len(m) > 0 && m[0] == '{' {
+			var ours int64
+			msg, ours, _, _, reason = f.rewrite(m)
+			if ours != 0 {
+				added = append(added, ours)
+			} else if msg != nil && reason == "" {
+				notes = append(notes, msg)
+				continue
+			}
+		}
+		if reason != "" {
+			f.forget(added...)
+			f.refuse(null, codeInvalidRequest, fmt.Sprintf("invalid request: batch member %d: %s", i, reason))
+			return nil
+		}
+		if msg == nil {
+			continue
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, msg...)
+	}
+	for _, n := range notes {
+		if err := f.forward(n); err != nil {
+			return err
+		}
+	}
+	if len(out) == 1 {
+		return nil // no request: nothing to answer
+	}
+	return f.forward(append(out, ']'))
+}
+
+// envelope is a JSON-RPC message's members, as the SDK decodes them.
+type envelope struct {
+	JSONRPC json.RawMessage `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  json.RawMessage `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+}
+
+// rewrite checks a JSON object as a JSON-RPC message and returns it as the
+// SDK should see it: a request with an id of ours (returned as ours), a
+// notification or reply as it came (a cancellation naming a request by our
+// id). msg is nil for a message the SDK should not see; reason is set when
+// the message is to be answered with code, naming id.
+func (f *framing) rewrite(line []byte) (msg []byte, ours int64, id json.RawMessage, code int, reason string) {
+	var e envelope
+	if err := json.Unmarshal(line, &e); err != nil {
+		return nil, 0, null, codeInvalidRequest, "invalid request: " + err.Error()
+	}
+	id = null
+	hasID := len(e.ID) > 0 && !bytes.Equal(e.ID, null)
+	if hasID {
+		if !isIDValue(e.ID) {
+			return nil, 0, null, codeInvalidRequest, "invalid request: id must be a string or a number"
+		}
+		id = e.ID
+	}
+	var version string
+	if json.Unmarshal(e.JSONRPC, &version) != nil || version != "2.0" {
+		return nil, 0, id, codeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`
+	}
+	if len(e.Method) == 0 {
+		// A reply to a request of ours, which has our numeric ids; anything
+		// else would end the SDK's connection.
+		switch {
+		case !hasID && (len(e.Result) > 0 || len(e.Error) > 0):
+			return nil, 0, null, 0, ""
+		case !hasID || (len(e.Result) == 0 && len(e.Error) == 0):
+			return nil, 0, id, codeInvalidRequest, `invalid request: no "method"`
+		}
+		return line, 0, id, 0, ""
+	}
+	var method string
+	if json.Unmarshal(e.Method, &method) != nil {
+		return nil, 0, id, codeInvalidRequest, `invalid request: "method" must be a string`
+	}
+	if len(e.Params) > 0 && e.Params[0] != '{' && e.Params[0] != '[' && !bytes.Equal(e.Params, null) {
+		return nil, 0, id, codeInvalidRequest, `invalid request: "params" must be an object or an array`
+	}
+	if method == "notifications/cancelled" && len(e.Params) > 0 {
+		e.Params = f.cancelled(e.Params)
+	}
+	out := make([]byte, 0, len(line)+32)
+	out = append(out, `{"jsonrpc":"2.0"`...)
+	if hasID {
+		ours = f.track(e.ID)
+		out = append(out, `,"id":`...)
+		out = strconv.AppendInt(out, ours, 10)
+	}
+	out = append(out, `,"method":`...)
+	out = append(out, e.Method...)
+	if len(e.Params) > 0 {
+		out = append(out, `,"params":`...)
+		out = append(out, e.Params...)
+	}
+	return append(out, '}'), ours, id, 0, ""
+}
+
+// isIDValue: a JSON string or number.
+func isIDValue(v json.RawMessage) bool {
+	c := v[0]
+	return c == '"' || c == '-' || ('0' <= c && c <= '9')
+}
+
+// cancelled rewrites a cancellation's requestId to our id for it.
+func (f *framing) cancelled(params json.RawMessage) json.RawMessage {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(params, &p) != nil {
+		return params
+	}
+	theirs, ok := p["requestId"]
+	if !ok {
+		return params
+	}
+	f.mu.Lock()
+	ours, ok := f.ours[string(theirs)]
+	f.mu.Unlock()
+	if !ok {
+		return params
+	}
+	p["requestId"] = strconv.AppendInt(nil, ours, 10)
+	b, err := json.Marshal(p)
+	if err != nil {
+		return params
+	}
+	return b
+}
+
+// track hands out our id for a request with the client's id.
+func (f *framing) track(theirs json.RawMessage) int64 {
+	theirs = bytes.Clone(theirs)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	f.theirs[f.next] = theirs
+	f.ours[string(theirs)] = f.next
+	return f.next
+}
+
+// forget drops ids handed out for requests that were not forwarded.
+func (f *framing) forget(ids ...int64) {
+	if len(ids) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, n := range ids {
+		f.drop(n)
+	}
+}
+
+// drop ends request n's tracking; f.mu is held.
+func (f *framing) drop(n int64) {
+	theirs, ok := f.theirs[n]
+	if !ok {
+		return
+	}
+	delete(f.theirs, n)
+	if f.ours[string(theirs)] == n {
+		delete(f.ours, string(theirs))
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *framing) forward(msg []byte) error {
+	msg = append(msg, '\n')
+	_, err := f.toSDK.Write(msg)
+	return err
+}
+
+// refuse answers a line the SDK does not see.
+func (f *framing) refuse(id json.RawMessage, code int, message string) {
+	m, _ := json.Marshal(message)
+	out := make([]byte, 0, 64+len(id)+len(m))
+	out = append(out, wirePrefix...)
+	out = append(out, id...)
+	out = append(out, `,"error":{"code":`...)
+	out = strconv.AppendInt(out, int64(code), 10)
+	out = append(out, `,"message":`...)
+	out = append(out, m...)
+	out = append(out, "}}\n"...)
+	// A failed write has already marked the client gone.
+	_ = f.reply(out)
+}
+
+// pending reports how many forwarded requests are still unanswered, and a
+// channel closed when that changes.
+func (f *framing) pending() (int, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.theirs), f.changed
+}
+
+func (f *framing) protocol() string {
+	if v := f.version.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
+// wirePrefix is how the SDK begins every message it writes, and how this
+// layer writes the ones it builds.
+var wirePrefix = []byte(`{"jsonrpc":"2.0","id":`)
+
+// restoreIDs writes each reply of the SDK's with the client's id in place
+// of ours. The SDK writes a message, or a batch of them, in one call.
+func (f *framing) restoreIDs(p []byte) []byte {
+	if len(p) > 0 && p[0] == '[' {
+		var members []json.RawMessage
+		if json.Unmarshal(bytes.TrimSpace(p), &members) != nil {
+			return p
+		}
+		out := []byte{'['}
+		for i, m := range members {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, f.restoreID(m)...)
+		}
+		return append(out, "]\n"...)
+	}
+	return f.restoreID(p)
+}
+
+func (f *framing) restoreID(p []byte) []byte {
+	rest, ok := bytes.CutPrefix(p, wirePrefix)
+	if !ok {
+		return p
+	}
+	n, width, ok := leadingInt(rest)
+	if !ok {
+		return p
+	}
+	after := rest[width:]
+	// A reply has "result" or "error" next; a request of ours has "method".
+	if !bytes.HasPrefix(after, []byte(`,"result"`)) && !bytes.HasPrefix(after, []byte(`,"error"`)) {
+		return p
+	}
+	f.mu.Lock()
+	theirs, ok := f.theirs[n]
+	if ok {
+		f.drop(n)
+	}
+	f.mu.Unlock()
+	if !ok {
+		return p
+	}
+	out := make([]byte, 0, len(p)-width+len(theirs))
+	out = append(out, wirePrefix...)
+	out = append(out, theirs...)
+	return append(out, after...)
+}
+
+// leadingInt parses the decimal integer p starts with.
+func leadingInt(p []byte) (n int64, width int, ok bool) {
+	for width < len(p) && '0' <= p[width] && p[width] <= '9' {
+		width++
+	}
+	if width == 0 {
+		return 0, 0, false
+	}
+	n, err := strconv.ParseInt(string(p[:width]), 10, 64)
+	return n, width, err == nil
+}
+
+// findID returns the id member of a (possibly cut) JSON object when it can
+// be read before the object ends or breaks off, else null.
+func findID(p []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(p))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return null
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return null
+		}
+		key, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return null
+		}
+		if key == "id" {
+			if len(v) > 0 && isIDValue(v) {
+				return v
+			}
+			return null
+		}
+	}
+	return null
+}
