@@ -75,8 +75,8 @@ func TestEOFStopsTasksThenAnswers(t *testing.T) {
 type stalled struct {
 	cmd    *exec.Cmd
 	stdin  *os.File
-	stdout *os.File // the read end, kept open and never read
-	stderr *os.File // a file, so that Wait never waits on a copy
+	stdout *os.File      // the read end, kept open and never read
+	stderr *os.File      // a file, so that Wait never waits on a copy
 	exited chan struct{} // closed once the server exited, with err set
 	err    error
 }

@@ -304,7 +304,7 @@ func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	awaitAnswers(sctx, f, client, ran)
 
 	_ = feed.Close() // the SDK reads EOF and ends the session
-	_ = in.Close()         // a pump still reading stops
+	_ = in.Close()   // a pump still reading stops
 	if !readDone {
 		<-read
 	}
