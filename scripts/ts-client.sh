@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 go build -o bin/symm-mcp ./cmd/symm-mcp
 go build -o bin/fake-acp-agent ./internal/acpsession/fakeagent/cmd/fake-acp-agent
-npm ci --prefix testdata/tsclient --no-audit --no-fund --loglevel=error >&2
+npm ci --prefix testdata/tsclient --no-audit --no-fund --loglevel=error >/dev/null # errors still reach stderr
 echo "ts-client: node $(node --version), @modelcontextprotocol/sdk $(node -p 'require("./testdata/tsclient/node_modules/@modelcontextprotocol/sdk/package.json").version')" >&2
 SYMM_MCP="$PWD/bin/symm-mcp" FAKE_ACP_AGENT="$PWD/bin/fake-acp-agent" \
   node --test testdata/tsclient/client.test.mjs

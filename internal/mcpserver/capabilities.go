@@ -9,7 +9,8 @@ import (
 )
 
 // capabilities are what the server declares: tools only. It adds no
-// resources, prompts, completions or log messages.
+// resources, prompts or completions (nor log messages, a feature the
+// 2026-07-28 protocol deprecates and the SDK refuses there).
 func capabilities() *mcp.ServerCapabilities {
 	// The tool list never changes once registered.
 	return &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}}
@@ -25,7 +26,6 @@ func refuseUndeclared(caps *mcp.ServerCapabilities) mcp.Middleware {
 		"resources/":  caps.Resources != nil,
 		"prompts/":    caps.Prompts != nil,
 		"completion/": caps.Completions != nil,
-		"logging/":    caps.Logging != nil,
 	}
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {

@@ -192,7 +192,6 @@ func TestUndeclaredCapabilities(t *testing.T) {
 	require.NotNil(t, init)
 	assert.Nil(t, init.Capabilities.Resources)
 	assert.Nil(t, init.Capabilities.Prompts)
-	assert.Nil(t, init.Capabilities.Logging)
 	assert.Nil(t, init.Capabilities.Completions)
 
 	ctx := context.Background()
@@ -211,8 +210,12 @@ func TestUndeclaredCapabilities(t *testing.T) {
 			_, err := l.cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "x"})
 			return err
 		},
-		"logging/setLevel": func() error {
-			return l.cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"})
+		"completion/complete": func() error {
+			_, err := l.cs.Complete(ctx, &mcp.CompleteParams{
+				Ref:      &mcp.CompleteReference{Type: "ref/prompt", Name: "x"},
+				Argument: mcp.CompleteParamsArgument{Name: "a", Value: "b"},
+			})
+			return err
 		},
 	} {
 		t.Run(method, func(t *testing.T) {
