@@ -179,8 +179,9 @@ for (const version of VERSIONS) {
     test('output validation is on: a reply that breaks the schema is refused', async () => {
       // The validators refuse what the schemas exclude...
       const validate = f.client.getToolOutputValidator('list_tasks');
-      assert.equal(validate({ tasks: 'none' }).valid, false);
-      assert.equal(validate({ tasks: [] }).valid, true);
+      const real = await call(f.client, 'list_tasks', {});
+      assert.equal(validate(real).valid, true);
+      assert.equal(validate({ ...real, tasks: 'none' }).valid, false);
       // ...and callTool applies them: a real reply with its status removed
       // on the way in is an error, not a result.
       f.transport.tamper = (m) => {
