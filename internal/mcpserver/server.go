@@ -51,13 +51,15 @@ func New(svc Service, version string) *mcp.Server {
 }
 
 func newServer(version string) *mcp.Server {
-	return mcp.NewServer(&mcp.Implementation{Name: "symm-mcp", Version: version}, &mcp.ServerOptions{
+	caps := capabilities()
+	s := mcp.NewServer(&mcp.Implementation{Name: "symm-mcp", Version: version}, &mcp.ServerOptions{
 		Instructions: Instructions,
 		// Tools that share a schema value have it resolved once.
-		SchemaCache: mcp.NewSchemaCache(),
-		// The tool list never changes once registered.
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}},
+		SchemaCache:  mcp.NewSchemaCache(),
+		Capabilities: caps,
 	})
+	s.AddReceivingMiddleware(refuseUndeclared(caps))
+	return s
 }
 
 // register adds the eight tools. Resolving their schemas is most of the
@@ -82,10 +84,7 @@ func (o outputSchemas) of(t reflect.Type, tool string) *jsonschema.Schema {
 	if s, ok := o[t]; ok {
 		return s
 	}
-	s, err := jsonschema.ForType(t, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
-		reflect.TypeFor[json.RawMessage](): {},
-		reflect.TypeFor[store.Time]():      {Type: "string", Format: "date-time"},
-	}})
+	s, err := inferOutput(t)
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", tool, err))
 	}
