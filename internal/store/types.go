@@ -32,12 +32,6 @@ func newTypeTable() *typeTable {
 // load returns the current snapshot.
 func (t *typeTable) load() *typeSnap { return t.snap.Load() }
 
-// lookup returns the id of typ, if it has one.
-func (t *typeTable) lookup(typ string) (uint16, bool) {
-	id, ok := t.load().ids[typ]
-	return id, ok
-}
-
 // id returns the id of typ, giving it one when it is new, and the
 // snapshot that holds it.
 func (t *typeTable) id(typ string) (uint16, *typeSnap) {
