@@ -35,7 +35,7 @@ func TestUpdatesBeforeTheSessionAreAllRecorded(t *testing.T) {
 			turnText = i
 		}
 	}
-	require.Len(t, updates, n, "every update sent before the session/new answer is recorded")
+	require.Equal(t, n, len(updates), "every update sent before the session/new answer is recorded")
 	for i, u := range updates {
 		if u != "tc-"+strconv.Itoa(i) {
 			t.Fatalf("update %d is %s: out of order", i, u)
