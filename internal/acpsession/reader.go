@@ -252,7 +252,7 @@ func (s *Session) deliver(sid string, m Mapped) {
 	case s.st.started:
 		emit = sid == s.st.sid
 	case s.st.holding:
-		if (s.st.sid == "" || sid == s.st.sid) && len(s.st.held) < maxHeld {
+		if s.st.sid == "" || sid == s.st.sid {
 			s.st.held = append(s.st.held, heldUpdate{sid: sid, m: m})
 		}
 	}

@@ -64,13 +64,14 @@ type promptAnswer struct {
 }
 
 // heldUpdate is an update read before the session start was recorded.
+// Every one is held, without a bound: they are the agent's messages and
+// tool calls, which the ledger keeps without a cap once the session exists
+// (intent 0009), and holding them costs no more memory than recording them
+// would. The wait is bounded by the new or load request's timeout.
 type heldUpdate struct {
 	sid string
 	m   Mapped
 }
-
-// maxHeld bounds the updates held before the session start is recorded.
-const maxHeld = 10000
 
 // state is everything mu guards.
 type state struct {
@@ -406,13 +407,19 @@ func (s *Session) startSession(sid string, resumed bool) error {
 	return nil
 }
 
-// stopHolding drops held updates when setup failed before the start.
+// stopHolding lets held updates go when setup failed before the start:
+// no session exists to record them in. The log says how many.
 func (s *Session) stopHolding() {
 	s.mu.Lock()
+	n := 0
 	if !s.st.started {
+		n = len(s.st.held)
 		s.st.holding, s.st.held = false, nil
 	}
 	s.mu.Unlock()
+	if n > 0 {
+		s.log.Warn("session setup failed: updates sent before it are not recorded", "updates", n)
+	}
 }
 
 // agentError is an error the agent answered a request with.

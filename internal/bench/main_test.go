@@ -25,7 +25,7 @@ var (
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	deadline  = flag.Duration("deadline", 4*time.Minute, "the most the whole harness may take")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages, tasks); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -63,6 +63,7 @@ type config struct {
 	bigLog        int // events in the large log that get_events reads
 	smallLog      int // events in the small one
 	pageSamples   int // get_events calls timed per log and position
+	smallTasks    int // finished small tasks whose memory is read
 }
 
 func fullScale() config {
@@ -71,6 +72,7 @@ func fullScale() config {
 		turn: 100_000, every: 10, wakeSamples: 15,
 		streams: 64, streamUpdates: 20_000,
 		bigLog: 1_000_000, smallLog: 100, pageSamples: 31,
+		smallTasks: 20_000,
 	}
 }
 
@@ -98,6 +100,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"wake", measureWake},
 		{"streams", measureStreams},
 		{"pages", measurePages},
+		{"tasks", measureTasks},
 	}
 	failed := false
 	for _, s := range steps {
@@ -150,6 +153,7 @@ func TestHarness(t *testing.T) {
 		server: filepath.Join(dir, "symm-mcp"), agent: filepath.Join(dir, "fake-acp-agent"),
 		reps: 1, execSamples: 3, spawnSamples: 3, ledger: 10, turn: 2000, every: 10, wakeSamples: 2,
 		streams: 4, streamUpdates: 500, bigLog: 2000, smallLog: 100, pageSamples: 3,
+		smallTasks: 200,
 	}
 	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent"} {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
@@ -163,7 +167,7 @@ func TestHarness(t *testing.T) {
 	t.Log(out.String())
 	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
 	for _, name := range []string{"exec → initialize", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
-		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte"} {
+		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task"} {
 		assert.Contains(t, out.String(), name)
 	}
 }

@@ -8,8 +8,15 @@
 // The base is created (mode 0700, the base only, not its parents) when it is
 // missing. It is refused when it is a symbolic link, not a directory, not
 // owned by the user, or writable by group or others: another user could then
-// plant or remove markers. A refused base, or any failure to set markers up,
-// logs a warning and turns markers off; it never stops the server.
+// plant or remove markers. The base is checked as the cleaned absolute path
+// that is then used, so no spelling ("link/", "link/.") lets the check see
+// through a link. A refused base, or any failure to set markers up, logs a
+// warning and turns markers off; it never stops the server.
+//
+// A marker is made under a fresh name and renamed into place, so that
+// nothing planted at its path (by an agent, which runs as the same user)
+// is ever opened: a FIFO cannot block Touch, a link cannot send it to
+// another file.
 //
 // Close removes the process's directory and everything in it; a marker
 // touched after Close never appears.
@@ -108,12 +115,12 @@ func defaultBase(getenv func(string) string, uid int) string {
 // setUp checks (creating it if missing) the base, then makes the process's
 // directory in it.
 func setUp(base string, uid int) (string, error) {
-	if !filepath.IsAbs(base) {
-		abs, err := filepath.Abs(base)
-		if err != nil {
-			return "", err
-		}
-		base = abs
+	// Clean first: Lstat follows a symbolic link spelled with a trailing
+	// slash ("link/", "link/.", "link//"), and the check below must see the
+	// base itself, as every later use of the cleaned path does.
+	base, err := filepath.Abs(base)
+	if err != nil {
+		return "", err
 	}
 	if err := os.Mkdir(base, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("cannot create the base directory: %w", err)
@@ -181,15 +188,40 @@ func (m *Markers) Touch(taskID string) error {
 	if !validID(taskID) {
 		return fmt.Errorf("task id %q cannot name a marker file", taskID)
 	}
-	f, err := os.OpenFile(filepath.Join(m.dir, taskID), os.O_WRONLY|os.O_CREATE|noFollow, 0o600)
-	if err != nil {
+	if err := m.place(taskID); err != nil {
 		if m.closed.Load() {
 			return nil // Close removed the directory first: no marker, as promised
 		}
 		return fmt.Errorf("completion marker: %w", err)
 	}
-	return f.Close()
+	return nil
 }
+
+// place makes the marker a new empty file: created under a fresh name
+// (O_EXCL: nothing planted can be opened through), then renamed over the
+// marker's name. Whatever was planted there, a FIFO that would block an
+// open for writing, a symbolic link or hard link that would send it to
+// another file, a device or a socket, is replaced, never opened; a
+// directory makes the rename fail.
+func (m *Markers) place(taskID string) error {
+	f, err := os.CreateTemp(m.dir, tmpPrefix+"*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	err = f.Close()
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(m.dir, taskID))
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// tmpPrefix names a marker being created; server task ids are UUIDs and
+// never start with it.
+const tmpPrefix = ".creating-"
 
 // Close removes the process's marker directory and everything in it. It is
 // idempotent; after it, Touch does nothing.

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // env is a Getenv over a map.
@@ -256,5 +259,199 @@ func TestTouchRacingCloseLeavesNothing(t *testing.T) {
 	wg.Wait()
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("marker directory exists after Close and the last Touch: %v", err)
+	}
+}
+
+// TestPlantedFileCannotBlockOrRedirectTouch: whatever another process of
+// the user (an agent) plants at a marker's path, Touch neither blocks on
+// it nor writes through it; the marker ends up a regular empty file of
+// its own, or, for a directory, Touch fails and leaves it be.
+func TestPlantedFileCannotBlockOrRedirectTouch(t *testing.T) {
+	tests := []struct {
+		name    string
+		plant   func(t *testing.T, path, outside string)
+		wantErr bool
+	}{
+		{name: "fifo", plant: func(t *testing.T, path, _ string) {
+			if err := syscall.Mkfifo(path, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "symlink to a file outside", plant: func(t *testing.T, path, outside string) {
+			if err := os.Symlink(outside, path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "dangling symlink", plant: func(t *testing.T, path, outside string) {
+			if err := os.Symlink(outside+".missing", path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "symlink to a fifo", plant: func(t *testing.T, path, outside string) {
+			fifo := outside + ".fifo"
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(fifo, path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "hard link to a file outside", plant: func(t *testing.T, path, outside string) {
+			if err := os.Link(outside, path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "character device", plant: func(t *testing.T, path, _ string) {
+			// The device of /dev/null (1:3 in Linux's encoding); making
+			// one needs CAP_MKNOD.
+			if err := syscall.Mknod(path, syscall.S_IFCHR|0o600, 1<<8|3); err != nil {
+				if errors.Is(err, fs.ErrPermission) {
+					t.Skip("mknod needs CAP_MKNOD; the FIFO and link cases cover the open")
+				}
+				t.Fatal(err)
+			}
+		}},
+		{name: "unix socket", plant: func(t *testing.T, path, _ string) {
+			l, err := net.Listen("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.(*net.UnixListener).SetUnlinkOnClose(false)
+			t.Cleanup(func() { l.Close() })
+		}},
+		{name: "directory", wantErr: true, plant: func(t *testing.T, path, _ string) {
+			if err := os.Mkdir(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Short paths: a unix socket's name has a small limit.
+			base, err := os.MkdirTemp("", "nt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(base) })
+			m := Open(Config{Base: base})
+			t.Cleanup(func() { m.Close() })
+			if !m.Enabled() {
+				t.Fatal("markers off")
+			}
+			outside := filepath.Join(base, "outside")
+			if err := os.WriteFile(outside, []byte("keep"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			const id = "t1"
+			p := m.Path(id)
+			tt.plant(t, p, outside)
+			before, err := os.Lstat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A reader that lets an open blocked on a FIFO go once the test
+			// has failed, so that the goroutine below ends.
+			t.Cleanup(func() {
+				for _, f := range []string{p, outside + ".fifo"} {
+					if fi, err := os.Lstat(f); err == nil && fi.Mode()&fs.ModeNamedPipe != 0 {
+						if r, err := os.OpenFile(f, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+							r.Close()
+						}
+					}
+				}
+			})
+
+			done := make(chan error, 1)
+			go func() { done <- m.Touch(id) }()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Touch blocked on what was planted at the marker's path")
+			}
+
+			if b, rerr := os.ReadFile(outside); rerr != nil || string(b) != "keep" {
+				t.Errorf("the file outside changed: %q, %v", b, rerr)
+			}
+			if _, serr := os.Lstat(outside + ".missing"); !errors.Is(serr, fs.ErrNotExist) {
+				t.Errorf("Touch created the target of a dangling link: %v", serr)
+			}
+			fi, lerr := os.Lstat(p)
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			if tt.wantErr {
+				if err == nil {
+					t.Error("Touch over a directory succeeded")
+				}
+				if !os.SameFile(before, fi) || !fi.IsDir() {
+					t.Errorf("the planted directory was replaced: %v", fi.Mode())
+				}
+			} else {
+				if err != nil {
+					t.Errorf("Touch: %v", err)
+				}
+				if !fi.Mode().IsRegular() || fi.Size() != 0 || fi.Mode().Perm() != 0o600 {
+					t.Errorf("marker is %v (%d bytes), want an empty regular file 0600", fi.Mode(), fi.Size())
+				}
+				if out, _ := os.Stat(outside); os.SameFile(fi, out) {
+					t.Error("the marker is the file outside")
+				}
+				if st := fi.Sys().(*syscall.Stat_t); st.Nlink != 1 {
+					t.Errorf("the marker has %d links, want 1", st.Nlink)
+				}
+			}
+			// Nothing but the marker (and the planted directory) is left.
+			entries, err := os.ReadDir(filepath.Dir(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(entries) != 1 || entries[0].Name() != id {
+				t.Errorf("marker directory holds %v, want only %s", entries, id)
+			}
+		})
+	}
+}
+
+// TestBaseSpelledThroughALink: a base that names a symbolic link is
+// refused however it is spelled, and markers never land in the link's
+// target.
+func TestBaseSpelledThroughALink(t *testing.T) {
+	root := t.TempDir()
+	target := filepath.Join(root, "real")
+	mkdir(t, target, 0o700)
+	link := filepath.Join(root, "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(root)
+	for _, base := range []string{
+		link, link + "/", link + "//", link + "/.", link + "/./", link + "/./.", target + "/../link/",
+		"link", "link/", "link//", "link/.", "./link/", "real/../link/",
+	} {
+		t.Run(base, func(t *testing.T) {
+			log, buf := logger()
+			m := Open(Config{Base: base, Logger: log})
+			defer m.Close()
+			if m.Enabled() {
+				t.Errorf("markers on in %s", m.Path("x"))
+			}
+			if !strings.Contains(buf.String(), "the base directory is a symbolic link") {
+				t.Errorf("log = %q, want the symbolic link refused", buf)
+			}
+			if entries, _ := os.ReadDir(target); len(entries) > 0 {
+				t.Errorf("the link's target has entries: %v", entries)
+			}
+		})
+	}
+	// The same spellings of a real directory are accepted, and its markers
+	// are in it.
+	for _, base := range []string{target + "/", target + "/.", target + "//", "real/", "./real/."} {
+		t.Run("directory "+base, func(t *testing.T) {
+			m := Open(Config{Base: base})
+			defer m.Close()
+			if !m.Enabled() || filepath.Dir(filepath.Dir(m.Path("x"))) != target {
+				t.Errorf("marker path %q, want one in a directory of %s", m.Path("x"), target)
+			}
+		})
 	}
 }

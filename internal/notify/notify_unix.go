@@ -7,10 +7,6 @@ import (
 	"syscall"
 )
 
-// noFollow makes Touch refuse to write through a symbolic link planted in
-// the marker directory.
-const noFollow = syscall.O_NOFOLLOW
-
 // ownerOf returns the uid that owns the file.
 func ownerOf(fi fs.FileInfo) (int, bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)

@@ -9,6 +9,10 @@ import "syscall"
 // caps per process) number at most one per 64 KiB of events.
 const mapMin = 64 << 10
 
+// mapped reports whether allocArena(n) maps memory that freeArena must
+// release.
+func mapped(n int) bool { return n >= mapMin }
+
 // allocArena returns an empty slice of n bytes of capacity. From mapMin
 // up it is mapped outside the Go heap, where the collector neither counts
 // nor scans it, and it becomes resident only as it is written.

@@ -17,10 +17,17 @@ import (
 // collects, and the ledger's bytes, which it never needs to scan or free,
 // would double the server's memory with that allowance. The arenas of a log
 // are released when its task's entry is garbage.
+//
+// A log's memory follows what it holds: its first arena fits its first
+// event (a task that fails to start records one), and arenas double from
+// there; its first chunk of refs doubles from firstRefs up to refChunk, the
+// one chunk ever copied (at most 64 KiB, once), and the chunks after it are
+// full-sized and never copied.
 const (
-	firstArena = 4 << 10 // small tasks stay small
-	maxArena   = 1 << 20 // large logs grow in 1 MiB steps
-	refChunk   = 4096    // refs are kept in chunks of this many, never copied
+	minArena  = 512     // the smallest first arena: a few short events
+	maxArena  = 1 << 20 // large logs grow in 1 MiB steps
+	firstRefs = 8       // the first chunk's starting capacity
+	refChunk  = 4096    // refs are kept in chunks of this many
 )
 
 type ref struct {
@@ -36,21 +43,23 @@ type ref struct {
 const sideArena = ^uint32(0)
 
 type eventLog struct {
-	mem      *arenaSet         // nil until the first event
-	side     [][]byte          // capped events from side index sideBase on; nil once dropped
-	sideBase int               // side index of side[0]: dropped entries before it are gone
-	sideOld  int               // first side index not dropped
-	sideLen  int64             // bytes of side events still held
-	refs     [][]ref           // chunks of refChunk refs
-	n        int               // events stored
-	types    []string          // interned event types, by id
-	typeIDs  map[string]uint16 // reverse of types
-	quoted   [][]byte          // JSON encoding of each type
+	mem      *arenaSet  // nil until the first event
+	side     [][]byte   // capped events from side index sideBase on; nil once dropped
+	sideBase int        // side index of side[0]: dropped entries before it are gone
+	sideOld  int        // first side index not dropped
+	sideLen  int64      // bytes of side events still held
+	refs     [][]ref    // chunks of refChunk refs
+	n        int        // events stored
+	types    *typeTable // the store's event types, which refs name by id
 }
 
 // arenaSet holds a log's arenas, apart from the log, so that a cleanup
 // can release them once the log is garbage.
-type arenaSet struct{ arenas [][]byte }
+type arenaSet struct {
+	arenas  [][]byte
+	cleanup bool // the cleanup that frees them is registered
+	settled bool // settle left one exact arena: the next starts small again
+}
 
 func (m *arenaSet) free() {
 	for _, a := range m.arenas {
@@ -61,34 +70,16 @@ func (m *arenaSet) free() {
 
 func (l *eventLog) ref(i int) ref { return l.refs[i/refChunk][i%refChunk] }
 
-func (l *eventLog) typeID(typ string) uint16 {
-	if id, ok := l.typeIDs[typ]; ok {
-		return id
-	}
-	if l.typeIDs == nil {
-		l.typeIDs = make(map[string]uint16)
-	}
-	if len(l.types) == 1<<16-1 {
-		panic("store: too many event types")
-	}
-	id := uint16(len(l.types))
-	q, _ := json.Marshal(typ)
-	l.types = append(l.types, typ)
-	l.quoted = append(l.quoted, q)
-	l.typeIDs[typ] = id
-	return id
-}
-
 // append encodes {"seq":N,"type":T,"time":...,<fields>} into the log and
 // returns N. fields must be a JSON object or empty.
 func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
 	seq := int64(l.n) + 1
-	id := l.typeID(typ)
+	id, types := l.types.id(typ)
 	inner := objectMembers(fields)
 
-	buf := l.reserve(eventSize(l.quoted[id], inner))
+	buf := l.reserve(eventSize(types.quoted[id], inner))
 	start := len(buf)
-	buf = l.encode(buf, seq, id, now, inner)
+	buf = encode(buf, seq, types.quoted[id], now, inner)
 	n := len(buf) - start
 	a := len(l.mem.arenas) - 1
 	l.mem.arenas[a] = buf
@@ -99,11 +90,11 @@ func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
 func eventSize(quotedType, inner []byte) int { return 64 + len(quotedType) + len(inner) }
 
 // encode appends {"seq":N,"type":T,"time":...,<inner>} to buf.
-func (l *eventLog) encode(buf []byte, seq int64, id uint16, now time.Time, inner []byte) []byte {
+func encode(buf []byte, seq int64, quotedType []byte, now time.Time, inner []byte) []byte {
 	buf = append(buf, `{"seq":`...)
 	buf = appendInt(buf, seq)
 	buf = append(buf, `,"type":`...)
-	buf = append(buf, l.quoted[id]...)
+	buf = append(buf, quotedType...)
 	buf = append(buf, `,"time":"`...)
 	buf = now.UTC().AppendFormat(buf, TimeLayout)
 	buf = append(buf, '"')
@@ -115,8 +106,18 @@ func (l *eventLog) encode(buf []byte, seq int64, id uint16, now time.Time, inner
 }
 
 func (l *eventLog) addRef(r ref) {
-	if l.n%refChunk == 0 {
-		l.refs = append(l.refs, make([]ref, 0, refChunk))
+	switch {
+	case l.n%refChunk == 0:
+		size := refChunk
+		if l.n == 0 {
+			size = firstRefs
+		}
+		l.refs = append(l.refs, make([]ref, 0, size))
+	case len(l.refs) == 1 && len(l.refs[0]) == cap(l.refs[0]):
+		// The first chunk is full below refChunk: double it.
+		grown := make([]ref, len(l.refs[0]), min(2*cap(l.refs[0]), refChunk))
+		copy(grown, l.refs[0])
+		l.refs[0] = grown
 	}
 	c := len(l.refs) - 1
 	l.refs[c] = append(l.refs[c], r)
@@ -134,9 +135,9 @@ type Dropped struct {
 // always kept). It returns the event's seq and what it dropped.
 func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capBytes int64) (int64, Dropped) {
 	seq := int64(l.n) + 1
-	id := l.typeID(typ)
+	id, types := l.types.id(typ)
 	inner := objectMembers(fields)
-	b := l.encode(make([]byte, 0, eventSize(l.quoted[id], inner)), seq, id, now, inner)
+	b := encode(make([]byte, 0, eventSize(types.quoted[id], inner)), seq, types.quoted[id], now, inner)
 	l.side = append(l.side, b)
 	l.sideLen += int64(len(b))
 	end := l.sideBase + len(l.side) // side indexes in use: [sideBase, end)
@@ -166,9 +167,6 @@ func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capByt
 func (l *eventLog) reserve(size int) []byte {
 	if l.mem == nil {
 		l.mem = &arenaSet{}
-		// l lies inside its task's entry: the cleanup runs once the entry
-		// is unreachable, and nothing else refers to the arenas.
-		runtime.AddCleanup(l, (*arenaSet).free, l.mem)
 	}
 	arenas := l.mem.arenas
 	if k := len(arenas); k > 0 {
@@ -177,13 +175,60 @@ func (l *eventLog) reserve(size int) []byte {
 			return last
 		}
 	}
-	c := firstArena
-	if k := len(arenas); k > 0 {
+	c := minArena
+	if k := len(arenas); k > 0 && !l.mem.settled {
 		c = min(2*cap(arenas[k-1]), maxArena)
 	}
+	l.mem.settled = false
 	c = max(c, size)
+	if mapped(c) && !l.mem.cleanup {
+		// l lies inside its task's entry: the cleanup runs once the entry
+		// is unreachable, and nothing else refers to the arenas. Heap
+		// arenas need none: most logs never register one.
+		runtime.AddCleanup(l, (*arenaSet).free, l.mem)
+		l.mem.cleanup = true
+	}
 	l.mem.arenas = append(arenas, allocArena(c))
 	return l.mem.arenas[len(l.mem.arenas)-1]
+}
+
+// settle trims the log of a finished task to what it holds, once it will
+// rarely grow again: a log whose arenas are all on the heap (a small one)
+// has its events copied into one arena of their exact size, and a log of
+// one chunk of refs has it cut to its length. The entry's lock is held for
+// writing, and readers copy events out under the read lock: nothing refers
+// to the old arenas afterwards.
+func (l *eventLog) settle() {
+	if m := l.mem; m != nil && !m.cleanup && len(m.arenas) > 0 {
+		base := make([]uint32, len(m.arenas))
+		total, slack := 0, 0
+		for i, a := range m.arenas {
+			base[i] = uint32(total)
+			total += len(a)
+			slack += cap(a) - len(a)
+		}
+		if len(m.arenas) > 1 || slack > 0 {
+			one := make([]byte, 0, total)
+			for _, a := range m.arenas {
+				one = append(one, a...)
+			}
+			for _, chunk := range l.refs {
+				for k := range chunk {
+					if r := &chunk[k]; r.arena != sideArena {
+						r.off += base[r.arena]
+						r.arena = 0
+					}
+				}
+			}
+			m.arenas = [][]byte{one}
+			m.settled = true
+		}
+	}
+	if len(l.refs) == 1 && cap(l.refs[0]) > len(l.refs[0]) {
+		exact := make([]ref, len(l.refs[0]))
+		copy(exact, l.refs[0])
+		l.refs[0] = exact
+	}
 }
 
 // event returns the stored bytes of event i: memory outside the heap,
@@ -284,9 +329,10 @@ func (s *Store) Events(id string, q Query) (Page, error) {
 
 	var want []bool // by type id; nil means every type
 	if len(q.Types) > 0 {
-		want = make([]bool, len(l.types))
+		types := l.types.load()
+		want = make([]bool, len(types.names))
 		for _, t := range q.Types {
-			if id, ok := l.typeIDs[t]; ok {
+			if id, ok := types.ids[t]; ok {
 				want[id] = true
 			}
 		}
@@ -320,7 +366,7 @@ func (s *Store) Events(id string, q Query) (Page, error) {
 		buf = append(buf, l.event(i)...)
 		events[k] = buf[off:len(buf):len(buf)]
 	}
-	return Page{Events: events, Cursor: cursor, HasMore: cursor < total, Status: e.task.Status}, nil
+	return Page{Events: events, Cursor: cursor, HasMore: cursor < total, Status: e.status}, nil
 }
 
 // AppendCapped records an event of a capped type (stderr): the task keeps

@@ -12,8 +12,8 @@
 // the status_changed event in the same critical section, so an illegal
 // transition or an unrecorded one cannot happen.
 //
-// Lock order: Store.mu before entry.mu. Nothing is called under either lock
-// but in-memory work.
+// Lock order: Store.mu before entry.mu before typeTable.mu. Nothing is
+// called under any of them but in-memory work.
 package store
 
 import (

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,29 +25,97 @@ type Store struct {
 	mu    sync.RWMutex      // guards tasks and order
 	tasks map[string]*entry // by task id
 	order []*entry          // creation order
+	types *typeTable        // event types of every task's log
 }
 
-// entry is one task: its record, the record's encodings and its events.
+// entry is one task: its record, the record's encoding and its events.
+//
+// A finished task's record rests in its encoding alone: the decoded form
+// (a few hundred bytes of fields and the strings they point to, all of it
+// in taskJSON too) is let go once the task is finished, and decoded again
+// for the rare change after that (a resolution). Memory per finished task
+// then follows what it holds.
 type entry struct {
-	mu          sync.RWMutex
-	task        Task
-	taskJSON    []byte // encoding of task, refreshed on every change
-	summaryJSON []byte // encoding of task.Summary
-	log         eventLog
+	mu         sync.RWMutex
+	status     Status // the record's status, at rest or not
+	task       *Task  // the decoded record; nil while it rests in taskJSON
+	taskJSON   []byte // encoding of the record, refreshed on every change
+	summaryEnd int    // taskJSON[:summaryEnd] is the Summary's encoding but its '}'
+	log        eventLog
 }
 
 // New returns an empty store.
-func New() *Store { return &Store{tasks: make(map[string]*entry)} }
+func New() *Store { return &Store{tasks: make(map[string]*entry), types: newTypeTable()} }
 
+// recordLocked returns the decoded record, to be changed; mu is held for
+// writing.
+func (e *entry) recordLocked() *Task {
+	if e.task == nil {
+		e.task = e.decodeLocked()
+	}
+	return e.task
+}
+
+// copyLocked returns a copy of the record; mu is held.
+func (e *entry) copyLocked() Task {
+	if e.task == nil {
+		return *e.decodeLocked()
+	}
+	t := *e.task
+	t.Allow = slices.Clone(t.Allow)
+	return t
+}
+
+// decodeLocked decodes the record at rest. It cannot fail: taskJSON is the
+// encoding of a Task, and Task's fields decode what they encode.
+func (e *entry) decodeLocked() *Task {
+	t := new(Task)
+	if err := json.Unmarshal(e.taskJSON, t); err != nil {
+		panic(fmt.Sprintf("store: decoding a stored task: %v", err))
+	}
+	return t
+}
+
+// refreshLocked encodes the changed record, and lets a finished task's
+// decoded record go. mu is held for writing.
 func (e *entry) refreshLocked() {
 	// Encoding a Task cannot fail: every field is a plain value or valid JSON.
-	b, err := json.Marshal(&e.task)
+	b, err := json.Marshal(e.task)
 	if err != nil {
 		panic(fmt.Sprintf("store: encoding task %s: %v", e.task.TaskID, err))
 	}
 	e.taskJSON = b
-	s, _ := json.Marshal(&e.task.Summary)
-	e.summaryJSON = s
+	// Summary is embedded first in Task, so the task's encoding starts with
+	// the summary's members: the summary is served from it rather than
+	// kept as a second encoding in every task's memory.
+	sum, _ := json.Marshal(&e.task.Summary)
+	end := len(sum) - 1 // its closing brace
+	if !bytes.HasPrefix(b, sum[:end]) || b[end] != ',' {
+		panic(fmt.Sprintf("store: the encoding of task %s does not start with its summary's", e.task.TaskID))
+	}
+	e.summaryEnd = end
+	e.status = e.task.Status
+	if e.status.Terminal() {
+		e.task = nil
+	}
+}
+
+// copyOf returns a copy of t, the record just changed, that shares no
+// slice with the entry.
+func (e *entry) copyOf(t *Task) Task {
+	c := *t
+	if e.task != nil {
+		c.Allow = slices.Clone(c.Allow)
+	}
+	return c
+}
+
+// summaryLocked returns a fresh copy of the summary's encoding.
+func (e *entry) summaryLocked() []byte {
+	out := make([]byte, e.summaryEnd+1)
+	copy(out, e.taskJSON[:e.summaryEnd])
+	out[e.summaryEnd] = '}'
+	return out
 }
 
 func (s *Store) get(id string) (*entry, error) {
@@ -61,7 +130,9 @@ func (s *Store) get(id string) (*entry, error) {
 
 // Create adds a task in status created and records task_created.
 func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
-	e := &entry{task: n.record(now)}
+	t := n.record(now)
+	e := &entry{task: &t}
+	e.log.types = s.types
 	fields, _ := json.Marshal(struct {
 		Agent     string `json:"agent"`
 		Workspace string `json:"workspace"`
@@ -76,7 +147,7 @@ func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
 	}
 	s.tasks[n.ID] = e
 	s.order = append(s.order, e)
-	return e.task, nil
+	return t, nil
 }
 
 // Get returns a copy of the task.
@@ -87,9 +158,7 @@ func (s *Store) Get(id string) (Task, error) {
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	t := e.task
-	t.Allow = slices.Clone(t.Allow)
-	return t, nil
+	return e.copyLocked(), nil
 }
 
 // TaskJSON returns the task's stored encoding.
@@ -111,7 +180,7 @@ func (s *Store) SummaryJSON(id string) (json.RawMessage, error) {
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	return e.summaryJSON, nil
+	return e.summaryLocked(), nil
 }
 
 // Status returns the task's current status.
@@ -122,7 +191,7 @@ func (s *Store) Status(id string) (Status, error) {
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	return e.task.Status, nil
+	return e.status, nil
 }
 
 // List returns the summaries of every task, newest first, as stored.
@@ -133,7 +202,7 @@ func (s *Store) List() []json.RawMessage {
 	out := make([]json.RawMessage, 0, len(order))
 	for _, e := range slices.Backward(order) {
 		e.mu.RLock()
-		out = append(out, e.summaryJSON)
+		out = append(out, e.summaryLocked())
 		e.mu.RUnlock()
 	}
 	return out
@@ -160,11 +229,12 @@ func (s *Store) Update(id string, edits ...Edit) (Task, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	t := e.recordLocked()
 	for _, ed := range edits {
-		ed.apply(&e.task)
+		ed.apply(t)
 	}
 	e.refreshLocked()
-	return e.task, nil
+	return e.copyOf(t), nil
 }
 
 // Transition moves the task to status to, applies edits and records the
@@ -177,19 +247,20 @@ func (s *Store) Transition(id string, to Status, now time.Time, edits ...Edit) (
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	from := e.task.Status
+	from := e.status
 	if !CanTransition(from, to) {
-		return e.task, fmt.Errorf("%w: task %s is %s, not able to become %s", ErrInvalidTransition, id, from, to)
+		return e.copyLocked(), fmt.Errorf("%w: task %s is %s, not able to become %s", ErrInvalidTransition, id, from, to)
 	}
+	t := e.recordLocked()
 	for _, ed := range edits {
-		ed.apply(&e.task)
+		ed.apply(t)
 	}
-	e.task.Status = to
+	t.Status = to
 	switch {
 	case to == Running:
-		e.task.StartedAt = at(now)
+		t.StartedAt = at(now)
 	case to.Terminal():
-		e.task.EndedAt = at(now)
+		t.EndedAt = at(now)
 	}
 	e.refreshLocked()
 	fields, _ := json.Marshal(struct {
@@ -197,7 +268,10 @@ func (s *Store) Transition(id string, to Status, now time.Time, edits ...Edit) (
 		To   Status `json:"to"`
 	}{from, to})
 	e.log.append("status_changed", now, fields)
-	return e.task, nil
+	if to.Terminal() {
+		e.log.settle()
+	}
+	return e.copyOf(t), nil
 }
 
 // Resolve records a caller's judgement of a finished task, with an optional
@@ -212,17 +286,18 @@ func (s *Store) Resolve(id string, r Resolution, note string, now time.Time) (Ta
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.task.Status.Terminal() {
-		return e.task, fmt.Errorf("%w: task %s is %s; only a finished task can be resolved", ErrInvalidTransition, id, e.task.Status)
+	if !e.status.Terminal() {
+		return e.copyLocked(), fmt.Errorf("%w: task %s is %s; only a finished task can be resolved", ErrInvalidTransition, id, e.status)
 	}
-	e.task.Resolution = r
-	e.task.ResolutionNote = optional(note)
-	e.task.ResolvedAt = at(now)
+	t := e.recordLocked()
+	t.Resolution = r
+	t.ResolutionNote = optional(note)
+	t.ResolvedAt = at(now)
 	e.refreshLocked()
 	fields, _ := json.Marshal(struct {
 		Resolution Resolution `json:"resolution"`
 		Note       *string    `json:"note"`
 	}{r, optional(note)})
 	e.log.append("task_resolved", now, fields)
-	return e.task, nil
+	return e.copyOf(t), nil
 }

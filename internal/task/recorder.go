@@ -312,7 +312,7 @@ func (r *recorder) Exited(x supervisor.Exit) {
 	r.ended = true
 	// Finished tasks stay in the ledger: let go of what only a live run needs.
 	r.pending = nil
-	r.run.cancelStart = nil
+	r.run.cancelStart, r.run.rec = nil, nil
 	r.run.mu.Unlock()
 	r.s.finished(r.id, r.run)
 }

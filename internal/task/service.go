@@ -108,7 +108,7 @@ type run struct {
 	// requested; once the process started, cancelling it does nothing.
 	cancelStart context.CancelFunc
 	done        chan struct{}
-	rec         *recorder
+	rec         *recorder // nil once the task is finished
 }
 
 // New returns a Service.
@@ -191,7 +191,8 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	startCtx, cancelStart := context.WithCancel(ctx)
 	defer cancelStart()
 	r := &run{done: make(chan struct{}), cancelStart: cancelStart}
-	r.rec = &recorder{s: s, id: id, run: r}
+	rec := &recorder{s: s, id: id, run: r}
+	r.rec = rec
 	if _, err := s.cfg.Store.Create(store.NewTask{
 		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: req.SessionID,
@@ -226,12 +227,12 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	spec := supervisor.Spec{
 		Argv: launch.Argv, Env: launch.Env, Dir: ws,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
-			return acpsession.Start(stdin, stdout, params, r.rec, s.log.With("task", id))
+			return acpsession.Start(stdin, stdout, params, rec, s.log.With("task", id))
 		},
 	}
 	// A stop requested from here on cancels startCtx: a start not yet under
 	// way does not begin, and the task ends cancelled without a process.
-	runID, err := s.cfg.Supervisor.Start(startCtx, spec, r.rec)
+	runID, err := s.cfg.Supervisor.Start(startCtx, spec, rec)
 	if err != nil {
 		if errors.Is(err, context.Canceled) && ctx.Err() == nil {
 			s.endUnstarted(id, r, store.Cancelled, "")
@@ -270,6 +271,10 @@ func (s *Service) endUnstarted(id string, r *run, to store.Status, msg string) {
 	} else {
 		_, err = s.cfg.Store.Transition(id, to, s.cfg.Now())
 	}
+	// Finished tasks stay in the ledger: the start's cancel func holds the
+	// spawn request's context (and through it the request) for good, and
+	// the recorder is done.
+	r.cancelStart, r.rec = nil, nil
 	r.mu.Unlock()
 	if err != nil {
 		s.log.Error("ending a task that did not start", "task", id, "to", to, "err", err)
@@ -394,7 +399,7 @@ func (s *Service) requestStop(id string, r *run, source string) (started bool, r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st, err := s.cfg.Store.Status(id)
-	if err != nil || st.Terminal() {
+	if err != nil || st.Terminal() || r.rec == nil { // rec is let go when the run ended
 		return false, 0, false
 	}
 	if r.stopped == "" {
