@@ -347,7 +347,7 @@ func (s *Session) observeResponse(env *envelope) {
 		ans := promptAnswer{answered: true}
 		var usage json.RawMessage
 		if failed {
-			ans.errText = string(env.Error)
+			ans.errText, ans.errCode = string(env.Error), errorCode(env.Error)
 		} else {
 			var r struct {
 				StopReason string          `json:"stopReason"`

@@ -61,6 +61,7 @@ type promptAnswer struct {
 	answered   bool
 	stopReason string
 	errText    string // JSON-RPC error object, when the agent failed the turn
+	errCode    int    // its code
 }
 
 // heldUpdate is an update read before the session start was recorded.
@@ -275,6 +276,8 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 		return "", ctx.Err()
 	case recordErr != nil:
 		return ans.stopReason, recordErr
+	case ans.answered && ans.errCode == CodeAuthRequired:
+		return "", s.authRequired("prompt", ans.errText)
 	case ans.answered && ans.errText != "":
 		return "", fmt.Errorf("agent failed the prompt: %s", ans.errText)
 	case ans.answered:
@@ -449,6 +452,9 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		return fmt.Errorf("agent did not answer %s within %s", name, s.timeout)
 	case s.connEnded():
 		return s.eofErr(ctx, s.connErr(name))
+	}
+	if re := (*acp.RequestError)(nil); errors.As(err, &re) && re.Code == CodeAuthRequired {
+		return s.authRequired(name, err.Error())
 	}
 	return &agentError{request: name, text: err.Error()}
 }
