@@ -27,7 +27,7 @@ func TestParse(t *testing.T) {
 		{"CRLF line ends", "A=1\r\nB=2\r\n", []string{"A=1", "B=2"}},
 		{"no final newline", "A=1\nB=2", []string{"A=1", "B=2"}},
 		{"names", "_=1\na_B9=2\n", []string{"_=1", "a_B9=2"}},
-		{"a later line replaces nothing here: both are returned in order", "A=1\nA=2\n", []string{"A=1", "A=2"}},
+		{"a name twice: both, in order (Overlay keeps the last)", "A=1\nA=2\n", []string{"A=1", "A=2"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
