@@ -90,7 +90,10 @@ type state struct {
 	cancelled  bool
 	abortSetup context.CancelCauseFunc
 	failure    error // the stream failed (ErrLineTooLong)
-	recordErr  error // a permission decision could not be recorded
+	// authRefusal is the JSON-RPC error of the agent's auth_required
+	// answer to a setup request, "" until one came.
+	authRefusal string
+	recordErr   error // a permission decision could not be recorded
 
 	ran        bool          // Run was called
 	closing    bool          // stdout ended: no new handler work
@@ -438,7 +441,7 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		}
 	}
 	s.mu.Lock()
-	failure := s.st.failure
+	failure, refusal := s.st.failure, s.st.authRefusal
 	s.mu.Unlock()
 	switch {
 	case failure != nil:
@@ -447,14 +450,15 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		return ErrCancelledBeforePrompt
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case refusal != "":
+		// The reader saw the agent's answer: trust it even when the agent
+		// exited right after it and the SDK reports a disconnect.
+		return s.authRequired(name, refusal)
 	case rctx.Err() != nil:
 		// The SDK reports a deadline as an internal error: look at the context.
 		return fmt.Errorf("agent did not answer %s within %s", name, s.timeout)
 	case s.connEnded():
 		return s.eofErr(ctx, s.connErr(name))
-	}
-	if re := (*acp.RequestError)(nil); errors.As(err, &re) && re.Code == CodeAuthRequired {
-		return s.authRequired(name, err.Error())
 	}
 	return &agentError{request: name, text: err.Error()}
 }
