@@ -62,9 +62,12 @@ type AuthRequiredError struct {
 func (e *AuthRequiredError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "agent requires authentication (ACP auth_required in answer to %s); ", e.Request)
-	if len(e.Methods) == 0 {
+	switch {
+	case e.Request == "initialize":
+		b.WriteString("its auth methods are unknown, since they come in initialize's answer")
+	case len(e.Methods) == 0:
 		b.WriteString("it lists no auth methods")
-	} else {
+	default:
 		b.WriteString("its auth methods: ")
 		for i, m := range e.Methods {
 			if i > 0 {

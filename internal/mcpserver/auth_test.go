@@ -73,7 +73,7 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 			want := wantAuthMethods
 			if tc.methods != nil {
 				want = tc.methods
-				assert.Contains(t, msg, "it lists no auth methods")
+				assert.Contains(t, msg, "its auth methods are unknown")
 			} else {
 				assert.Contains(t, msg, `its auth methods: "login" (Log in), "api-key" (API key), "tui" (Terminal login)`)
 			}
@@ -85,6 +85,17 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 			requireGone(t, r.pids(t, id, ws))
 		})
 	}
+
+	t.Run("an agent that lists none", func(t *testing.T) {
+		ws := workspace(t, map[string]any{"auth_required_in": []string{"new_session"}})
+		id := r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws})
+		got := r.wait(t, id)
+		assert.Equal(t, "failed", got["status"])
+		assert.Contains(t, got["error"], "in answer to new_session); it lists no auth methods; symm-mcp does not authenticate agents")
+		errs := r.events(t, id, "error")
+		require.Len(t, errs, 1)
+		assert.Equal(t, []any{}, errs[0]["auth_methods"])
+	})
 
 	t.Run("another error carries no auth methods", func(t *testing.T) {
 		ws := workspace(t, map[string]any{"auth_methods": fakeAuthMethods, "fail_in": map[string]string{"session/new": "Authentication required"}})
