@@ -63,8 +63,9 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	fs := flag.NewFlagSet("symm-mcp doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	envFile := fs.String("env-file", "", "`FILE` of the agents' environment, as for the server (see symm-mcp --help)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: symm-mcp doctor [--json]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: symm-mcp doctor [--json] [--env-file FILE]\n\n"+
 			"Starts each registered agent found on PATH, as describe_agent does, and reports\n"+
 			"its executable, version, ACP handshake, resume support, the settings symm-mcp pins,\n"+
 			"and its model and effort offers. The agents run in the working directory, all at\n"+
@@ -81,6 +82,17 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "symm-mcp doctor: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if *envFile != "" {
+		base := cfg.env
+		if base == nil {
+			base = os.Environ()
+		}
+		env, code := agentEnv(*envFile, base, "symm-mcp doctor", stderr)
+		if code != 0 {
+			return code
+		}
+		cfg.env = env.all
 	}
 	if cfg.dir == "" {
 		wd, err := os.Getwd()
@@ -227,6 +239,20 @@ func printReport(w io.Writer, r doctorReport) {
 	}
 	if values.Len() > 0 {
 		fmt.Fprintf(w, "\nValues offered (effort values describe the default model):\n%s", values.String())
+	}
+	var auth strings.Builder
+	for _, a := range r.Agents {
+		for _, m := range a.AuthMethods {
+			fmt.Fprintf(&auth, "  %s: %s (%s)", a.Agent, m.ID, oneLine(m.Name))
+			if m.Description != nil && *m.Description != "" {
+				fmt.Fprintf(&auth, ": %s", oneLine(*m.Description))
+			}
+			auth.WriteString("\n")
+		}
+	}
+	if auth.Len() > 0 {
+		fmt.Fprintf(w, "\nAuth methods the agents list (symm-mcp uses none: log an agent in beforehand,\n"+
+			"or give it its credentials in the environment or with --env-file):\n%s", auth.String())
 	}
 	installed, usable := 0, 0
 	for _, a := range r.Agents {

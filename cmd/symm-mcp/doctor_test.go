@@ -76,8 +76,9 @@ type doctorJSON struct {
 			Value     string `json:"value"`
 			Available bool   `json:"available"`
 		} `json:"pins"`
-		Model  *struct{ Values []string } `json:"model"`
-		Effort *struct{ Values []string } `json:"effort"`
+		Model       *struct{ Values []string } `json:"model"`
+		Effort      *struct{ Values []string } `json:"effort"`
+		AuthMethods []map[string]any           `json:"auth_methods"`
 	} `json:"agents"`
 }
 
@@ -100,6 +101,15 @@ func TestDoctorAllSixUsable(t *testing.T) {
 		assert.Regexp(t, "(?m)^"+re+"$", out, agent)
 	}
 	assert.Contains(t, out, "claude_code effort: default, low, medium, high, xhigh, max")
+	assert.Contains(t, out, "\nAuth methods the agents list (symm-mcp uses none: log an agent in beforehand,\n"+
+		"or give it its credentials in the environment or with --env-file):\n"+
+		"  cline: cline (Sign in with Cline)\n"+
+		"  cline: cline-pass (Sign in with ClinePass)\n"+
+		"  cline: openai-codex (Sign in with ChatGPT Subscription)\n"+
+		"  codex: api-key (API Key): Use an API key to authenticate\n"+
+		"  codex: chat-gpt (ChatGPT): Use ChatGPT to authenticate\n"+
+		"  copilot: copilot-login (Log in with Copilot CLI): Run `copilot login` in the terminal\n"+
+		"  opencode: opencode-login (Login with opencode): Run `opencode auth login` in the terminal\n\n")
 	assert.Contains(t, out, "6 of 6 agents installed, 6 usable")
 }
 
@@ -125,6 +135,9 @@ func TestDoctorMissingAndUnusable(t *testing.T) {
 				c.ConfigOptions = kept
 			},
 			"codex": func(c *fakeagent.Config) { // a login the agent needs
+				c.AuthRequiredIn = []string{"session/new"}
+			},
+			"cline": func(c *fakeagent.Config) { // an error that only reads like one
 				c.FailIn = map[string]string{"session/new": "Authentication required"}
 			},
 		})
@@ -144,8 +157,20 @@ func TestDoctorMissingAndUnusable(t *testing.T) {
 		assert.True(t, codex.Installed)
 		assert.False(t, codex.Usable)
 		require.Len(t, codex.Problems, 1)
-		assert.Contains(t, codex.Problems[0], "Authentication required")
+		assert.Contains(t, codex.Problems[0], `agent requires authentication (ACP auth_required in answer to new_session); `+
+			`its auth methods: "api-key" (API Key), "chat-gpt" (ChatGPT)`)
 		assert.Nil(t, codex.Version, "no handshake result")
+		assert.Equal(t, []map[string]any{
+			{"id": "api-key", "name": "API Key", "description": "Use an API key to authenticate"},
+			{"id": "chat-gpt", "name": "ChatGPT", "description": "Use ChatGPT to authenticate"},
+		}, codex.AuthMethods, "listed although the session was refused")
+
+		cline := r.Agents[byName["cline"]]
+		assert.False(t, cline.Usable)
+		require.Len(t, cline.Problems, 1)
+		assert.Contains(t, cline.Problems[0], "Authentication required")
+		assert.NotContains(t, cline.Problems[0], "auth_required")
+		assert.Len(t, cline.AuthMethods, 3)
 
 		copilot := r.Agents[byName["copilot"]]
 		assert.True(t, copilot.Installed)
@@ -161,6 +186,7 @@ func TestDoctorMissingAndUnusable(t *testing.T) {
 		assert.False(t, opencode.Usable)
 		require.Len(t, opencode.Problems, 1)
 		assert.Contains(t, opencode.Problems[0], `"opencode" not found`)
+		assert.Equal(t, []map[string]any{}, opencode.AuthMethods, "an empty list, not null")
 
 		claude := r.Agents[byName["claude_code"]]
 		assert.True(t, claude.Usable)

@@ -15,9 +15,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/envfile"
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
 	"github.com/symm-mcp/symm-mcp/internal/notify"
 	"github.com/symm-mcp/symm-mcp/internal/store"
@@ -55,6 +58,7 @@ type options struct {
 	notifyDir    string
 	noNotify     bool
 	stderrCapMiB int64
+	envFile      string
 }
 
 func parse(args []string, stderr io.Writer) (options, int, bool) {
@@ -67,8 +71,9 @@ func parse(args []string, stderr io.Writer) (options, int, bool) {
 	fs.BoolVar(&o.noNotify, "no-notify", false, "turn completion markers off")
 	fs.Int64Var(&o.stderrCapMiB, "stderr-cap-mib", task.DefaultStderrCap>>20,
 		"MiB of stderr events kept per task; past it the oldest are dropped and counted (0: no cap)")
+	fs.StringVar(&o.envFile, "env-file", "", envFileUsage)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: symm-mcp [flags]\n       symm-mcp doctor [--json]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: symm-mcp [flags]\n       symm-mcp doctor [--json] [--env-file FILE]\n\n"+
 			"symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.\n"+
 			"Register it, for example: claude mcp add symm -- symm-mcp\n"+
 			"symm-mcp doctor checks the agents on PATH and reports what each offers.\n\nFlags:\n")
@@ -95,6 +100,47 @@ func parse(args []string, stderr io.Writer) (options, int, bool) {
 	return o, 0, false
 }
 
+const envFileUsage = "`FILE` of NAME=VALUE lines (# comments; no quoting or expansion) for the agents, over the " +
+	"server's environment, PATH included; it must be yours and private to you (chmod 600)"
+
+// agentEnvironment is the base environment of every agent: the server's
+// own, with the env file's values over it. The adapters' own values go
+// over both when an agent is launched.
+type agentEnvironment struct {
+	all  []string // the base environment
+	vars []string // the env file's entries
+}
+
+// agentEnv reads the env file, if one is named, over base. A file that
+// cannot be used is a usage error: start-up is refused with exit status 2.
+func agentEnv(path string, base []string, prog string, stderr io.Writer) (agentEnvironment, int) {
+	if path == "" {
+		return agentEnvironment{all: base}, 0
+	}
+	vars, err := envfile.Read(path)
+	if err != nil {
+		hint := ""
+		if errors.Is(err, os.ErrNotExist) && strings.HasPrefix(path, "~") {
+			hint = " (~ is not expanded: an MCP host passes arguments as written; give an absolute path)"
+		}
+		fmt.Fprintf(stderr, "%s: --env-file: %v%s\n", prog, err, hint)
+		return agentEnvironment{}, 2
+	}
+	return agentEnvironment{all: envfile.Overlay(base, vars), vars: vars}, 0
+}
+
+// envNames lists the names of NAME=VALUE entries, never their values.
+func envNames(vars []string) []string {
+	names := make([]string, 0, len(vars))
+	for _, kv := range vars {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
@@ -106,6 +152,10 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	}
 	o, code, done := parse(args, stderr)
 	if done {
+		return code
+	}
+	env, code := agentEnv(o.envFile, os.Environ(), "symm-mcp", stderr)
+	if code != 0 {
 		return code
 	}
 	// A closed MCP stdout must not kill the server before it cleans up. A
@@ -126,11 +176,15 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 		log.Error("cannot read the working directory", "err", err)
 		return 1
 	}
+	if o.envFile != "" {
+		log.Info("agent environment from --env-file", "file", o.envFile, "names", strings.Join(envNames(env.vars), " "))
+	}
 	markers := notify.Open(notify.Config{Base: o.notifyDir, Disabled: o.noNotify, Logger: log})
-	sup := supervisor.New(supervisor.Config{Logger: log, Subreaper: true})
+	sup := supervisor.New(supervisor.Config{Env: env.all, Logger: log, Subreaper: true})
 	svc := task.New(task.Config{
 		Store: store.New(), Agents: agents.Default(), Supervisor: sup, Markers: markers,
 		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20,
+		Getenv: func(k string) string { return envValue(env.all, k) },
 	})
 
 	// The signals stay handled until cleanup is done: a client that closes

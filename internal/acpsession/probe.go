@@ -70,6 +70,16 @@ func (p *Probe) Result() (ProbeResult, error) {
 	return r, nil
 }
 
+// AuthMethods returns the auth methods the agent listed in its initialize
+// answer, also when the session could not be opened (an agent that wants
+// authentication refuses session/new). It is empty when the agent listed
+// none or did not answer initialize. Call it after Run returned.
+func (p *Probe) AuthMethods() []AuthMethod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return authMethods(p.st.init.AuthMethods)
+}
+
 // Offered returns the agent's offer for a setting: its current value and
 // the values it accepts, from the config option that would carry it, else
 // from the session modes. ok is false when the agent offers neither.

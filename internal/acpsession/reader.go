@@ -293,6 +293,13 @@ func (s *Session) observeResponse(env *envelope) {
 		return
 	}
 	failed := present(env.Error)
+	if failed && req.method != acp.AgentMethodSessionPrompt && errorCode(env.Error) == CodeAuthRequired {
+		s.mu.Lock()
+		if s.st.authRefusal == "" {
+			s.st.authRefusal = string(env.Error)
+		}
+		s.mu.Unlock()
+	}
 	switch req.method {
 	case acp.AgentMethodSessionNew, acp.AgentMethodSessionLoad:
 		var r struct {
@@ -347,7 +354,7 @@ func (s *Session) observeResponse(env *envelope) {
 		ans := promptAnswer{answered: true}
 		var usage json.RawMessage
 		if failed {
-			ans.errText = string(env.Error)
+			ans.errText, ans.errCode = string(env.Error), errorCode(env.Error)
 		} else {
 			var r struct {
 				StopReason string          `json:"stopReason"`

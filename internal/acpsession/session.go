@@ -61,6 +61,7 @@ type promptAnswer struct {
 	answered   bool
 	stopReason string
 	errText    string // JSON-RPC error object, when the agent failed the turn
+	errCode    int    // its code
 }
 
 // heldUpdate is an update read before the session start was recorded.
@@ -90,7 +91,10 @@ type state struct {
 	cancelled  bool
 	abortSetup context.CancelCauseFunc
 	failure    error // the stream failed (ErrLineTooLong)
-	recordErr  error // a permission decision could not be recorded
+	// authRefusal is the JSON-RPC error of the agent's auth_required
+	// answer to a setup request, "" until one came.
+	authRefusal string
+	recordErr   error // a permission decision could not be recorded
 
 	ran        bool          // Run was called
 	closing    bool          // stdout ended: no new handler work
@@ -276,6 +280,8 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 		return "", ctx.Err()
 	case recordErr != nil:
 		return ans.stopReason, recordErr
+	case ans.answered && ans.errCode == CodeAuthRequired:
+		return "", s.authRequired("prompt", ans.errText)
 	case ans.answered && ans.errText != "":
 		return "", fmt.Errorf("agent failed the prompt: %s", ans.errText)
 	case ans.answered:
@@ -442,7 +448,7 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		}
 	}
 	s.mu.Lock()
-	failure := s.st.failure
+	failure, refusal := s.st.failure, s.st.authRefusal
 	s.mu.Unlock()
 	switch {
 	case failure != nil:
@@ -451,6 +457,10 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		return ErrCancelledBeforePrompt
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case refusal != "":
+		// The reader saw the agent's answer: trust it even when the agent
+		// exited right after it and the SDK reports a disconnect.
+		return s.authRequired(name, refusal)
 	case rctx.Err() != nil:
 		// The SDK reports a deadline as an internal error: look at the context.
 		return fmt.Errorf("agent did not answer %s within %s", name, s.timeout)

@@ -342,6 +342,7 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 		model   *offerWant // nil: null
 		effort  *offerWant
 		pins    []any
+		auth    []any // the auth methods of the captured initialize
 	}{
 		{agent: "claude_code", version: "0.101.0",
 			model:  &offerWant{str("default"), []any{"default", "opus", "fable", "sonnet", "haiku"}},
@@ -349,19 +350,25 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 			pins:   []any{pin("mode", "default", true)}},
 		{agent: "codex", version: "2.6.0",
 			model: &offerWant{current: str("m")},
-			pins:  []any{pin("mode", "read-only", true)}},
+			pins:  []any{pin("mode", "read-only", true)},
+			auth: []any{auth("api-key", "API Key", "Use an API key to authenticate"),
+				auth("chat-gpt", "ChatGPT", "Use ChatGPT to authenticate")}},
 		{agent: "copilot", version: "1.0.102",
-			pins: []any{pin("mode", "agent", true), pin("allow_all", "off", true)}},
+			pins: []any{pin("mode", "agent", true), pin("allow_all", "off", true)},
+			auth: []any{auth("copilot-login", "Log in with Copilot CLI", "Run `copilot login` in the terminal")}},
 		{agent: "cline", version: "3.0.65",
 			model:  &offerWant{str("gpt-4o"), []any{"gpt-4o"}},
 			effort: &offerWant{nil, []any{"none", "low", "medium", "high", "xhigh"}},
-			pins:   []any{pin("auto_approve", "false", true)}},
+			pins:   []any{pin("auto_approve", "false", true)},
+			auth: []any{auth("cline", "Sign in with Cline", nil), auth("cline-pass", "Sign in with ClinePass", nil),
+				auth("openai-codex", "Sign in with ChatGPT Subscription", nil)}},
 		{agent: "cursor", version: "handwritten",
 			model: &offerWant{str("auto"), []any{"auto", "model-a", "model-b"}},
 			pins:  []any{pin("mode", "plan", true), pin("mode", "agent", true)}},
 		{agent: "opencode", version: "1.18.33",
 			model: &offerWant{current: str("local/m")},
-			pins:  []any{pin("mode", "build", true)}},
+			pins:  []any{pin("mode", "build", true)},
+			auth:  []any{auth("opencode-login", "Login with opencode", "Run `opencode auth login` in the terminal")}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.agent, func(t *testing.T) {
@@ -391,6 +398,10 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 				assert.Equal(t, want.values, got["values"])
 			}
 			assert.Equal(t, tc.pins, d["pins"])
+			if tc.auth == nil {
+				tc.auth = []any{}
+			}
+			assert.Equal(t, tc.auth, d["auth_methods"])
 			assert.Equal(t, []string{"initialize", "session/new"}, methods(requests(t, ws)), "describe stops after session/new")
 		})
 	}
@@ -411,6 +422,20 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 		assert.Nil(t, d["version"])
 		assert.Nil(t, d["model"])
 	})
+	t.Run("ACP auth_required in session/new names the auth methods", func(t *testing.T) {
+		cfg := offer(t, "codex")
+		cfg["auth_required_in"] = []string{"session/new"}
+		ws := workspace(t, cfg)
+		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "codex", "workspace": ws})
+		assert.Contains(t, d["error"], `its auth methods: "api-key" (API Key), "chat-gpt" (ChatGPT)`)
+		assert.Len(t, d["auth_methods"], 2)
+		assert.Nil(t, d["version"])
+	})
+}
+
+// auth is one auth method as describe_agent shows it.
+func auth(id, name string, description any) map[string]any {
+	return map[string]any{"id": id, "name": name, "description": description}
 }
 
 func pin(setting, value string, available bool) map[string]any {

@@ -37,18 +37,21 @@ type Pin struct {
 }
 
 // Description is describe_agent's answer. An offer the agent does not make
-// is null; Error says why the agent could not be described.
+// is null; Error says why the agent could not be described. AuthMethods
+// are those the agent listed in its initialize answer, also when it then
+// refused to open a session (empty when it listed none or never answered).
 type Description struct {
-	Agent      string   `json:"agent"`
-	Executable string   `json:"executable"`
-	Path       *string  `json:"path"`
-	Version    *string  `json:"version"`
-	CanResume  *bool    `json:"can_resume"`
-	Options    []string `json:"options"`
-	Model      *Offer   `json:"model"`
-	Effort     *Offer   `json:"effort"`
-	Pins       []Pin    `json:"pins"`
-	Error      *string  `json:"error"`
+	Agent       string                  `json:"agent"`
+	Executable  string                  `json:"executable"`
+	Path        *string                 `json:"path"`
+	Version     *string                 `json:"version"`
+	CanResume   *bool                   `json:"can_resume"`
+	Options     []string                `json:"options"`
+	Model       *Offer                  `json:"model"`
+	Effort      *Offer                  `json:"effort"`
+	Pins        []Pin                   `json:"pins"`
+	AuthMethods []acpsession.AuthMethod `json:"auth_methods"`
+	Error       *string                 `json:"error"`
 }
 
 // Describe starts the agent, reads what it offers, and ends it. It creates
@@ -72,7 +75,8 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	if err != nil {
 		return Description{}, err
 	}
-	d := Description{Agent: agent, Executable: adapter.Executable, Options: adapter.Options, Pins: []Pin{}}
+	d := Description{Agent: agent, Executable: adapter.Executable, Options: adapter.Options, Pins: []Pin{},
+		AuthMethods: []acpsession.AuthMethod{}}
 	fail := func(err error) (Description, error) {
 		msg := err.Error()
 		d.Error = &msg
@@ -113,6 +117,7 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	if probe == nil {
 		return fail(fmt.Errorf("the agent's conversation did not start"))
 	}
+	d.AuthMethods = probe.AuthMethods()
 	res, perr := probe.Result()
 	if perr != nil {
 		if ctx.Err() != nil {

@@ -55,6 +55,9 @@ var (
 
 type errorFields struct {
 	Message string `json:"message"`
+	// AuthMethods are the agent's, present only when it failed the task
+	// with ACP's auth_required error ([] when it lists none).
+	AuthMethods *[]acpsession.AuthMethod `json:"auth_methods,omitempty"`
 }
 
 var encoders = sync.Pool{New: func() any { return new(fieldEncoder) }}
@@ -287,7 +290,11 @@ func (r *recorder) Exited(x supervisor.Exit) {
 	r.reportDroppedLocked(r.s.cfg.Now())
 	status, msg := outcome(x, r.run.stopped != "")
 	if msg != "" {
-		_ = r.appendLocked("error", errorFields{Message: msg})
+		f := errorFields{Message: msg}
+		if ae := (*acpsession.AuthRequiredError)(nil); x.CleanupErr == nil && errors.As(x.Err, &ae) {
+			f.AuthMethods = &ae.Methods
+		}
+		_ = r.appendLocked("error", f)
 	}
 	var stop *string
 	if x.StopReason != "" {

@@ -106,6 +106,12 @@ func newAgent(cfg Config, stdout, stderr io.Writer, process bool) (*agent, error
 			return nil, fmt.Errorf("config_options[%d]: %w", i, err)
 		}
 	}
+	for i, raw := range cfg.AuthMethods {
+		var m acp.AuthMethod
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("auth_methods[%d]: %w", i, err)
+		}
+	}
 	log, err := openRequestLog(cfg.RequestLog)
 	if err != nil {
 		return nil, err
@@ -163,7 +169,7 @@ func (a *agent) enter() bool {
 	return true
 }
 
-// gate applies hang_in and fail_in to method.
+// gate applies hang_in, fail_in and auth_required_in to method.
 func (a *agent) gate(method string) error {
 	if a.cfg.HangIn != "" && acpMethod(a.cfg.HangIn) == method {
 		<-a.stop
@@ -172,6 +178,11 @@ func (a *agent) gate(method string) error {
 	for name, msg := range a.cfg.FailIn {
 		if acpMethod(name) == method {
 			return &acp.RequestError{Code: -32603, Message: msg}
+		}
+	}
+	for _, name := range a.cfg.AuthRequiredIn {
+		if acpMethod(name) == method {
+			return acp.NewAuthRequired(nil)
 		}
 	}
 	return nil
@@ -310,7 +321,7 @@ func (a *agent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.Auth
 	return acp.AuthenticateResponse{}, nil
 }
 
-// Initialize advertises loadSession when configured.
+// Initialize advertises loadSession and auth methods when configured.
 func (a *agent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
 	if !a.enter() {
 		return acp.InitializeResponse{}, errStopped
@@ -323,6 +334,11 @@ func (a *agent) Initialize(context.Context, acp.InitializeRequest) (acp.Initiali
 		ProtocolVersion:   acp.ProtocolVersionNumber,
 		AgentCapabilities: acp.AgentCapabilities{LoadSession: a.cfg.LoadSession},
 		AuthMethods:       []acp.AuthMethod{},
+	}
+	for _, raw := range a.cfg.AuthMethods {
+		var m acp.AuthMethod
+		_ = json.Unmarshal(raw, &m) // checked in newAgent
+		resp.AuthMethods = append(resp.AuthMethods, m)
 	}
 	if ai := a.cfg.AgentInfo; ai != nil {
 		resp.AgentInfo = &acp.Implementation{Name: ai.Name, Version: ai.Version}

@@ -28,6 +28,8 @@ type Config struct {
 	RejectLoad                      bool              `json:"reject_load,omitempty"`
 	Modes                           *Modes            `json:"modes,omitempty"`
 	ConfigOptions                   []json.RawMessage `json:"config_options,omitempty"`
+	AuthMethods                     []json.RawMessage `json:"auth_methods,omitempty"`
+	AuthRequiredIn                  []string          `json:"auth_required_in,omitempty"`
 	HangIn                          string            `json:"hang_in,omitempty"`
 	FailIn                          map[string]string `json:"fail_in,omitempty"`
 	UpdatesBeforeNewSessionResponse []json.RawMessage `json:"updates_before_new_session_response,omitempty"`
@@ -80,6 +82,7 @@ type Step struct {
 	Notify         *Notify         `json:"notify,omitempty"`
 	Request        *Request        `json:"request,omitempty"`
 	Stderr         *string         `json:"stderr,omitempty"`
+	Env            *string         `json:"env,omitempty"`
 	StderrFlood    *Size           `json:"stderr_flood,omitempty"`
 	StdoutRaw      json.RawMessage `json:"stdout_raw,omitempty"`
 	WaitForCancel  bool            `json:"wait_for_cancel,omitempty"`
@@ -167,7 +170,7 @@ func (s *Step) actions() int {
 	for _, set := range []bool{
 		s.Message != nil, s.Thought != nil, s.Chunks != nil, s.Flood != nil, s.Plan != nil,
 		s.ToolCall != nil, s.ToolCallUpdate != nil, s.Permission != nil,
-		s.RawUpdate != nil, s.Notify != nil, s.Request != nil, s.Stderr != nil,
+		s.RawUpdate != nil, s.Notify != nil, s.Request != nil, s.Stderr != nil, s.Env != nil,
 		s.StderrFlood != nil, s.StdoutRaw != nil, s.WaitForCancel, s.AwaitCancel, s.Hang,
 		s.SleepMs > 0, s.Exit != nil, s.Signal != "", s.Fork != nil,
 		s.CloseStdout, s.StopReason != "",

@@ -29,6 +29,8 @@
 //	  "reject_load": true,           // every session/load fails ("session not found")
 //	  "modes": {"current": "ask", "available": [{"id": "ask", "name": "Ask"}, {"id": "code"}]},
 //	  "config_options": [ ...raw ACP SessionConfigOption objects, select or boolean... ],
+//	  "auth_methods": [ ...raw ACP AuthMethod objects: {"id": "key", "name": "API key", "description": "..."}... ],
+//	  "auth_required_in": ["session/new"], // answer these methods with ACP auth_required (-32000)
 //	  "hang_in": "session/new",      // never answer this method
 //	  "fail_in": {"session/new": "msg"}, // answer these methods with JSON-RPC error -32603 msg
 //	  "updates_before_new_session_response": [ ...raw session updates... ],
@@ -41,10 +43,11 @@
 //	  "turn": { ...script... }       // the turn when the prompt is not a script
 //	}
 //
-// Method names in hang_in and fail_in are ACP names (initialize,
-// session/new, session/load, session/set_mode, session/set_config_option,
-// session/prompt) or the short names initialize, new_session, load_session,
-// set_mode, set_config_option, prompt.
+// auth_methods are listed in initialize's authMethods (none by default).
+// Method names in hang_in, fail_in and auth_required_in are ACP names
+// (initialize, session/new, session/load, session/set_mode,
+// session/set_config_option, session/prompt) or the short names initialize,
+// new_session, load_session, set_mode, set_config_option, prompt.
 //
 // modes is absent by default (no "modes" in session responses). Each new
 // session starts from modes and config_options; session/set_mode answers
@@ -152,6 +155,8 @@
 //	                          a request to the client; waits for the answer and
 //	                          logs it; report emits "response <method>: <json>"
 //	{"stderr": "text"}        a line on stderr
+//	{"env": "NAME"}           agent_message_chunk "NAME=<value>" from the
+//	                          agent's environment, or "NAME unset"
 //	{"stderr_flood": {"bytes": 1048576}}   that many bytes of stderr, in lines
 //	{"stdout_raw": "not json"}            this line on stdout
 //	{"stdout_raw": {"bytes": 11534337}}   a line of that many 'x' bytes

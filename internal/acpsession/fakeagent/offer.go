@@ -17,7 +17,7 @@ const (
 
 // OfferConfig returns a Config under which the fake agent offers what a
 // real agent offered: the agentInfo and loadSession capability of its
-// initialize result, and the modes and configOptions of its session/new
+// initialize result, its authMethods, and the modes and configOptions of its session/new
 // result (config options byte-exact). Everything else in the results is
 // not impersonated.
 func OfferConfig(initialize, newSession []byte) (Config, error) {
@@ -29,6 +29,7 @@ func OfferConfig(initialize, newSession []byte) (Config, error) {
 		AgentCapabilities struct {
 			LoadSession bool `json:"loadSession"`
 		} `json:"agentCapabilities"`
+		AuthMethods []json.RawMessage `json:"authMethods"`
 	}
 	if err := json.Unmarshal(initialize, &init); err != nil {
 		return Config{}, fmt.Errorf("initialize result: %w", err)
@@ -44,6 +45,9 @@ func OfferConfig(initialize, newSession []byte) (Config, error) {
 		return Config{}, fmt.Errorf("session/new result: %w", err)
 	}
 	cfg := Config{LoadSession: init.AgentCapabilities.LoadSession, ConfigOptions: sess.ConfigOptions}
+	if len(init.AuthMethods) > 0 {
+		cfg.AuthMethods = init.AuthMethods
+	}
 	if ai := init.AgentInfo; ai != nil {
 		cfg.AgentInfo = &AgentInfo{Name: ai.Name, Version: ai.Version}
 	}
@@ -54,6 +58,12 @@ func OfferConfig(initialize, newSession []byte) (Config, error) {
 		var o acp.SessionConfigOption
 		if err := json.Unmarshal(raw, &o); err != nil {
 			return Config{}, fmt.Errorf("session/new result: configOptions[%d]: %w", i, err)
+		}
+	}
+	for i, raw := range cfg.AuthMethods {
+		var m acp.AuthMethod
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return Config{}, fmt.Errorf("initialize result: authMethods[%d]: %w", i, err)
 		}
 	}
 	return cfg, nil

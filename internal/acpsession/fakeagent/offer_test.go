@@ -10,7 +10,8 @@ import (
 )
 
 func TestOfferConfig(t *testing.T) {
-	init := `{"protocolVersion":1,"agentCapabilities":{"loadSession":true,"x":{}},"agentInfo":{"name":"a","title":"A","version":"1.2"}}`
+	init := `{"protocolVersion":1,"agentCapabilities":{"loadSession":true,"x":{}},"agentInfo":{"name":"a","title":"A","version":"1.2"},` +
+		`"authMethods":[{"id":"key","name":"API key","description":"Use a key","_meta":{"x":1}}]}`
 	sess := `{"sessionId":"s","modes":{"currentModeId":"ask","availableModes":[{"id":"ask","name":"Ask","description":"d"},{"id":"code","name":"Code"}]},` +
 		`"configOptions":[{"id":"flag","name":"Flag","type":"boolean","currentValue":false,"description":null}],"models":{"availableModels":[]}}`
 	cfg, err := OfferConfig([]byte(init), []byte(sess))
@@ -20,8 +21,10 @@ func TestOfferConfig(t *testing.T) {
 	assert.Equal(t, &Modes{Current: "ask", Available: []Mode{{ID: "ask", Name: "Ask"}, {ID: "code", Name: "Code"}}}, cfg.Modes)
 	require.Len(t, cfg.ConfigOptions, 1)
 	assert.JSONEq(t, `{"id":"flag","name":"Flag","type":"boolean","currentValue":false,"description":null}`, string(cfg.ConfigOptions[0]))
+	require.Len(t, cfg.AuthMethods, 1)
+	assert.JSONEq(t, `{"id":"key","name":"API key","description":"Use a key","_meta":{"x":1}}`, string(cfg.AuthMethods[0]))
 
-	cfg, err = OfferConfig([]byte(`{"protocolVersion":1,"agentCapabilities":{}}`), []byte(`{"sessionId":"s"}`))
+	cfg, err = OfferConfig([]byte(`{"protocolVersion":1,"agentCapabilities":{},"authMethods":[]}`), []byte(`{"sessionId":"s"}`))
 	require.NoError(t, err)
 	assert.Equal(t, Config{}, cfg, "no agentInfo, modes or options: none impersonated")
 

@@ -91,6 +91,15 @@ func (t *turn) step(st *Step) string {
 		t.request(st.Request)
 	case st.Stderr != nil:
 		a.stderrLine(*st.Stderr)
+	case st.Env != nil:
+		text := *st.Env + " unset"
+		if v, ok := os.LookupEnv(*st.Env); ok {
+			text = *st.Env + "=" + v
+		}
+		if sid == t.s.id {
+			t.reply.WriteString(text)
+		}
+		a.sendUpdate(sid, textUpdate("agent_message_chunk", text))
 	case st.StderrFlood != nil:
 		a.stderrFlood(st.StderrFlood.Bytes)
 	case st.StdoutRaw != nil:

@@ -1,0 +1,142 @@
+package mcpserver
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeAuthMethods are what the fake agent lists in initialize, one of each
+// ACP variant: an agent method, an env_var one and a terminal one.
+var fakeAuthMethods = []any{
+	map[string]any{"id": "login", "name": "Log in", "description": "Run `fake login` first", "_meta": map[string]any{"x": 1}},
+	map[string]any{"id": "api-key", "name": "API key", "type": "env_var", "vars": []any{map[string]any{"name": "FAKE_KEY"}}},
+	map[string]any{"id": "tui", "name": "Terminal login", "type": "terminal", "args": []any{"login"}},
+}
+
+// wantAuthMethods is fakeAuthMethods as describe_agent and the error event
+// show them: id, name and description, whatever the variant.
+var wantAuthMethods = []any{
+	map[string]any{"id": "login", "name": "Log in", "description": "Run `fake login` first"},
+	map[string]any{"id": "api-key", "name": "API key", "description": nil},
+	map[string]any{"id": "tui", "name": "Terminal login", "description": nil},
+}
+
+// TestAuthRequiredFailsTheTask: whichever request the agent answers with
+// ACP's auth_required, the task fails with an error naming the agent's
+// auth methods, and its error event lists them.
+func TestAuthRequiredFailsTheTask(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	tests := []struct {
+		name    string
+		method  string // refused with auth_required
+		args    map[string]any
+		cfg     map[string]any
+		methods []any // the auth methods the error lists
+		sent    []string
+	}{
+		{name: "new_session", method: "session/new",
+			sent: []string{"initialize", "session/new"}},
+		{name: "prompt", method: "session/prompt",
+			sent: []string{"initialize", "session/new", "session/prompt"}},
+		{name: "set_config_option", method: "session/set_config_option",
+			cfg:  map[string]any{"config_options": resumeOptions},
+			args: map[string]any{"model": "b"},
+			sent: []string{"initialize", "session/new", "session/set_config_option"}},
+		{name: "load_session", method: "session/load",
+			cfg:  map[string]any{"load_session": true},
+			args: map[string]any{"session_id": "fake-0123"},
+			sent: []string{"initialize", "session/load"}},
+		{name: "initialize", method: "initialize", methods: []any{},
+			sent: []string{"initialize"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := map[string]any{"auth_methods": fakeAuthMethods, "auth_required_in": []string{tc.method}}
+			for k, v := range tc.cfg {
+				cfg[k] = v
+			}
+			ws := workspace(t, cfg)
+			args := map[string]any{"prompt": "hello", "workspace": ws}
+			for k, v := range tc.args {
+				args[k] = v
+			}
+			id := r.spawn(t, args)
+			got := r.wait(t, id)
+			assert.Equal(t, "failed", got["status"])
+			msg, _ := got["error"].(string)
+			assert.Contains(t, msg, "agent requires authentication (ACP auth_required in answer to "+tc.name+")")
+			assert.Contains(t, msg, "--env-file")
+			want := wantAuthMethods
+			if tc.methods != nil {
+				want = tc.methods
+				assert.Contains(t, msg, "its auth methods are unknown")
+			} else {
+				assert.Contains(t, msg, `its auth methods: "login" (Log in), "api-key" (API key), "tui" (Terminal login)`)
+			}
+			errs := r.events(t, id, "error")
+			require.Len(t, errs, 1)
+			assert.Equal(t, msg, errs[0]["message"])
+			assert.Equal(t, want, errs[0]["auth_methods"])
+			assert.Equal(t, tc.sent, methods(requests(t, ws)))
+			requireGone(t, r.pids(t, id, ws))
+		})
+	}
+
+	t.Run("an agent that lists none", func(t *testing.T) {
+		ws := workspace(t, map[string]any{"auth_required_in": []string{"new_session"}})
+		id := r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws})
+		got := r.wait(t, id)
+		assert.Equal(t, "failed", got["status"])
+		assert.Contains(t, got["error"], "in answer to new_session); it lists no auth methods; symm-mcp does not authenticate agents")
+		errs := r.events(t, id, "error")
+		require.Len(t, errs, 1)
+		assert.Equal(t, []any{}, errs[0]["auth_methods"])
+	})
+
+	t.Run("another error carries no auth methods", func(t *testing.T) {
+		ws := workspace(t, map[string]any{"auth_methods": fakeAuthMethods, "fail_in": map[string]string{"session/new": "Authentication required"}})
+		id := r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws})
+		got := r.wait(t, id)
+		assert.Equal(t, "failed", got["status"])
+		assert.NotContains(t, got["error"], "auth_required", "only the ACP code counts, never the agent's words")
+		errs := r.events(t, id, "error")
+		require.Len(t, errs, 1)
+		assert.NotContains(t, errs[0], "auth_methods")
+	})
+}
+
+// TestDescribeAgentShowsAuthMethods: describe_agent lists the auth methods
+// from initialize, also when the agent then refuses session/new because it
+// wants them used, and an empty list when it lists none.
+func TestDescribeAgentShowsAuthMethods(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	t.Run("listed", func(t *testing.T) {
+		ws := workspace(t, map[string]any{"auth_methods": fakeAuthMethods})
+		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "fake", "workspace": ws})
+		assert.Nil(t, d["error"])
+		assert.Equal(t, wantAuthMethods, d["auth_methods"])
+	})
+	t.Run("listed and required", func(t *testing.T) {
+		ws := workspace(t, map[string]any{"auth_methods": fakeAuthMethods, "auth_required_in": []string{"new_session"}})
+		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "fake", "workspace": ws})
+		assert.Contains(t, d["error"], `agent requires authentication (ACP auth_required in answer to new_session); its auth methods: "login" (Log in)`)
+		assert.Equal(t, wantAuthMethods, d["auth_methods"])
+		assert.Nil(t, d["version"])
+	})
+	t.Run("none", func(t *testing.T) {
+		ws := workspace(t, nil)
+		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "fake", "workspace": ws})
+		assert.Nil(t, d["error"])
+		assert.Equal(t, []any{}, d["auth_methods"])
+	})
+	t.Run("not on PATH", func(t *testing.T) {
+		require.NoError(t, os.Remove(filepath.Join(r.bin, "cursor-agent")))
+		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "cursor", "workspace": workspace(t, nil)})
+		assert.NotNil(t, d["error"])
+		assert.Equal(t, []any{}, d["auth_methods"])
+	})
+}
