@@ -75,40 +75,47 @@ type eventsArgs struct {
 	AfterSeq   int64    `json:"after_seq,omitempty" jsonschema:"return events after this seq; pass the previous reply's cursor; default 0"`
 	Limit      int      `json:"limit,omitempty" jsonschema:"most events to return; default 100, at most 1000"`
 	EventTypes []string `json:"event_types,omitempty" jsonschema:"return only events of these types; the cursor still advances over the others"`
+	MaxBytes   int      `json:"max_bytes,omitempty" jsonschema:"most bytes of encoded events to return; default 32768, at least 1024, at most 1048576 (larger values are clamped); a single larger event comes alone on its page"`
 }
 
+// eventsOut puts the paging fields before the events: a host that shows
+// only the start of a long reply (Claude Code shows a 2 KB preview) still
+// shows how to page on.
 type eventsOut struct {
-	Events  []json.RawMessage `json:"events"`
 	Cursor  int64             `json:"cursor"`
 	HasMore bool              `json:"has_more"`
 	Status  store.Status      `json:"status"`
+	Events  []json.RawMessage `json:"events"`
 }
 
 var getEventsTool = toolDef[eventsArgs]{
 	tool: mcp.Tool{
 		Name: "get_events",
-		Description: "One bounded page of a task's events after after_seq (at most limit events and about 1 MiB). " +
-			"Returns events, cursor, has_more and the task's status; call again with after_seq=cursor while has_more is true. " +
+		Description: "One bounded page of a task's events after after_seq (at most limit events and max_bytes of them, default 32 KiB). " +
+			"Returns cursor, has_more, the task's status and events; call again with after_seq=cursor while has_more is true. " +
 			"Ignore event types you do not know.",
 		Annotations: annotations(true, false, true, false),
 	},
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["after_seq"].Minimum = ptr(0.0)
 		s.Properties["limit"].Minimum = ptr(1.0)
+		s.Properties["max_bytes"].Minimum = ptr(float64(task.MinPageBytes))
 	},
 	output: reflect.TypeFor[eventsOut](),
 }
 
 func (h handlers) getEvents(_ context.Context, a eventsArgs) (json.RawMessage, error) {
-	p, err := h.svc.Events(task.EventsRequest{TaskID: a.TaskID, AfterSeq: a.AfterSeq, Limit: a.Limit, EventTypes: a.EventTypes})
+	p, err := h.svc.Events(task.EventsRequest{
+		TaskID: a.TaskID, AfterSeq: a.AfterSeq, Limit: a.Limit, EventTypes: a.EventTypes, MaxBytes: a.MaxBytes,
+	})
 	if err != nil {
 		return nil, err
 	}
 	return object(
-		member{"events", array(p.Events)},
 		member{"cursor", jsonValue(p.Cursor)},
 		member{"has_more", jsonValue(p.HasMore)},
 		member{"status", jsonValue(p.Status)},
+		member{"events", array(p.Events)},
 	), nil
 }
 

@@ -54,9 +54,16 @@ const (
 
 	DefaultPageLimit = 100
 	MaxPageLimit     = 1000
-	// MaxPageBytes bounds the encoded events of one get_events reply. The
-	// reply carries them twice (structured and as text), far below the
-	// 10 MiB at which some MCP clients drop the connection.
+	// DefaultPageBytes bounds the encoded events of a get_events page when
+	// the caller gives no max_bytes: twice that (structured and as text)
+	// plus the envelope stays under the ~50 KB past which Claude Code
+	// shows a tool result only as a 2 KB preview (intent 0013).
+	DefaultPageBytes = 32 << 10
+	// MinPageBytes is the smallest max_bytes accepted.
+	MinPageBytes = 1 << 10
+	// MaxPageBytes is the largest max_bytes; larger values are clamped.
+	// The reply carries the events twice (structured and as text), far
+	// below the 16 MiB line limit of the MCP SDKs' clients.
 	MaxPageBytes = 1 << 20
 	// MaxScan bounds how many events one filtered get_events call examines.
 	MaxScan = 10000
@@ -322,6 +329,9 @@ type EventsRequest struct {
 	AfterSeq   int64
 	Limit      int
 	EventTypes []string
+	// MaxBytes bounds the page's encoded events: 0 means DefaultPageBytes,
+	// larger than MaxPageBytes means MaxPageBytes.
+	MaxBytes int
 }
 
 // Events returns one bounded page of the task's events after AfterSeq.
@@ -338,8 +348,17 @@ func (s *Service) Events(req EventsRequest) (store.Page, error) {
 	case limit > MaxPageLimit:
 		limit = MaxPageLimit
 	}
+	maxBytes := req.MaxBytes
+	switch {
+	case maxBytes == 0:
+		maxBytes = DefaultPageBytes
+	case maxBytes < MinPageBytes:
+		return store.Page{}, errorf(InvalidRequest, "max_bytes must be at least %d", MinPageBytes)
+	case maxBytes > MaxPageBytes:
+		maxBytes = MaxPageBytes
+	}
 	p, err := s.cfg.Store.Events(req.TaskID, store.Query{
-		After: req.AfterSeq, Limit: limit, MaxBytes: MaxPageBytes, Types: req.EventTypes, MaxScan: MaxScan,
+		After: req.AfterSeq, Limit: limit, MaxBytes: maxBytes, Types: req.EventTypes, MaxScan: MaxScan,
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return p, errorf(TaskNotFound, "no task with id %q", req.TaskID)
