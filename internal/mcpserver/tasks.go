@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"time"
 
@@ -165,23 +166,48 @@ func (h handlers) waitTasks(ctx context.Context, a waitArgs) (json.RawMessage, e
 
 // --- list_tasks
 
-type listArgs struct{}
+type listArgs struct {
+	Limit  int    `json:"limit,omitempty" jsonschema:"most tasks to return; default 100, at most 1000"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"the previous page's next_cursor; omit for the newest tasks"`
+}
 
 type listOut struct {
-	Tasks []store.Summary `json:"tasks"`
+	Tasks      []store.Summary `json:"tasks"`
+	NextCursor *string         `json:"next_cursor" jsonschema:"pass as cursor for older tasks; null on the last page"`
 }
 
 var listTasksTool = toolDef[listArgs]{
 	tool: mcp.Tool{
-		Name:        "list_tasks",
-		Description: "This server's tasks, newest first, as summaries; recovers task ids a caller lost.",
+		Name: "list_tasks",
+		Description: "This server's tasks, newest first, as summaries, at most limit (default 100) a page; recovers task ids " +
+			"a caller lost. Call again with cursor=next_cursor while next_cursor is not null.",
 		Annotations: annotations(true, false, true, false),
+	},
+	edit: func(s *jsonschema.Schema) {
+		s.Properties["limit"].Minimum = ptr(1.0)
 	},
 	output: reflect.TypeFor[listOut](),
 }
 
-func (h handlers) listTasks(context.Context, listArgs) (json.RawMessage, error) {
-	return object(member{"tasks", array(h.svc.List())}), nil
+// taskPager is what list_tasks needs of the service.
+// TODO(lead): add ListTasks to Service (server.go) and drop List and this
+// assertion; server.go was being rewritten when list_tasks gained pages.
+type taskPager interface {
+	ListTasks(req task.ListRequest) (task.TaskList, error)
+}
+
+var _ taskPager = (*task.Service)(nil)
+
+func (h handlers) listTasks(_ context.Context, a listArgs) (json.RawMessage, error) {
+	svc, ok := h.svc.(taskPager)
+	if !ok {
+		return nil, errors.New("list_tasks: the service cannot page its tasks")
+	}
+	p, err := svc.ListTasks(task.ListRequest{Limit: a.Limit, Cursor: a.Cursor})
+	if err != nil {
+		return nil, err
+	}
+	return object(member{"tasks", array(p.Tasks)}, member{"next_cursor", jsonValue(p.NextCursor)}), nil
 }
 
 // --- resolve_task

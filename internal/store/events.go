@@ -84,7 +84,7 @@ func (l *eventLog) typeID(typ string) uint16 {
 func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
 	seq := int64(l.n) + 1
 	id := l.typeID(typ)
-	inner := objectMembers(fields)
+	inner := capInner(l.quoted[id], objectMembers(fields))
 
 	buf := l.reserve(eventSize(l.quoted[id], inner))
 	start := len(buf)
@@ -135,7 +135,7 @@ type Dropped struct {
 func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capBytes int64) (int64, Dropped) {
 	seq := int64(l.n) + 1
 	id := l.typeID(typ)
-	inner := objectMembers(fields)
+	inner := capInner(l.quoted[id], objectMembers(fields))
 	b := l.encode(make([]byte, 0, eventSize(l.quoted[id], inner)), seq, id, now, inner)
 	l.side = append(l.side, b)
 	l.sideLen += int64(len(b))

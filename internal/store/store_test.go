@@ -207,7 +207,7 @@ func TestPaging(t *testing.T) {
 func TestLargeEventsNeverMove(t *testing.T) {
 	s := New()
 	newTask(t, s, "t")
-	big := strings.Repeat("x", 3<<20)
+	big := strings.Repeat("x", MaxEventBytes-200) // the largest an event may be
 	for i := range 3 {
 		fields, _ := json.Marshal(map[string]any{"text": big, "i": i})
 		_, err := s.Append("t", "stderr", t0, fields)

@@ -9,6 +9,7 @@ package task
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -368,6 +370,80 @@ func (s *Service) Events(req EventsRequest) (store.Page, error) {
 
 // List returns every task's summary, newest first.
 func (s *Service) List() []json.RawMessage { return s.cfg.Store.List() }
+
+// ListRequest is list_tasks' input.
+type ListRequest struct {
+	// Limit is the most summaries to return: 0 means DefaultListLimit,
+	// larger than MaxListLimit means MaxListLimit.
+	Limit int
+	// Cursor is a previous page's NextCursor; "" starts with the newest.
+	Cursor string
+}
+
+// TaskList is one page of list_tasks.
+type TaskList struct {
+	Tasks []json.RawMessage
+	// NextCursor continues with older tasks; nil on the last page.
+	NextCursor *string
+}
+
+// Bounds of a list_tasks page.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// listCursorPrefix starts every list_tasks cursor before its encoding: a
+// cursor says how many of the oldest tasks are still to be listed.
+const listCursorPrefix = "tasks-before:"
+
+// ListTasks returns one page of task summaries, newest first. A cursor
+// names a position in creation order, so tasks created while a caller
+// pages neither repeat nor hide older ones; they appear on a new first
+// page.
+func (s *Service) ListTasks(req ListRequest) (TaskList, error) {
+	limit := req.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultListLimit
+	case limit < 0:
+		return TaskList{}, errorf(InvalidRequest, "limit must be positive")
+	case limit > MaxListLimit:
+		limit = MaxListLimit
+	}
+	before := 0
+	if req.Cursor != "" {
+		var ok bool
+		if before, ok = s.parseListCursor(req.Cursor); !ok {
+			return TaskList{}, errorf(InvalidRequest, "cursor %.80q is not a cursor list_tasks returned", req.Cursor)
+		}
+	}
+	tasks, rest := s.cfg.Store.ListBefore(before, limit)
+	page := TaskList{Tasks: tasks}
+	if rest > 0 {
+		c := base64.RawURLEncoding.EncodeToString([]byte(listCursorPrefix + strconv.Itoa(rest)))
+		page.NextCursor = &c
+	}
+	return page, nil
+}
+
+// parseListCursor reads a cursor of ListTasks: a position between 1 and
+// the number of tasks.
+func (s *Service) parseListCursor(c string) (int, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, false
+	}
+	digits, ok := strings.CutPrefix(string(b), listCursorPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 1 || n > s.cfg.Store.Count() || strconv.Itoa(n) != digits {
+		return 0, false
+	}
+	return n, true
+}
 
 // Resolve records a judgement of a finished task.
 func (s *Service) Resolve(id string, resolution store.Resolution, note string) (json.RawMessage, error) {
