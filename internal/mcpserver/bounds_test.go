@@ -471,3 +471,107 @@ func TestListTasksPages(t *testing.T) {
 		assert.Contains(t, msg, "validating")
 	})
 }
+
+// TestAgentReportsIntoRecordsAreBounded: what an agent reports into the
+// task record (usage, an error message, its session id) cannot make the
+// record large: a large usage is kept as a preview, an error is cut after
+// 1,000 characters (its error event keeps more), an outsized session id
+// is refused.
+func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	small := func(t *testing.T, id string) map[string]any {
+		t.Helper()
+		res, err := r.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "get_task", Arguments: map[string]any{"task_id": id}})
+		require.NoError(t, err)
+		assert.Less(t, len(text(res)), 64<<10, "the record is small")
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(text(res)), &rec))
+		return rec
+	}
+	t.Run("usage", func(t *testing.T) {
+		ws := workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
+			{"raw_update": map[string]any{"sessionUpdate": "usage_update", "used": 1, "size": 2, "blob": huge}},
+		}}})
+		id := r.spawn(t, map[string]any{"prompt": "go", "workspace": ws})
+		require.Equal(t, "succeeded", r.wait(t, id)["status"])
+		u, ok := small(t, id)["usage"].(map[string]any)
+		require.True(t, ok)
+		assert.Equal(t, true, u["truncated"])
+		assert.Greater(t, u["length"].(float64), float64(len(huge)/2))
+	})
+	t.Run("error", func(t *testing.T) {
+		ws := workspace(t, map[string]any{"fail_in": map[string]any{"session/prompt": huge}})
+		id := r.spawn(t, map[string]any{"prompt": "go", "workspace": ws})
+		require.Equal(t, "failed", r.wait(t, id)["status"])
+		msg := small(t, id)["error"].(string)
+		assert.Contains(t, msg, "[cut: the message has ")
+		assert.LessOrEqual(t, utf8.RuneCountInString(msg), store.MaxErrorChars+100)
+		errs := r.events(t, id, "error")
+		require.NotEmpty(t, errs)
+	})
+	t.Run("session id", func(t *testing.T) {
+		l := newLedger(t)
+		id, run := l.spawn(t, nil)
+		err := run.Sink.(acpsession.Sink).SessionStarted(strings.Repeat("s", task.MaxSessionIDBytes+1), false)
+		require.Error(t, err)
+		assert.Nil(t, call(t, l.cs, "get_task", map[string]any{"task_id": id})["session_id"])
+	})
+}
+
+// TestCallerStringsAreBounded: the short strings a caller gives, which
+// every task record and summary carries, and resolve_task's note are
+// refused over their bounds; list_tasks pages also end before 1 MiB of
+// summaries.
+func TestCallerStringsAreBounded(t *testing.T) {
+	l := newLedger(t)
+	over := strings.Repeat("l", task.MaxLabelBytes+1)
+	for _, k := range []string{"initiator_id", "executor_id", "session_id", "model", "effort"} {
+		msg := callErr(t, l.cs, "spawn_task", map[string]any{"agent": "codex", "prompt": "p", "workspace": l.ws, k: over})
+		assert.True(t, strings.HasPrefix(msg, "invalid_request: "+k), msg)
+	}
+	label := strings.Repeat("l", task.MaxLabelBytes)
+	var created []string
+	for range 300 {
+		id, run := l.spawn(t, map[string]any{"initiator_id": label, "executor_id": label})
+		run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
+		created = append(created, id)
+	}
+	msg := callErr(t, l.cs, "resolve_task", map[string]any{"task_id": created[0], "resolution": "accepted", "note": strings.Repeat("n", task.MaxNoteBytes+1)})
+	assert.True(t, strings.HasPrefix(msg, "invalid_request: note"), msg)
+	call(t, l.cs, "resolve_task", map[string]any{"task_id": created[0], "resolution": "accepted", "note": strings.Repeat("n", task.MaxNoteBytes)})
+
+	var seen []string
+	var cursor any
+	pages := 0
+	for {
+		args := map[string]any{"limit": 1000}
+		if cursor != nil {
+			args["cursor"] = cursor
+		}
+		res, err := l.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "list_tasks", Arguments: args})
+		require.NoError(t, err)
+		var out struct {
+			Tasks      []json.RawMessage `json:"tasks"`
+			NextCursor *string           `json:"next_cursor"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(text(res)), &out))
+		n := 0
+		for _, s := range out.Tasks {
+			n += len(s)
+			var sum struct {
+				TaskID string `json:"task_id"`
+			}
+			require.NoError(t, json.Unmarshal(s, &sum))
+			seen = append(seen, sum.TaskID)
+		}
+		assert.LessOrEqual(t, n, task.MaxListBytes)
+		pages++
+		if out.NextCursor == nil {
+			break
+		}
+		cursor = *out.NextCursor
+	}
+	slices.Reverse(created)
+	assert.Equal(t, created, seen)
+	assert.Greater(t, pages, 1, "the byte bound ended pages")
+}

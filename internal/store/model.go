@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -225,21 +226,53 @@ type Edit struct{ apply func(*Task) }
 // SetSessionID records the agent's session id.
 func SetSessionID(id string) Edit { return Edit{func(t *Task) { t.SessionID = optional(id) }} }
 
+// Bounds of what an agent reports into a task record, which get_task and
+// the other tools return whole, and (for the error) list_tasks and
+// wait_tasks return for up to 1,000 tasks at once (intent 0013).
+const (
+	// MaxUsageBytes bounds the usage kept as sent; a larger one is kept
+	// as its Preview.
+	MaxUsageBytes = 64 << 10
+	// MaxErrorChars bounds the error message a task keeps; the error
+	// event keeps the message whole (within MaxEventBytes).
+	MaxErrorChars = 1000
+)
+
 // SetUsage keeps the latest usage the agent reported.
 func SetUsage(raw json.RawMessage) Edit {
-	raw = slices.Clone(raw)
+	if len(raw) > MaxUsageBytes {
+		raw = previewOf(compact(raw))
+	} else {
+		raw = slices.Clone(raw)
+	}
 	return Edit{func(t *Task) { t.Usage = raw }}
 }
 
-// SetError records the latest error message. One recorded after the task
-// ended does not replace the error it ended with.
+// SetError records the latest error message, cut after MaxErrorChars
+// characters with a note of its length. One recorded after the task ended
+// does not replace the error it ended with.
 func SetError(msg string) Edit {
+	msg = clipError(msg)
 	return Edit{func(t *Task) {
 		if t.Status.Terminal() && t.Error != nil {
 			return
 		}
 		t.Error = &msg
 	}}
+}
+
+func clipError(msg string) string {
+	if len(msg) <= MaxErrorChars { // bytes >= characters
+		return msg
+	}
+	k := 0
+	for i := range msg {
+		if k == MaxErrorChars {
+			return msg[:i] + fmt.Sprintf("... [cut: the message has %d characters; the error event holds it]", utf8.RuneCountInString(msg))
+		}
+		k++
+	}
+	return msg
 }
 
 // SetExit records how the agent's process ended.

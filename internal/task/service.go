@@ -67,6 +67,16 @@ const (
 	// The reply carries the events twice (structured and as text), far
 	// below the 16 MiB line limit of the MCP SDKs' clients.
 	MaxPageBytes = 1 << 20
+	// MaxLabelBytes bounds each short string a caller gives spawn_task
+	// (initiator_id, executor_id, session_id, model, effort), and
+	// MaxNoteBytes resolve_task's note: every task record, and the
+	// summaries that list_tasks and wait_tasks return by the hundred,
+	// carry them whole (intent 0013).
+	MaxLabelBytes = 4 << 10
+	MaxNoteBytes  = 64 << 10
+	// MaxListBytes bounds the summaries of one list_tasks page; the first
+	// is included whatever its size.
+	MaxListBytes = 1 << 20
 	// MaxScan bounds how many events one filtered get_events call examines.
 	MaxScan = 10000
 	// MaxWait is the longest wait_tasks waits.
@@ -181,6 +191,14 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	for _, k := range req.Allow {
 		if !permission.Valid(k) {
 			return nil, errorf(InvalidRequest, "allow: %q is not a tool kind", k)
+		}
+	}
+	for _, f := range []struct{ name, value string }{
+		{"initiator_id", req.InitiatorID}, {"executor_id", req.ExecutorID}, {"session_id", req.SessionID},
+		{"model", req.Model}, {"effort", req.Effort},
+	} {
+		if len(f.value) > MaxLabelBytes {
+			return nil, errorf(InvalidRequest, "%s has %d bytes, more than %d", f.name, len(f.value), MaxLabelBytes)
 		}
 	}
 	areq := agents.Request{Allow: req.Allow, Model: req.Model, Effort: req.Effort}
@@ -374,7 +392,8 @@ func (s *Service) List() []json.RawMessage { return s.cfg.Store.List() }
 // ListRequest is list_tasks' input.
 type ListRequest struct {
 	// Limit is the most summaries to return: 0 means DefaultListLimit,
-	// larger than MaxListLimit means MaxListLimit.
+	// larger than MaxListLimit means MaxListLimit. A page also ends
+	// before MaxListBytes of summaries.
 	Limit int
 	// Cursor is a previous page's NextCursor; "" starts with the newest.
 	Cursor string
@@ -418,7 +437,7 @@ func (s *Service) ListTasks(req ListRequest) (TaskList, error) {
 			return TaskList{}, errorf(InvalidRequest, "cursor %.80q is not a cursor list_tasks returned", req.Cursor)
 		}
 	}
-	tasks, rest := s.cfg.Store.ListBefore(before, limit)
+	tasks, rest := s.cfg.Store.ListBefore(before, limit, MaxListBytes)
 	page := TaskList{Tasks: tasks}
 	if rest > 0 {
 		c := base64.RawURLEncoding.EncodeToString([]byte(listCursorPrefix + strconv.Itoa(rest)))
@@ -450,6 +469,9 @@ func (s *Service) Resolve(id string, resolution store.Resolution, note string) (
 	r, err := s.lookup(id)
 	if err != nil {
 		return nil, err
+	}
+	if len(note) > MaxNoteBytes {
+		return nil, errorf(InvalidRequest, "note has %d bytes, more than %d", len(note), MaxNoteBytes)
 	}
 	r.mu.Lock()
 	_, err = s.cfg.Store.Resolve(id, resolution, note, s.cfg.Now())
