@@ -78,44 +78,97 @@ func capInner(quotedType, inner []byte) []byte {
 
 type member struct{ key, value []byte }
 
-// splitMembers splits the members of a JSON object (without its braces)
-// into their encoded keys and values, as written.
+// splitMembers splits the members of a JSON object (what lies between its
+// braces) into their keys and values, as written. The store's callers pass
+// valid JSON; anything else reports false. One pass, no decoding: this
+// runs on the largest events only, on the task's recording path.
 func splitMembers(inner []byte) ([]member, bool) {
-	obj := make([]byte, 0, len(inner)+2)
-	obj = append(append(append(obj, '{'), inner...), '}')
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, false
-	}
 	var out []member
-	for dec.More() {
-		t, err := dec.Token()
-		k, isKey := t.(string)
-		if err != nil || !isKey {
+	i := skipSpace(inner, 0)
+	for i < len(inner) {
+		if inner[i] != '"' {
 			return nil, false
 		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
+		k := scanString(inner, i)
+		if k < 0 {
 			return nil, false
 		}
-		key, _ := json.Marshal(k)
-		out = append(out, member{key: key, value: compact(v)})
+		key := inner[i:k]
+		i = skipSpace(inner, k)
+		if i >= len(inner) || inner[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(inner, i+1)
+		v, ok := scanValue(inner, i)
+		if !ok || v == i {
+			return nil, false
+		}
+		out = append(out, member{key: key, value: bytes.TrimRight(inner[i:v], " \t\r\n")})
+		i = skipSpace(inner, v)
+		if i < len(inner) {
+			if inner[i] != ',' {
+				return nil, false
+			}
+			i = skipSpace(inner, i+1)
+			if i >= len(inner) {
+				return nil, false // a trailing comma
+			}
+		}
 	}
 	return out, true
 }
 
-func compact(v json.RawMessage) []byte {
-	var b bytes.Buffer
-	b.Grow(len(v))
-	if json.Compact(&b, v) != nil {
-		return v
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
 	}
-	return b.Bytes()
+	return i
+}
+
+// scanString returns the index just past the string that starts at b[i]
+// (a quote), or -1.
+func scanString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// scanValue returns the index of the comma that ends the value starting
+// at b[i], or len(b), skipping strings and nested arrays and objects.
+func scanValue(b []byte, i int) (int, bool) {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			k := scanString(b, j)
+			if k < 0 {
+				return 0, false
+			}
+			j = k - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth < 0 {
+				return 0, false
+			}
+		case ',':
+			if depth == 0 {
+				return j, true
+			}
+		}
+	}
+	return len(b), depth == 0
 }
 
 // previewOf returns the encoded Preview of a JSON value.
 func previewOf(value []byte) []byte {
-	n := utf8.RuneCount(value)
+	n := countChars(value)
 	cut := 0
 	for k := 0; k < PreviewChars && cut < len(value); k++ {
 		_, w := utf8.DecodeRune(value[cut:])
@@ -132,4 +185,26 @@ func wholePreview(inner []byte) []byte {
 	obj := make([]byte, 0, len(inner)+2)
 	obj = append(append(append(obj, '{'), inner...), '}')
 	return append([]byte(`"fields":`), previewOf(obj)...)
+}
+
+// compact returns v without insignificant space, or v if it is not JSON.
+func compact(v []byte) []byte {
+	var b bytes.Buffer
+	b.Grow(len(v))
+	if json.Compact(&b, v) != nil {
+		return v
+	}
+	return b.Bytes()
+}
+
+// countChars counts the characters of UTF-8 text: the bytes that do not
+// continue a character. (utf8.RuneCount copies its argument here.)
+func countChars(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c&0xC0 != 0x80 {
+			n++
+		}
+	}
+	return n
 }
