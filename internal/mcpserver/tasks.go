@@ -189,9 +189,9 @@ var listTasksTool = toolDef[listArgs]{
 	output: reflect.TypeFor[listOut](),
 }
 
-// taskPager is what list_tasks needs of the service.
-// TODO(lead): add ListTasks to Service (server.go) and drop List and this
-// assertion; server.go was being rewritten when list_tasks gained pages.
+// taskPager is what list_tasks needs of the service. It belongs in
+// Service (server.go), in place of List; until it moves there, list_tasks
+// asserts it (intent 0013).
 type taskPager interface {
 	ListTasks(req task.ListRequest) (task.TaskList, error)
 }
