@@ -265,7 +265,11 @@ func oneTurn(ctx context.Context, e *env) (r turnRun, err error) {
 	var raws []json.RawMessage
 	for after := int64(0); ; {
 		var p rawPage
-		err := s.call(ctx, "get_events", map[string]any{"task_id": tr.TaskID, "after_seq": after, "limit": task.MaxPageLimit}, &p)
+		// The largest pages, as before get_events' default byte bound
+		// became 32 KiB, so that the figures stay comparable.
+		err := s.call(ctx, "get_events", map[string]any{
+			"task_id": tr.TaskID, "after_seq": after, "limit": task.MaxPageLimit, "max_bytes": task.MaxPageBytes,
+		}, &p)
 		if err != nil {
 			return r, err
 		}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
+	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
 // agentName is the adapter the harness spawns: its executable, codex-acp,
@@ -405,7 +406,7 @@ type rawPage struct {
 }
 
 func (s *server) events(ctx context.Context, id string, after int64, limit int, types ...string) (page, error) {
-	args := map[string]any{"task_id": id, "after_seq": after, "limit": limit}
+	args := map[string]any{"task_id": id, "after_seq": after, "limit": limit, "max_bytes": task.MaxPageBytes}
 	if len(types) > 0 {
 		args["event_types"] = types
 	}

@@ -378,7 +378,7 @@ func TestPagingThroughMCP(t *testing.T) {
 		var after float64
 		seen, pages := 0, 0
 		for {
-			ev := call(t, l.cs, "get_events", map[string]any{"task_id": id, "after_seq": after, "limit": 1000})
+			ev := call(t, l.cs, "get_events", map[string]any{"task_id": id, "after_seq": after, "limit": 1000, "max_bytes": task.MaxPageBytes})
 			events := ev["events"].([]any)
 			require.LessOrEqual(t, len(events), 1000)
 			for _, e := range events {
@@ -395,7 +395,7 @@ func TestPagingThroughMCP(t *testing.T) {
 		assert.Equal(t, 4, pages)
 	})
 	t.Run("limit clamped", func(t *testing.T) {
-		ev := call(t, l.cs, "get_events", map[string]any{"task_id": id, "limit": 5000})
+		ev := call(t, l.cs, "get_events", map[string]any{"task_id": id, "limit": 5000, "max_bytes": task.MaxPageBytes})
 		assert.Len(t, ev["events"], 1000)
 	})
 	t.Run("default limit", func(t *testing.T) {

@@ -202,7 +202,7 @@ func (r *rig) events(t *testing.T, id string, types ...string) []map[string]any 
 	var all []map[string]any
 	var after float64
 	for {
-		args := map[string]any{"task_id": id, "after_seq": after, "limit": 1000}
+		args := map[string]any{"task_id": id, "after_seq": after, "limit": 1000, "max_bytes": task.MaxPageBytes}
 		if len(types) > 0 {
 			args["event_types"] = types
 		}

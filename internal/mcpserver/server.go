@@ -29,7 +29,7 @@ type Service interface {
 	Task(id string) (json.RawMessage, error)
 	Events(req task.EventsRequest) (store.Page, error)
 	Wait(ctx context.Context, ids []string, timeout time.Duration) (task.WaitResult, error)
-	List() []json.RawMessage
+	ListTasks(req task.ListRequest) (task.TaskList, error)
 	Resolve(id string, resolution store.Resolution, note string) (json.RawMessage, error)
 	Cancel(ctx context.Context, id string) (json.RawMessage, error)
 	// Shutdown stops every task; Serve calls it when the session ends.

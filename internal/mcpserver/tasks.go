@@ -75,40 +75,47 @@ type eventsArgs struct {
 	AfterSeq   int64    `json:"after_seq,omitempty" jsonschema:"return events after this seq; pass the previous reply's cursor; default 0"`
 	Limit      int      `json:"limit,omitempty" jsonschema:"most events to return; default 100, at most 1000"`
 	EventTypes []string `json:"event_types,omitempty" jsonschema:"return only events of these types; the cursor still advances over the others"`
+	MaxBytes   int      `json:"max_bytes,omitempty" jsonschema:"most bytes of encoded events to return; default 32768, at least 1024, at most 1048576 (larger values are clamped); a single larger event comes alone on its page"`
 }
 
+// eventsOut puts the paging fields before the events: a host that shows
+// only the start of a long reply (Claude Code shows a 2 KB preview) still
+// shows how to page on.
 type eventsOut struct {
-	Events  []json.RawMessage `json:"events"`
 	Cursor  int64             `json:"cursor"`
 	HasMore bool              `json:"has_more"`
 	Status  store.Status      `json:"status"`
+	Events  []json.RawMessage `json:"events"`
 }
 
 var getEventsTool = toolDef[eventsArgs]{
 	tool: mcp.Tool{
 		Name: "get_events",
-		Description: "One bounded page of a task's events after after_seq (at most limit events and about 1 MiB). " +
-			"Returns events, cursor, has_more and the task's status; call again with after_seq=cursor while has_more is true. " +
+		Description: "One bounded page of a task's events after after_seq (at most limit events and max_bytes of them, default 32 KiB). " +
+			"Returns cursor, has_more, the task's status and events; call again with after_seq=cursor while has_more is true. " +
 			"Ignore event types you do not know.",
 		Annotations: annotations(true, false, true, false),
 	},
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["after_seq"].Minimum = ptr(0.0)
 		s.Properties["limit"].Minimum = ptr(1.0)
+		s.Properties["max_bytes"].Minimum = ptr(float64(task.MinPageBytes))
 	},
 	output: reflect.TypeFor[eventsOut](),
 }
 
 func (h handlers) getEvents(_ context.Context, a eventsArgs) (json.RawMessage, error) {
-	p, err := h.svc.Events(task.EventsRequest{TaskID: a.TaskID, AfterSeq: a.AfterSeq, Limit: a.Limit, EventTypes: a.EventTypes})
+	p, err := h.svc.Events(task.EventsRequest{
+		TaskID: a.TaskID, AfterSeq: a.AfterSeq, Limit: a.Limit, EventTypes: a.EventTypes, MaxBytes: a.MaxBytes,
+	})
 	if err != nil {
 		return nil, err
 	}
 	return object(
-		member{"events", array(p.Events)},
 		member{"cursor", jsonValue(p.Cursor)},
 		member{"has_more", jsonValue(p.HasMore)},
 		member{"status", jsonValue(p.Status)},
+		member{"events", array(p.Events)},
 	), nil
 }
 
@@ -158,23 +165,35 @@ func (h handlers) waitTasks(ctx context.Context, a waitArgs) (json.RawMessage, e
 
 // --- list_tasks
 
-type listArgs struct{}
+type listArgs struct {
+	Limit  int    `json:"limit,omitempty" jsonschema:"most tasks to return; default 100, at most 1000"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"the previous page's next_cursor; omit for the newest tasks"`
+}
 
 type listOut struct {
-	Tasks []store.Summary `json:"tasks"`
+	Tasks      []store.Summary `json:"tasks"`
+	NextCursor *string         `json:"next_cursor" jsonschema:"pass as cursor for older tasks; null on the last page"`
 }
 
 var listTasksTool = toolDef[listArgs]{
 	tool: mcp.Tool{
-		Name:        "list_tasks",
-		Description: "This server's tasks, newest first, as summaries; recovers task ids a caller lost.",
+		Name: "list_tasks",
+		Description: "This server's tasks, newest first, as summaries, at most limit (default 100) a page; recovers task ids " +
+			"a caller lost. Call again with cursor=next_cursor while next_cursor is not null.",
 		Annotations: annotations(true, false, true, false),
+	},
+	edit: func(s *jsonschema.Schema) {
+		s.Properties["limit"].Minimum = ptr(1.0)
 	},
 	output: reflect.TypeFor[listOut](),
 }
 
-func (h handlers) listTasks(context.Context, listArgs) (json.RawMessage, error) {
-	return object(member{"tasks", array(h.svc.List())}), nil
+func (h handlers) listTasks(_ context.Context, a listArgs) (json.RawMessage, error) {
+	p, err := h.svc.ListTasks(task.ListRequest{Limit: a.Limit, Cursor: a.Cursor})
+	if err != nil {
+		return nil, err
+	}
+	return object(member{"tasks", array(p.Tasks)}, member{"next_cursor", jsonValue(p.NextCursor)}), nil
 }
 
 // --- resolve_task

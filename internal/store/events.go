@@ -75,7 +75,7 @@ func (l *eventLog) ref(i int) ref { return l.refs[i/refChunk][i%refChunk] }
 func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
 	seq := int64(l.n) + 1
 	id, types := l.types.id(typ)
-	inner := objectMembers(fields)
+	inner := capInner(types.quoted[id], objectMembers(fields))
 
 	buf := l.reserve(eventSize(types.quoted[id], inner))
 	start := len(buf)
@@ -136,7 +136,7 @@ type Dropped struct {
 func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capBytes int64) (int64, Dropped) {
 	seq := int64(l.n) + 1
 	id, types := l.types.id(typ)
-	inner := objectMembers(fields)
+	inner := capInner(types.quoted[id], objectMembers(fields))
 	b := encode(make([]byte, 0, eventSize(types.quoted[id], inner)), seq, types.quoted[id], now, inner)
 	l.side = append(l.side, b)
 	l.sideLen += int64(len(b))

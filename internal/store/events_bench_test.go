@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -11,6 +12,22 @@ var (
 	benchToolFields = []byte(`{"tool_call_id":"call_1","status":"completed","raw_output":{"stdout":"file1\nfile2\n","exit_code":0}}`)
 	benchTextFields = []byte(`{"text":"Here is the next part of the answer, streamed as a few short chunks of text that were coalesced into one event."}`)
 )
+
+// BenchmarkAppendOversize records a 9 MiB plan, which the event bound
+// stores as a preview: the cost of the slow path, paid only by events over
+// MaxEventBytes.
+func BenchmarkAppendOversize(b *testing.B) {
+	fields := []byte(`{"entries":[{"content":"` + strings.Repeat("é", 9<<20/2) + `","status":"pending"}]}`)
+	s := New()
+	newBenchTask(b, s)
+	b.SetBytes(int64(len(fields)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Append("t", "plan", t0, fields); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
 
 // BenchmarkAppend records events into one task's log, as the recorder does
 // while an agent streams.

@@ -17,9 +17,14 @@
 package store
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Status is a task's execution status.
@@ -116,13 +121,19 @@ type Summary struct {
 // Task is the whole record of a task.
 type Task struct {
 	Summary
-	ResolutionNote *string         `json:"resolution_note"`
-	ResolvedAt     *Time           `json:"resolved_at"`
-	Prompt         string          `json:"prompt"`
-	Allow          []string        `json:"allow"`
-	Model          *string         `json:"model"`
-	Effort         *string         `json:"effort"`
-	Usage          json.RawMessage `json:"usage"`
+	ResolutionNote *string `json:"resolution_note"`
+	ResolvedAt     *Time   `json:"resolved_at"`
+	// Prompt is the whole prompt, or its first PromptPreviewChars
+	// characters when it is over MaxPromptBytes; then the three fields
+	// below describe the whole, and are present only then.
+	Prompt          string          `json:"prompt"`
+	PromptLength    *int            `json:"prompt_length,omitempty"`
+	PromptSHA256    *string         `json:"prompt_sha256,omitempty"`
+	PromptTruncated bool            `json:"prompt_truncated,omitempty"`
+	Allow           []string        `json:"allow"`
+	Model           *string         `json:"model"`
+	Effort          *string         `json:"effort"`
+	Usage           json.RawMessage `json:"usage"`
 	// StderrDropped counts the stderr lines and bytes the cap dropped.
 	StderrDropped Dropped `json:"stderr_dropped"`
 }
@@ -171,7 +182,40 @@ func (n NewTask) record(now time.Time) Task {
 		Allow:  slices.Clone(allow),
 		Model:  optional(n.Model),
 		Effort: optional(n.Effort),
+	}.withPromptPreview()
+}
+
+// Bounds of the prompt kept in a task record. The whole prompt goes to the
+// agent; the record, returned by spawn_task, get_task, resolve_task and
+// cancel_task (twice: structured and as text), keeps a preview of a large
+// one, so that those replies stay small whatever the prompt (intent 0013).
+const (
+	MaxPromptBytes     = 64 << 10
+	PromptPreviewChars = 500
+)
+
+// withPromptPreview replaces a prompt over MaxPromptBytes by its first
+// PromptPreviewChars characters (cut between characters, never inside
+// one), its length in characters and the SHA-256 of its UTF-8 bytes.
+func (t Task) withPromptPreview() Task {
+	p := t.Prompt
+	if len(p) <= MaxPromptBytes {
+		return t
 	}
+	cut, k := len(p), 0
+	for i := range p {
+		if k == PromptPreviewChars {
+			cut = i
+			break
+		}
+		k++
+	}
+	n := utf8.RuneCountInString(p)
+	sum := sha256.Sum256([]byte(p))
+	digest := hex.EncodeToString(sum[:])
+	t.Prompt = strings.Clone(p[:cut])
+	t.PromptLength, t.PromptSHA256, t.PromptTruncated = &n, &digest, true
+	return t
 }
 
 // Edit is one change to a task's non-status fields. Edits are made only by
@@ -182,21 +226,53 @@ type Edit struct{ apply func(*Task) }
 // SetSessionID records the agent's session id.
 func SetSessionID(id string) Edit { return Edit{func(t *Task) { t.SessionID = optional(id) }} }
 
+// Bounds of what an agent reports into a task record, which get_task and
+// the other tools return whole, and (for the error) list_tasks and
+// wait_tasks return for up to 1,000 tasks at once (intent 0013).
+const (
+	// MaxUsageBytes bounds the usage kept as sent; a larger one is kept
+	// as its Preview.
+	MaxUsageBytes = 64 << 10
+	// MaxErrorChars bounds the error message a task keeps; the error
+	// event keeps the message whole (within MaxEventBytes).
+	MaxErrorChars = 1000
+)
+
 // SetUsage keeps the latest usage the agent reported.
 func SetUsage(raw json.RawMessage) Edit {
-	raw = slices.Clone(raw)
+	if len(raw) > MaxUsageBytes {
+		raw = previewOf(compact(raw))
+	} else {
+		raw = slices.Clone(raw)
+	}
 	return Edit{func(t *Task) { t.Usage = raw }}
 }
 
-// SetError records the latest error message. One recorded after the task
-// ended does not replace the error it ended with.
+// SetError records the latest error message, cut after MaxErrorChars
+// characters with a note of its length. One recorded after the task ended
+// does not replace the error it ended with.
 func SetError(msg string) Edit {
+	msg = clipError(msg)
 	return Edit{func(t *Task) {
 		if t.Status.Terminal() && t.Error != nil {
 			return
 		}
 		t.Error = &msg
 	}}
+}
+
+func clipError(msg string) string {
+	if len(msg) <= MaxErrorChars { // bytes >= characters
+		return msg
+	}
+	k := 0
+	for i := range msg {
+		if k == MaxErrorChars {
+			return msg[:i] + fmt.Sprintf("... [cut: the message has %d characters; the error event holds it]", utf8.RuneCountInString(msg))
+		}
+		k++
+	}
+	return msg
 }
 
 // SetExit records how the agent's process ended.

@@ -208,9 +208,47 @@ func (s *Store) List() []json.RawMessage {
 	return out
 }
 
+// ListBefore returns the summaries, newest first, of at most limit of the
+// tasks created before the before-th (the first before tasks in creation
+// order; before <= 0 or past the count means all), at most maxBytes of
+// them but at least one, and how many older tasks remain after them: pass
+// that as before for the next page. Tasks are never removed, so a position
+// names the same tasks for the life of the store, and tasks created
+// meanwhile never shift a later page.
+func (s *Store) ListBefore(before, limit, maxBytes int) (summaries []json.RawMessage, rest int) {
+	s.mu.RLock()
+	n := len(s.order)
+	if before <= 0 || before > n {
+		before = n
+	}
+	page := slices.Clone(s.order[max(before-max(limit, 1), 0):before])
+	s.mu.RUnlock()
+	out := make([]json.RawMessage, 0, len(page))
+	size := 0
+	for _, e := range slices.Backward(page) {
+		e.mu.RLock()
+		sum := e.summaryLocked()
+		e.mu.RUnlock()
+		if len(out) > 0 && size+len(sum) > maxBytes {
+			break
+		}
+		out = append(out, sum)
+		size += len(sum)
+	}
+	return out, before - len(out)
+}
+
+// Count returns how many tasks the store holds.
+func (s *Store) Count() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.order)
+}
+
 // Append records one event. fields is a JSON object whose members become the
-// event's fields after seq, type and time; nil means none. It returns the
-// event's sequence number.
+// event's fields after seq, type and time; nil means none. An event that
+// would exceed MaxEventBytes has its largest fields stored as a Preview.
+// It returns the event's sequence number.
 func (s *Store) Append(id, typ string, now time.Time, fields []byte) (int64, error) {
 	e, err := s.get(id)
 	if err != nil {

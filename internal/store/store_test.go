@@ -207,7 +207,7 @@ func TestPaging(t *testing.T) {
 func TestLargeEventsNeverMove(t *testing.T) {
 	s := New()
 	newTask(t, s, "t")
-	big := strings.Repeat("x", 3<<20)
+	big := strings.Repeat("x", MaxEventBytes-200) // the largest an event may be
 	for i := range 3 {
 		fields, _ := json.Marshal(map[string]any{"text": big, "i": i})
 		_, err := s.Append("t", "stderr", t0, fields)
@@ -377,4 +377,61 @@ func TestUnfilteredPagesSkipDroppedEventsPastTheScanBound(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, p.Events, "an unfiltered page has an event when one is available")
 	assert.Greater(t, decode(t, p.Events[0])["i"].(float64), 2900.0)
+}
+
+// TestEventsAreCappedAtMaxEventBytes: an event that would exceed the
+// bound keeps its small fields and has its largest ones previewed, largest
+// first, until it fits; one that fits is stored byte for byte.
+func TestEventsAreCappedAtMaxEventBytes(t *testing.T) {
+	s := New()
+	newTask(t, s, "t")
+	huge := strings.Repeat("é", 5<<20/2)
+	half := strings.Repeat("h", 600<<10)
+	fits := fmt.Sprintf(`{"a":%q}`, strings.Repeat("f", MaxEventBytes-200))
+	cases := []struct {
+		name, typ, fields string
+		capped, kept      []string
+	}{
+		{"one huge field", "plan", fmt.Sprintf(`{"entries":[{"content":%q}],"n":1}`, huge), []string{"entries"}, []string{"n"}},
+		{"two large fields", "agent_update", fmt.Sprintf(`{"update_type":"x","data":%q,"more":%q}`, half, half+"x"), []string{"more"}, []string{"update_type", "data"}},
+		{"many fields", "odd", "{" + strings.Repeat(`"k":"`+strings.Repeat("v", 3000)+`",`, 400) + `"z":1}`, []string{"fields"}, nil},
+		{"capped type", "stderr", fmt.Sprintf(`{"text":%q}`, huge), []string{"text"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var err error
+			if c.typ == "stderr" {
+				_, _, err = s.AppendCapped("t", c.typ, t0, []byte(c.fields), 64<<20)
+			} else {
+				_, err = s.Append("t", c.typ, t0, []byte(c.fields))
+			}
+			require.NoError(t, err)
+			p, err := s.Events("t", Query{After: 1 << 40, Limit: 1, MaxBytes: 1})
+			require.NoError(t, err)
+			p, err = s.Events("t", Query{After: p.Cursor - 1, Limit: 1, MaxBytes: 1})
+			require.NoError(t, err)
+			require.Len(t, p.Events, 1)
+			raw := p.Events[0]
+			assert.LessOrEqual(t, len(raw), MaxEventBytes)
+			m := decode(t, raw)
+			for _, k := range c.capped {
+				pv, ok := m[k].(map[string]any)
+				require.True(t, ok, "%s is a preview", k)
+				assert.Equal(t, true, pv["truncated"])
+				assert.Equal(t, PreviewChars, len([]rune(pv["preview"].(string))))
+				assert.Greater(t, pv["length"].(float64), float64(PreviewChars))
+			}
+			in := decode(t, []byte(c.fields))
+			for _, k := range c.kept {
+				assert.Equal(t, in[k], m[k], "%s is kept", k)
+			}
+		})
+	}
+	t.Run("an event that fits is kept", func(t *testing.T) {
+		seq, err := s.Append("t", "fits", t0, []byte(fits))
+		require.NoError(t, err)
+		p, err := s.Events("t", Query{After: seq - 1, Limit: 1, MaxBytes: 1})
+		require.NoError(t, err)
+		assert.Contains(t, string(p.Events[0]), fits[1:len(fits)-1])
+	})
 }

@@ -8,8 +8,12 @@ import (
 // MaxStderrPiece bounds one piece of a stderr line, measured as JSON text:
 // the piece's length once written as a JSON string (without quotes). A piece
 // is therefore also at most MaxStderrPiece bytes, and the event that carries
-// it stays small enough to page even when the line is all control bytes.
-const MaxStderrPiece = 1 << 20
+// it stays small enough to page even when the line is all control bytes:
+// under 1 MiB, so that the whole event, seq, type, time and part count
+// included, fits the ledger's 1 MiB bound on one event, and a multiple of
+// the reader's 64 KiB buffer, so that a section of an endless line
+// (maxStderrLine) is a whole number of pieces.
+const MaxStderrPiece = 1<<20 - 64<<10
 
 // maxCost is the most one character costs as JSON text (\u00XX).
 const maxCost = 6

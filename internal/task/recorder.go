@@ -24,6 +24,10 @@ const (
 	MaxTextEvent  = 64 << 10
 )
 
+// MaxSessionIDBytes bounds the session id an agent may give: the task
+// record, and so every reply that carries it, holds the id whole.
+const MaxSessionIDBytes = 4 << 10
+
 // recorder turns what the supervisor and the ACP session observe about one
 // task into events. It is their Sink. Every method takes the task's lock
 // (run.mu), which orders the task's events; under it only in-memory work
@@ -199,6 +203,10 @@ func (r *recorder) SessionStarted(id string, resumed bool) error {
 	defer r.run.mu.Unlock()
 	if r.ended {
 		return fmt.Errorf("task %s has ended", r.id)
+	}
+	if len(id) > MaxSessionIDBytes {
+		// Every task record carries the id: it must stay small.
+		return fmt.Errorf("the agent's session id has %d bytes, more than %d", len(id), MaxSessionIDBytes)
 	}
 	if _, err := r.s.cfg.Store.Update(r.id, store.SetSessionID(id)); err != nil {
 		return err

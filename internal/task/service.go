@@ -9,6 +9,7 @@ package task
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,10 +56,27 @@ const (
 
 	DefaultPageLimit = 100
 	MaxPageLimit     = 1000
-	// MaxPageBytes bounds the encoded events of one get_events reply. The
-	// reply carries them twice (structured and as text), far below the
-	// 10 MiB at which some MCP clients drop the connection.
+	// DefaultPageBytes bounds the encoded events of a get_events page when
+	// the caller gives no max_bytes: twice that (structured and as text)
+	// plus the envelope stays under the ~50 KB past which Claude Code
+	// shows a tool result only as a 2 KB preview (intent 0013).
+	DefaultPageBytes = 32 << 10
+	// MinPageBytes is the smallest max_bytes accepted.
+	MinPageBytes = 1 << 10
+	// MaxPageBytes is the largest max_bytes; larger values are clamped.
+	// The reply carries the events twice (structured and as text), far
+	// below the 16 MiB line limit of the MCP SDKs' clients.
 	MaxPageBytes = 1 << 20
+	// MaxLabelBytes bounds each short string a caller gives spawn_task
+	// (initiator_id, executor_id, session_id, model, effort), and
+	// MaxNoteBytes resolve_task's note: every task record, and the
+	// summaries that list_tasks and wait_tasks return by the hundred,
+	// carry them whole (intent 0013).
+	MaxLabelBytes = 4 << 10
+	MaxNoteBytes  = 64 << 10
+	// MaxListBytes bounds the summaries of one list_tasks page; the first
+	// is included whatever its size.
+	MaxListBytes = 1 << 20
 	// MaxScan bounds how many events one filtered get_events call examines.
 	MaxScan = 10000
 	// MaxWait is the longest wait_tasks waits.
@@ -172,6 +191,14 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	for _, k := range req.Allow {
 		if !permission.Valid(k) {
 			return nil, errorf(InvalidRequest, "allow: %q is not a tool kind", k)
+		}
+	}
+	for _, f := range []struct{ name, value string }{
+		{"initiator_id", req.InitiatorID}, {"executor_id", req.ExecutorID}, {"session_id", req.SessionID},
+		{"model", req.Model}, {"effort", req.Effort},
+	} {
+		if len(f.value) > MaxLabelBytes {
+			return nil, errorf(InvalidRequest, "%s has %d bytes, more than %d", f.name, len(f.value), MaxLabelBytes)
 		}
 	}
 	areq := agents.Request{Allow: req.Allow, Model: req.Model, Effort: req.Effort}
@@ -327,6 +354,9 @@ type EventsRequest struct {
 	AfterSeq   int64
 	Limit      int
 	EventTypes []string
+	// MaxBytes bounds the page's encoded events: 0 means DefaultPageBytes,
+	// larger than MaxPageBytes means MaxPageBytes.
+	MaxBytes int
 }
 
 // Events returns one bounded page of the task's events after AfterSeq.
@@ -343,8 +373,17 @@ func (s *Service) Events(req EventsRequest) (store.Page, error) {
 	case limit > MaxPageLimit:
 		limit = MaxPageLimit
 	}
+	maxBytes := req.MaxBytes
+	switch {
+	case maxBytes == 0:
+		maxBytes = DefaultPageBytes
+	case maxBytes < MinPageBytes:
+		return store.Page{}, errorf(InvalidRequest, "max_bytes must be at least %d", MinPageBytes)
+	case maxBytes > MaxPageBytes:
+		maxBytes = MaxPageBytes
+	}
 	p, err := s.cfg.Store.Events(req.TaskID, store.Query{
-		After: req.AfterSeq, Limit: limit, MaxBytes: MaxPageBytes, Types: req.EventTypes, MaxScan: MaxScan,
+		After: req.AfterSeq, Limit: limit, MaxBytes: maxBytes, Types: req.EventTypes, MaxScan: MaxScan,
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return p, errorf(TaskNotFound, "no task with id %q", req.TaskID)
@@ -352,14 +391,90 @@ func (s *Service) Events(req EventsRequest) (store.Page, error) {
 	return p, err
 }
 
-// List returns every task's summary, newest first.
-func (s *Service) List() []json.RawMessage { return s.cfg.Store.List() }
+
+// ListRequest is list_tasks' input.
+type ListRequest struct {
+	// Limit is the most summaries to return: 0 means DefaultListLimit,
+	// larger than MaxListLimit means MaxListLimit. A page also ends
+	// before MaxListBytes of summaries.
+	Limit int
+	// Cursor is a previous page's NextCursor; "" starts with the newest.
+	Cursor string
+}
+
+// TaskList is one page of list_tasks.
+type TaskList struct {
+	Tasks []json.RawMessage
+	// NextCursor continues with older tasks; nil on the last page.
+	NextCursor *string
+}
+
+// Bounds of a list_tasks page.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// listCursorPrefix starts every list_tasks cursor before its encoding: a
+// cursor says how many of the oldest tasks are still to be listed.
+const listCursorPrefix = "tasks-before:"
+
+// ListTasks returns one page of task summaries, newest first. A cursor
+// names a position in creation order, so tasks created while a caller
+// pages neither repeat nor hide older ones; they appear on a new first
+// page.
+func (s *Service) ListTasks(req ListRequest) (TaskList, error) {
+	limit := req.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultListLimit
+	case limit < 0:
+		return TaskList{}, errorf(InvalidRequest, "limit must be positive")
+	case limit > MaxListLimit:
+		limit = MaxListLimit
+	}
+	before := 0
+	if req.Cursor != "" {
+		var ok bool
+		if before, ok = s.parseListCursor(req.Cursor); !ok {
+			return TaskList{}, errorf(InvalidRequest, "cursor %.80q is not a cursor list_tasks returned", req.Cursor)
+		}
+	}
+	tasks, rest := s.cfg.Store.ListBefore(before, limit, MaxListBytes)
+	page := TaskList{Tasks: tasks}
+	if rest > 0 {
+		c := base64.RawURLEncoding.EncodeToString([]byte(listCursorPrefix + strconv.Itoa(rest)))
+		page.NextCursor = &c
+	}
+	return page, nil
+}
+
+// parseListCursor reads a cursor of ListTasks: a position between 1 and
+// the number of tasks.
+func (s *Service) parseListCursor(c string) (int, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, false
+	}
+	digits, ok := strings.CutPrefix(string(b), listCursorPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 1 || n > s.cfg.Store.Count() || strconv.Itoa(n) != digits {
+		return 0, false
+	}
+	return n, true
+}
 
 // Resolve records a judgement of a finished task.
 func (s *Service) Resolve(id string, resolution store.Resolution, note string) (json.RawMessage, error) {
 	r, err := s.lookup(id)
 	if err != nil {
 		return nil, err
+	}
+	if len(note) > MaxNoteBytes {
+		return nil, errorf(InvalidRequest, "note has %d bytes, more than %d", len(note), MaxNoteBytes)
 	}
 	r.mu.Lock()
 	_, err = s.cfg.Store.Resolve(id, resolution, note, s.cfg.Now())
