@@ -27,6 +27,8 @@ PINS=(
 	"copilot @github/copilot@1.0.102 copilot"
 	"cline cline@3.0.65 cline"
 	"opencode opencode-ai@1.18.33 opencode"
+	"claude_host @anthropic-ai/claude-code@2.1.328 claude"
+	"codex_host @openai/codex@0.169.0 codex"
 )
 
 cache="${SYMM_AGENTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/symm-mcp/agents}"
