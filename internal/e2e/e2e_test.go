@@ -133,6 +133,29 @@ func printMatrix(total time.Duration) {
 		}
 		fmt.Fprintf(&b, " %.0fs |\n", r.elapsed.Seconds())
 	}
+	if len(hostMatrix) > 0 {
+		fmt.Fprintf(&b, "\n| host | %s | time |\n|---|%s---|\n", strings.Join(hostChecks, " | "), strings.Repeat("---|", len(hostChecks)))
+		for _, h := range hostCases {
+			r := hostMatrix[h.name]
+			if r == nil {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s (%s, agent %s) |", h.name, h.exe, h.inner)
+			for i, c := range hostChecks {
+				v, ok := r.cells[c]
+				switch {
+				case !ok:
+					v = "not run"
+				case v == "pass":
+				default:
+					fails = append(fails, fmt.Sprintf("%s %d.%s: %s", h.name, i+1, c, strings.TrimPrefix(v, "FAIL: ")))
+					v = "FAIL"
+				}
+				fmt.Fprintf(&b, " %s |", v)
+			}
+			fmt.Fprintf(&b, " %.0fs |\n", r.elapsed.Seconds())
+		}
+	}
 	fmt.Fprintf(&b, "\ntotal: %.0fs\n", total.Seconds())
 	for _, f := range fails {
 		fmt.Fprintf(&b, "- %s\n", f)
@@ -141,6 +164,13 @@ func printMatrix(total time.Duration) {
 		if r := matrix[a.name]; r != nil {
 			for _, n := range r.notes {
 				fmt.Fprintf(&b, "- note %s: %s\n", a.name, n)
+			}
+		}
+	}
+	for _, h := range hostCases {
+		if r := hostMatrix[h.name]; r != nil {
+			for _, n := range r.notes {
+				fmt.Fprintf(&b, "- note %s: %s\n", h.name, n)
 			}
 		}
 	}
