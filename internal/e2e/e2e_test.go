@@ -27,8 +27,9 @@ import (
 )
 
 // binary is the built symm-mcp; agentsBin the cache's bin directory of
-// scripts/install-agents.sh; logDir where each agent's logs go.
-var binary, agentsBin, logDir string
+// scripts/install-agents.sh; logDir where each agent's logs go; repoRoot
+// the checkout.
+var binary, agentsBin, logDir, repoRoot string
 
 // taskDeadline bounds one task, from spawn to its end.
 const taskDeadline = 3 * time.Minute
@@ -41,6 +42,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	repoRoot = root
 	logDir = os.Getenv("E2E_LOG_DIR")
 	if logDir == "" {
 		logDir = filepath.Join(root, "bin", "e2e")
@@ -51,7 +53,13 @@ func run(m *testing.M) int {
 	}
 	// make e2e passes the binary it built; go test builds its own.
 	binary = os.Getenv("E2E_SYMM_MCP")
-	if binary == "" {
+	if binary != "" {
+		// The hosts start it from other directories.
+		if binary, err = filepath.Abs(binary); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	} else {
 		binary = filepath.Join(logDir, "symm-mcp")
 		if out, err := exec.Command("go", "build", "-o", binary, filepath.Join(root, "cmd", "symm-mcp")).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building symm-mcp: %v\n%s", err, out)

@@ -54,65 +54,88 @@ type hostCase struct {
 	background bool
 }
 
+// The README's lines the host tests run, verbatim: TestHosts fails when
+// the README no longer holds them. The hosts run symm-mcp from
+// $(go env GOPATH)/bin, where `go install ./cmd/symm-mcp` puts it; the
+// rig's GOPATH holds the suite's binary there.
+const (
+	claudeAddLine = `claude mcp add --scope user symm -- "$(go env GOPATH)/bin/symm-mcp"`
+	codexAddLine  = `codex mcp add symm -- "$(go env GOPATH)/bin/symm-mcp"`
+	// readmeGoPath is the GOPATH the README's JSON example spells out.
+	readmeGoPath = "/home/me/go"
+)
+
 var hostCases = []hostCase{
 	{name: "claude_mcp_add", exe: "claude", inner: "copilot", setup: func(ctx context.Context, t *recorder, h *hostRig) ([]string, []string) {
 		env := claudeEnv(h.hostModel.URL)
-		// The README's registration line.
-		h.run(ctx, t, env, "claude", "mcp", "add", "--scope", "user", "symm", "--", binary)
+		h.shell(ctx, t, env, claudeAddLine)
 		out := h.run(ctx, t, env, "claude", "mcp", "list")
 		require.Contains(t, out, "Connected", "claude mcp list")
 		return env, []string{"claude", "-p", h.prompt(), "--allowedTools", "mcp__symm"}
 	}},
 	{name: "claude_mcp_config", exe: "claude", inner: "copilot", background: true, setup: func(_ context.Context, t *recorder, h *hostRig) ([]string, []string) {
-		cfg := filepath.Join(h.home, "mcp.json")
-		// The README's JSON form, with the binary's absolute path.
-		b, err := json.Marshal(map[string]any{"mcpServers": map[string]any{"symm": map[string]any{"command": binary, "args": []string{}}}})
+		block, err := readmeBlock("json", `"mcpServers"`)
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(cfg, b, 0o600))
+		cfg := filepath.Join(h.home, "mcp.json")
+		require.NoError(t, os.WriteFile(cfg, []byte(strings.ReplaceAll(block, readmeGoPath, h.gopath)), 0o600))
 		return claudeEnv(h.hostModel.URL), []string{"claude", "-p", h.prompt(), "--mcp-config", cfg, "--allowedTools", "mcp__symm,Bash"}
 	}},
 	{name: "codex_mcp_add", exe: "codex", inner: "claude_code", setup: func(ctx context.Context, t *recorder, h *hostRig) ([]string, []string) {
+		block, err := readmeBlock("toml", "[mcp_servers.symm]")
+		require.NoError(t, err)
+		top, table, _ := strings.Cut(block, "[mcp_servers.symm]\n")
 		dir := filepath.Join(h.home, ".codex")
 		require.NoError(t, os.MkdirAll(dir, 0o700))
 		cfgPath := filepath.Join(dir, "config.toml")
 		provider := fmt.Sprintf("model = \"m\"\nmodel_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\n"+
 			"base_url = \"%s/v1\"\nwire_api = \"responses\"\nenv_key = \"LOCAL_KEY\"\n", h.hostModel.URL)
-		require.NoError(t, os.WriteFile(cfgPath, []byte(provider), 0o600))
+		// The README's top-level lines first, then the provider.
+		require.NoError(t, os.WriteFile(cfgPath, []byte(top+provider), 0o600))
 		env := []string{"LOCAL_KEY=x"}
-		// The README's registration line, then its lines for the table
-		// codex wrote: the agent's environment and the approval mode.
-		h.run(ctx, t, env, "codex", "mcp", "add", "symm", "--", binary)
-		var names []string
-		for _, kv := range h.innerEnv {
-			names = append(names, kv[:strings.IndexByte(kv, '=')])
-		}
-		if os.Geteuid() == 0 {
-			names = append(names, "IS_SANDBOX")
-		}
-		lines := fmt.Sprintf("env_vars = [%s]\ndefault_tools_approval_mode = \"approve\"\n", quoteList(names))
+		h.shell(ctx, t, env, codexAddLine)
+		// The README's lines for the table codex mcp add wrote.
 		cfg, err := os.ReadFile(cfgPath)
 		require.NoError(t, err)
-		updated, err := addToTable(string(cfg), "[mcp_servers.symm]", lines)
+		updated, err := addToTable(string(cfg), "[mcp_servers.symm]", table)
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(cfgPath, []byte(updated), 0o600))
-		h.note("config.toml [mcp_servers.symm] after codex mcp add and the README's lines:\n%s", tableText(updated, "[mcp_servers.symm]"))
-		// --strict-config: codex refuses keys it does not know.
+		t.Logf("config.toml:\n%s", updated)
+		h.note("config.toml [mcp_servers.symm] after %s and the README's lines:\n%s", codexAddLine, tableText(updated, "[mcp_servers.symm]"))
+		// --strict-config: codex refuses keys it does not know;
+		// --skip-git-repo-check: the workspace is no git repository.
 		return env, []string{"codex", "exec", "--strict-config", "--skip-git-repo-check", h.prompt()}
 	}},
+}
+
+// readmeBlock is the body of the README's fenced block of that language
+// holding needle.
+func readmeBlock(lang, needle string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		return "", err
+	}
+	rest := string(b)
+	for {
+		i := strings.Index(rest, "```"+lang+"\n")
+		if i < 0 {
+			return "", fmt.Errorf("README.md has no %s block holding %s", lang, needle)
+		}
+		rest = rest[i+len("```"+lang+"\n"):]
+		j := strings.Index(rest, "```")
+		if j < 0 {
+			return "", fmt.Errorf("README.md: unterminated %s block", lang)
+		}
+		if body := rest[:j]; strings.Contains(body, needle) {
+			return body, nil
+		}
+		rest = rest[j:]
+	}
 }
 
 // claudeEnv points Claude Code at the host model server.
 func claudeEnv(url string) []string {
 	return []string{"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=x",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1"}
-}
-
-func quoteList(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = fmt.Sprintf("%q", n)
-	}
-	return strings.Join(q, ", ")
 }
 
 // addToTable inserts lines right after the table header in a TOML text.
@@ -161,6 +184,7 @@ type hostRig struct {
 	host       hostCase
 	home, ws   string
 	bin        string
+	gopath     string
 	env        []string
 	innerEnv   []string
 	logs       string
@@ -191,6 +215,16 @@ func (h *hostRig) run(ctx context.Context, t *recorder, extra []string, argv ...
 	return string(out)
 }
 
+// shell runs one of the README's lines with sh, go on PATH (for
+// `go env GOPATH`).
+func (h *hostRig) shell(ctx context.Context, t *recorder, extra []string, line string) string {
+	t.Helper()
+	goExe, err := exec.LookPath("go")
+	require.NoError(t, err)
+	path := "PATH=" + envValue(h.env, "PATH") + ":" + filepath.Dir(goExe)
+	return h.run(ctx, t, append(append([]string(nil), extra...), path), "sh", "-c", line)
+}
+
 func (h *hostRig) command(ctx context.Context, extra, argv []string) *exec.Cmd {
 	env := append(append(append([]string(nil), h.env...), h.innerEnv...), extra...)
 	cmd := exec.CommandContext(ctx, lookIn(env, argv[0]), argv[1:]...)
@@ -202,6 +236,11 @@ func (h *hostRig) command(ctx context.Context, extra, argv []string) *exec.Cmd {
 }
 
 func TestHosts(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	require.NoError(t, err)
+	for _, line := range []string{claudeAddLine, codexAddLine, "--allowedTools mcp__symm", "--mcp-config FILE", "codex exec"} {
+		require.Contains(t, string(readme), line, "the README shows the line the suite runs")
+	}
 	only := os.Getenv("E2E_HOSTS")
 	for _, hc := range hostCases {
 		if only != "" && !slices.Contains(strings.Split(only, ","), hc.name) {
@@ -248,9 +287,12 @@ func testHost(t *testing.T, hc hostCase) {
 	}()
 	h.ws = filepath.Join(h.home, "workspace")
 	h.bin = filepath.Join(h.home, "bin")
-	for _, d := range []string{h.ws, h.bin, filepath.Join(h.home, "tmp")} {
+	h.gopath = filepath.Join(h.home, "go")
+	for _, d := range []string{h.ws, h.bin, filepath.Join(h.home, "tmp"), filepath.Join(h.gopath, "bin")} {
 		require.NoError(t, os.MkdirAll(d, 0o700))
 	}
+	// Where go install puts the binary.
+	require.NoError(t, os.Symlink(binary, filepath.Join(h.gopath, "bin", "symm-mcp")))
 	for _, exe := range []string{hc.exe, inner.exe} {
 		src := filepath.Join(agentsBin, exe)
 		if _, err := os.Stat(src); err != nil {
@@ -258,7 +300,7 @@ func testHost(t *testing.T, hc hostCase) {
 		}
 		require.NoError(t, os.Symlink(src, filepath.Join(h.bin, exe)))
 	}
-	h.env = agentenv.Base(h.home, h.bin)
+	h.env = append(agentenv.Base(h.home, h.bin), "GOPATH="+h.gopath)
 
 	h.agentModel = startModel(t, h.logs, "agent-model", nil)
 	defer h.agentModel.Close()
@@ -278,7 +320,7 @@ func testHost(t *testing.T, hc hostCase) {
 	runCtx, stop := context.WithTimeout(ctx, hostDeadline)
 	defer stop()
 	cmd := h.command(runCtx, hostEnv, argv)
-	cmd.Stdin = nil // codex exec reads a prompt from stdin when it is not a terminal or /dev/null
+	cmd.Stdin = nil // /dev/null: codex exec appends what stdin holds to the prompt
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	started := time.Now()
@@ -418,6 +460,16 @@ func (h *hostRig) checkLoop(t *testing.T, runErr error, stdout string) {
 			err := decodeResult(text, &page)
 			whole := err == nil
 			sizes = append(sizes, fmt.Sprintf("%d B %s (keys %s)", len(text), map[bool]string{true: "whole JSON", false: "CUT"}[whole], keyOrder(text)))
+			if whole && page.Cursor != nil {
+				seqs := "none"
+				if n := len(page.Events); n > 0 {
+					var first, last event
+					_ = json.Unmarshal(page.Events[0], &first)
+					_ = json.Unmarshal(page.Events[n-1], &last)
+					seqs = fmt.Sprintf("%d..%d", first.Seq, last.Seq)
+				}
+				sizes[len(sizes)-1] += fmt.Sprintf(" events %s cursor %d", seqs, *page.Cursor)
+			}
 			require.NoError(t, err, "get_events page %d as the host passed it (%d bytes) is not whole JSON: %s", i+1, len(text), tail(text, 600))
 			require.NotNil(t, page.Cursor, "page %d has no cursor: %s", i+1, tail(text, 600))
 			require.NotNil(t, page.HasMore, "page %d has no has_more: %s", i+1, tail(text, 600))
@@ -535,10 +587,19 @@ func objectText(text string) string {
 }
 
 // decodeResult decodes a symm-mcp reply from the text a host passed its
-// model: the reply's JSON text block, or (hosts that wrap it) a list of
-// content parts holding it.
+// model: the reply's JSON text block (Claude Code), that block under
+// Codex's "Wall time: ... seconds\nOutput:\n" header, or a list of content
+// parts holding it. Anything else, or JSON that does not end where the
+// text ends, is an error: the host changed or cut the reply.
 func decodeResult(text string, out any) error {
 	trimmed := strings.TrimSpace(text)
+	if strings.HasPrefix(trimmed, "Wall time: ") {
+		_, body, ok := strings.Cut(trimmed, "\nOutput:\n")
+		if !ok {
+			return fmt.Errorf("a Wall time header without Output: %.200q", trimmed)
+		}
+		trimmed = body
+	}
 	if strings.HasPrefix(trimmed, "[") {
 		var parts []struct {
 			Type string `json:"type"`
