@@ -239,7 +239,7 @@ func TestHosts(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	require.NoError(t, err)
 	for _, line := range []string{claudeAddLine, codexAddLine, "--allowedTools mcp__symm", "--mcp-config FILE", "codex exec"} {
-		require.Contains(t, string(readme), line, "the README shows the line the suite runs")
+		require.True(t, strings.Contains(string(readme), line), "README.md lacks a line the suite runs: %s", line)
 	}
 	only := os.Getenv("E2E_HOSTS")
 	for _, hc := range hostCases {
