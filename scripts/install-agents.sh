@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # install-agents.sh installs pinned versions of the five npm-installable ACP
-# agents into a cache folder outside the checkout, for capturing their offers
-# (scripts/capture-offers) and for the end-to-end suite. It is a developer
-# tool: symm-mcp itself never installs agents.
+# agents, and of the MCP hosts Claude Code and Codex CLI, into a cache folder
+# outside the checkout, for capturing offers (scripts/capture-offers) and for
+# the end-to-end suite. A developer tool: symm-mcp never installs agents.
 #
 #   scripts/install-agents.sh            install what is missing or outdated
 #   eval "$(scripts/install-agents.sh --print-path)"   ... and put them on PATH
@@ -19,14 +19,18 @@
 # Network: the npm registry only (npm install). Needs node and npm on PATH.
 set -euo pipefail
 
-# agent name, npm package@version, executable inside node_modules/.bin.
-# Keep in step with /work/shared/real-agents.md and testdata/agents/README.md.
+# agent name, npm package@version, executable inside node_modules/.bin: the
+# five ACP agents, whose offers testdata/agents/README.md records (keep the
+# versions in step), then the two MCP hosts of the end-to-end suite's host
+# tests (internal/e2e/doc.go says what the suite relies on in them).
 PINS=(
 	"claude_code @agentclientprotocol/claude-agent-acp@0.101.0 claude-agent-acp"
 	"codex @agentclientprotocol/codex-acp@2.6.0 codex-acp"
 	"copilot @github/copilot@1.0.102 copilot"
 	"cline cline@3.0.65 cline"
 	"opencode opencode-ai@1.18.33 opencode"
+	"claude_host @anthropic-ai/claude-code@2.1.328 claude"
+	"codex_host @openai/codex@0.169.0 codex"
 )
 
 cache="${SYMM_AGENTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/symm-mcp/agents}"

@@ -13,7 +13,7 @@ import (
 )
 
 // agentCase is one real agent: how to point it at the model server with a
-// fresh HOME (from /work/shared/real-agents.md and scripts/capture-offers).
+// fresh HOME (the facts are in doc.go and testdata/agents/README.md).
 type agentCase struct {
 	name string
 	exe  string

@@ -9,14 +9,81 @@
 // session_id, and `symm-mcp doctor`; it prints the matrix and each agent's
 // time at the end.
 //
+// TestHosts runs symm-mcp inside the two real MCP hosts, registered with
+// the README's own lines (read from README.md): Claude Code through
+// `claude mcp add --scope user` and through `--mcp-config` with the
+// README's JSON, Codex through `codex mcp add` plus the README's
+// config.toml lines. Each host runs headless (`claude -p`, `codex exec`)
+// against a model server scripted as the host's model, which loads the
+// symm tools, spawns a task on a real agent (itself pointed at a second
+// model server), waits for it (wait_tasks; for the --mcp-config case a
+// background shell wait on notify_path), pages get_events to the end and
+// resolves the task, each step decided from the results the host sent
+// back. The checks read those results from the host model server's log.
+//
 //	make e2e                                    # installs, builds, runs (loopback-only namespace)
 //	go test -tags e2e -count=1 -timeout 15m ./internal/e2e/...
 //
-// Environment: E2E_AGENTS=codex,cline runs only those; E2E_SYMM_MCP names a
-// built binary (default: built from this checkout); E2E_LOG_DIR (default
-// bin/e2e) receives, per agent, model.log (one line per model request),
-// symm-mcp.stderr and each task's events (<task_id>.jsonl), and matrix.md;
-// E2E_BODIES=1 keeps every request body too. SYMM_AGENTS_CACHE is the
-// install script's cache. Cursor is not installable: its adapter is
-// covered by the fake agent only.
+// Environment: E2E_AGENTS=codex,cline runs only those agents, E2E_HOSTS
+// only those host cases (-test.run TestAgents or TestHosts picks one
+// half); E2E_SYMM_MCP names a built binary (default: built from this
+// checkout); E2E_LOG_DIR (default bin/e2e) receives, per agent, model.log
+// (one line per model request), symm-mcp.stderr and each task's events
+// (<task_id>.jsonl), per host case host-<case>/ with host-model.log (each
+// line with the tool results the host sent back), agent-model.log and the
+// host's stdout and stderr, and matrix.md; E2E_BODIES=1 keeps every
+// request body too. SYMM_AGENTS_CACHE is the install script's cache.
+// Cursor is not installable: its adapter is covered by the fake agent only.
+//
+// # What the suite relies on
+//
+// Observed on Debian 12, node 20, as root, with the versions pinned in
+// scripts/install-agents.sh. Pointing the agents at a model server on
+// 127.0.0.1, with no credentials:
+//
+//   - claude_code (claude-agent-acp): ANTHROPIC_BASE_URL and any
+//     ANTHROPIC_API_KEY; Anthropic Messages, streamed. As root it needs
+//     IS_SANDBOX=1 (agentenv sets it), else session/new fails with -32603
+//     "cannot be used with root/sudo privileges".
+//     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 keeps it off the network.
+//   - codex (codex-acp): $HOME/.codex/config.toml with a "local" model
+//     provider (wire_api "responses", env_key LOCAL_KEY) and LOCAL_KEY set;
+//     OpenAI Responses, streamed.
+//   - copilot: COPILOT_PROVIDER_BASE_URL, COPILOT_PROVIDER_API_KEY,
+//     COPILOT_MODEL, COPILOT_OFFLINE=true; Chat Completions.
+//   - cline: `cline auth -p openai-compatible ...` under the agent's HOME,
+//     plus CLINE_API_KEY and CLINE_PROVIDER; it sends model gpt-4o
+//     whatever is configured, and can leave a `cline --cline-hub-daemon`
+//     outside its process group, which the suite ends by HOME.
+//   - opencode: OPENCODE_CONFIG_CONTENT with a "local" provider
+//     (@ai-sdk/openai-compatible, models.m.tool_call=true).
+//   - claude_code and opencode also make model calls without tools
+//     (titles, suggestions): the model server answers every request.
+//
+// The hosts (Claude Code and Codex CLI, as MCP clients):
+//
+//   - Claude Code: ANTHROPIC_BASE_URL as above. It defers MCP tools: its
+//     model sees their names only, in the system prompt, and must call
+//     ToolSearch with "select:mcp__symm__spawn_task,..." before calling
+//     them. Headless it refuses MCP calls unless --allowedTools names
+//     mcp__symm. `claude mcp add` registers for the current directory
+//     unless --scope user. It passes its whole environment to the server
+//     and the reply's text block (not structuredContent) to its model. It
+//     merges consecutive tool calls, and their results, into one message
+//     each, so a script pairs results with calls by id. A Bash call with
+//     run_in_background returns at once; when the command ends, Claude Code
+//     calls its model again with a <task-notification> holding the call's
+//     <tool-use-id>, <status>completed</status> and the exit code.
+//   - Codex: its model provider as for codex-acp. It offers an MCP
+//     server's tools as one Responses "namespace" tool (mcp__symm) and
+//     takes calls with that namespace; it passes the model the reply's text
+//     under a "Wall time: ... seconds\nOutput:\n" header. It starts MCP
+//     servers with HOME, LANG, PATH, PWD, TERM and TMPDIR of its own
+//     environment only, plus what env_vars lists; `codex exec` refuses
+//     calls of tools not marked read-only unless default_tools_approval_mode
+//     is "approve"; it shortens tool results over tool_output_token_limit
+//     (for a model it has no metadata for, a 27 KB page became 12 KB, the
+//     events array cut short, cursor unchanged); --strict-config refuses
+//     unknown keys. `codex exec` also reads stdin when it is not a
+//     terminal (the suite gives it /dev/null).
 package e2e

@@ -27,8 +27,9 @@ import (
 )
 
 // binary is the built symm-mcp; agentsBin the cache's bin directory of
-// scripts/install-agents.sh; logDir where each agent's logs go.
-var binary, agentsBin, logDir string
+// scripts/install-agents.sh; logDir where each agent's logs go; repoRoot
+// the checkout.
+var binary, agentsBin, logDir, repoRoot string
 
 // taskDeadline bounds one task, from spawn to its end.
 const taskDeadline = 3 * time.Minute
@@ -41,6 +42,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	repoRoot = root
 	logDir = os.Getenv("E2E_LOG_DIR")
 	if logDir == "" {
 		logDir = filepath.Join(root, "bin", "e2e")
@@ -51,7 +53,13 @@ func run(m *testing.M) int {
 	}
 	// make e2e passes the binary it built; go test builds its own.
 	binary = os.Getenv("E2E_SYMM_MCP")
-	if binary == "" {
+	if binary != "" {
+		// The hosts start it from other directories.
+		if binary, err = filepath.Abs(binary); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	} else {
 		binary = filepath.Join(logDir, "symm-mcp")
 		if out, err := exec.Command("go", "build", "-o", binary, filepath.Join(root, "cmd", "symm-mcp")).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building symm-mcp: %v\n%s", err, out)
@@ -133,6 +141,29 @@ func printMatrix(total time.Duration) {
 		}
 		fmt.Fprintf(&b, " %.0fs |\n", r.elapsed.Seconds())
 	}
+	if len(hostMatrix) > 0 {
+		fmt.Fprintf(&b, "\n| host | %s | time |\n|---|%s---|\n", strings.Join(hostChecks, " | "), strings.Repeat("---|", len(hostChecks)))
+		for _, h := range hostCases {
+			r := hostMatrix[h.name]
+			if r == nil {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s (%s, agent %s) |", h.name, h.exe, h.inner)
+			for i, c := range hostChecks {
+				v, ok := r.cells[c]
+				switch {
+				case !ok:
+					v = "not run"
+				case v == "pass":
+				default:
+					fails = append(fails, fmt.Sprintf("%s %d.%s: %s", h.name, i+1, c, strings.TrimPrefix(v, "FAIL: ")))
+					v = "FAIL"
+				}
+				fmt.Fprintf(&b, " %s |", v)
+			}
+			fmt.Fprintf(&b, " %.0fs |\n", r.elapsed.Seconds())
+		}
+	}
 	fmt.Fprintf(&b, "\ntotal: %.0fs\n", total.Seconds())
 	for _, f := range fails {
 		fmt.Fprintf(&b, "- %s\n", f)
@@ -141,6 +172,13 @@ func printMatrix(total time.Duration) {
 		if r := matrix[a.name]; r != nil {
 			for _, n := range r.notes {
 				fmt.Fprintf(&b, "- note %s: %s\n", a.name, n)
+			}
+		}
+	}
+	for _, h := range hostCases {
+		if r := hostMatrix[h.name]; r != nil {
+			for _, n := range r.notes {
+				fmt.Fprintf(&b, "- note %s: %s\n", h.name, n)
 			}
 		}
 	}

@@ -115,7 +115,7 @@ func (e *emitter) anthropic(r *http.Request, p reply) {
 	switch {
 	case p.tool != nil:
 		stop = "tool_use"
-		e.event("content_block_start", obj{"type": "content_block_start", "index": idx, "content_block": obj{"type": "tool_use", "id": "toolu_e2e1", "name": p.tool.name, "input": obj{}}})
+		e.event("content_block_start", obj{"type": "content_block_start", "index": idx, "content_block": obj{"type": "tool_use", "id": "toolu_" + p.tool.id, "name": p.tool.name, "input": obj{}}})
 		e.event("content_block_delta", obj{"type": "content_block_delta", "index": idx, "delta": obj{"type": "input_json_delta", "partial_json": argsJSON(p.tool)}})
 		e.event("content_block_stop", obj{"type": "content_block_stop", "index": idx})
 	default:
@@ -147,7 +147,7 @@ func (e *emitter) chat(r *http.Request, p reply) {
 	switch {
 	case p.tool != nil:
 		finish = "tool_calls"
-		e.event("", chunk(obj{"tool_calls": []any{obj{"index": 0, "id": "call_e2e1", "type": "function",
+		e.event("", chunk(obj{"tool_calls": []any{obj{"index": 0, "id": "call_" + p.tool.id, "type": "function",
 			"function": obj{"name": p.tool.name, "arguments": argsJSON(p.tool)}}}}, nil))
 	case p.slow:
 		e.slowChunks(r, func(s string) { e.event("", chunk(obj{"content": s}, nil)) })
@@ -194,11 +194,14 @@ func (e *emitter) responses(r *http.Request, p reply) {
 	}
 	if p.tool != nil {
 		args := argsJSON(p.tool)
-		item := obj{"id": "fc_e2e", "type": "function_call", "status": "in_progress", "call_id": "call_e2e1", "name": p.tool.name, "arguments": ""}
+		item := obj{"id": "fc_" + p.tool.id, "type": "function_call", "status": "in_progress", "call_id": "call_" + p.tool.id, "name": p.tool.name, "arguments": ""}
+		done := obj{"id": "fc_" + p.tool.id, "type": "function_call", "status": "completed", "call_id": "call_" + p.tool.id, "name": p.tool.name, "arguments": args}
+		if p.tool.namespace != "" {
+			item["namespace"], done["namespace"] = p.tool.namespace, p.tool.namespace
+		}
 		ev("response.output_item.added", obj{"output_index": idx, "item": item})
-		ev("response.function_call_arguments.delta", obj{"item_id": "fc_e2e", "output_index": idx, "delta": args})
-		ev("response.function_call_arguments.done", obj{"item_id": "fc_e2e", "output_index": idx, "arguments": args})
-		done := obj{"id": "fc_e2e", "type": "function_call", "status": "completed", "call_id": "call_e2e1", "name": p.tool.name, "arguments": args}
+		ev("response.function_call_arguments.delta", obj{"item_id": "fc_" + p.tool.id, "output_index": idx, "delta": args})
+		ev("response.function_call_arguments.done", obj{"item_id": "fc_" + p.tool.id, "output_index": idx, "arguments": args})
 		ev("response.output_item.done", obj{"output_index": idx, "item": done})
 		output = append(output, done)
 	} else {
@@ -242,7 +245,7 @@ func (e *emitter) whole(p reply) {
 		stop := "end_turn"
 		if p.tool != nil {
 			stop = "tool_use"
-			content = append(content, obj{"type": "tool_use", "id": "toolu_e2e1", "name": p.tool.name, "input": p.tool.args})
+			content = append(content, obj{"type": "tool_use", "id": "toolu_" + p.tool.id, "name": p.tool.name, "input": p.tool.args})
 		} else {
 			content = append(content, obj{"type": "text", "text": text})
 		}
@@ -253,7 +256,7 @@ func (e *emitter) whole(p reply) {
 		finish := "stop"
 		if p.tool != nil {
 			finish = "tool_calls"
-			msg = obj{"role": "assistant", "content": nil, "tool_calls": []any{obj{"id": "call_e2e1", "type": "function",
+			msg = obj{"role": "assistant", "content": nil, "tool_calls": []any{obj{"id": "call_" + p.tool.id, "type": "function",
 				"function": obj{"name": p.tool.name, "arguments": argsJSON(p.tool)}}}}
 		}
 		v = obj{"id": "chatcmpl-e2e", "object": "chat.completion", "created": time.Now().Unix(), "model": e.model,

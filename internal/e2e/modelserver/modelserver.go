@@ -17,6 +17,10 @@
 // Every other request (titles, suggestions, a request with no marker or no
 // shell tool) is answered with plain text. Every request is logged, one
 // JSON line each, to the log writer.
+//
+// A server started with a Script plays a host's model instead: every
+// request that offers tools is answered by the script (see Script), and
+// its log line holds the tool results the host sent back.
 package modelserver
 
 import (
@@ -43,6 +47,8 @@ type Server struct {
 	done    chan struct{}
 	bodyDir string
 
+	script Script
+
 	mu   sync.Mutex
 	log  io.Writer
 	seq  int
@@ -58,6 +64,11 @@ type Request struct {
 	Tools  []string `json:"tools,omitempty"`
 	Marker string   `json:"marker,omitempty"`
 	Reply  string   `json:"reply"`
+	// Results are, for a scripted request, the tool results it carries
+	// for the calls of the previous answer, as the host passed them.
+	Results []Item `json:"results,omitempty"`
+	// Conversation is the whole scripted request; not logged.
+	Conversation *Conversation `json:"-"`
 }
 
 // Options configure Start.
@@ -66,6 +77,8 @@ type Options struct {
 	Log io.Writer
 	// BodyDir, when set, receives each request body as NNNN.json.
 	BodyDir string
+	// Script, when set, answers every request that offers tools.
+	Script Script
 }
 
 // Start listens on 127.0.0.1:0 and serves until Close.
@@ -74,7 +87,7 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "http://" + ln.Addr().String(), done: make(chan struct{}), log: opts.Log, bodyDir: opts.BodyDir}
+	s := &Server{URL: "http://" + ln.Addr().String(), done: make(chan struct{}), log: opts.Log, bodyDir: opts.BodyDir, script: opts.Script}
 	if s.log == nil {
 		s.log = io.Discard
 	}
@@ -99,7 +112,8 @@ func (s *Server) Requests() []Request {
 	return append([]Request(nil), s.logs...)
 }
 
-func (s *Server) record(r Request, body []byte) {
+// record logs r and returns its sequence number.
+func (s *Server) record(r Request, body []byte) int {
 	s.mu.Lock()
 	s.seq++
 	r.Seq = s.seq
@@ -110,6 +124,7 @@ func (s *Server) record(r Request, body []byte) {
 	if s.bodyDir != "" && len(body) > 0 {
 		_ = os.WriteFile(filepath.Join(s.bodyDir, fmt.Sprintf("%04d%s.json", r.Seq, strings.ReplaceAll(r.Path, "/", "_"))), body, 0o644)
 	}
+	return r.Seq
 }
 
 // wire is one of the three APIs.
@@ -154,7 +169,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	p := plan(api, req)
 	model, _ := req["model"].(string)
 	stream, _ := req["stream"].(bool)
-	s.record(Request{Path: path, Model: model, Stream: stream, Tools: p.toolNames, Marker: p.marker, Reply: p.describe()}, body)
+	logged := Request{Path: path, Model: model, Stream: stream, Tools: p.toolNames}
+	if s.script != nil && len(p.toolNames) > 0 {
+		c := conversation(api, req)
+		p = scripted(s.script(c), p.toolNames)
+		logged.Results, logged.Conversation = c.lastResults(), &c
+	}
+	logged.Marker, logged.Reply = p.marker, p.describe()
+	seq := s.record(logged, body)
+	if p.tool != nil {
+		// Ids unique within a conversation: hosts pair results by them.
+		p.tool.id = fmt.Sprintf("e2e%d", seq)
+	}
 	e := newEmitter(w, api, model, stream)
 	e.run(r, p)
 }
@@ -170,15 +196,30 @@ type reply struct {
 }
 
 type toolCall struct {
-	name string
-	args map[string]any
+	id        string
+	namespace string
+	name      string
+	args      map[string]any
+}
+
+// scripted turns a script's step into a reply.
+func scripted(st Step, toolNames []string) reply {
+	p := reply{marker: "script", toolNames: toolNames, text: st.Text}
+	if st.Tool != "" {
+		p.tool = &toolCall{namespace: st.Namespace, name: st.Tool, args: st.Args}
+	}
+	return p
 }
 
 func (p reply) describe() string {
 	switch {
 	case p.tool != nil:
 		b, _ := json.Marshal(p.tool.args)
-		return "tool " + p.tool.name + " " + string(b)
+		name := p.tool.name
+		if p.tool.namespace != "" {
+			name = p.tool.namespace + "/" + name
+		}
+		return "tool " + name + " " + string(b)
 	case p.slow:
 		return "slow"
 	case p.thinking != "":

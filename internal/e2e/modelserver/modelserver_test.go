@@ -86,3 +86,64 @@ func TestReplies(t *testing.T) {
 		assert.NoError(t, json.Unmarshal([]byte(line), &r))
 	}
 }
+
+// TestScript: a scripted server reads each wire's conversation into one
+// shape, answers with the script's step (a namespaced call on the
+// Responses API), gives each call an id of its own, and logs the results
+// the client sent back for the previous call.
+func TestScript(t *testing.T) {
+	var log bytes.Buffer
+	var seen []Conversation
+	s, err := Start(Options{Log: &log, Script: func(c Conversation) Step {
+		seen = append(seen, c)
+		if c.Offers("spawn_task") {
+			return Step{Namespace: "mcp__symm", Tool: "spawn_task", Args: map[string]any{"agent": "x"}}
+		}
+		return Step{Tool: "ToolSearch", Args: map[string]any{"query": "select:a"}}
+	}})
+	require.NoError(t, err)
+	defer s.Close()
+
+	anthropicBody := `{"model":"m","stream":true,"tools":[{"name":"ToolSearch","input_schema":{}}],"messages":[` +
+		`{"role":"user","content":[{"type":"text","text":"go [[host-loop]]"}]},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_a","name":"ToolSearch","input":{"query":"q"}},` +
+		`{"type":"tool_use","id":"toolu_b","name":"mcp__symm__spawn_task","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_a","content":[{"type":"tool_reference","tool_name":"t"}]},` +
+		`{"type":"tool_result","tool_use_id":"toolu_b","content":"{\"task_id\":\"T1\"}"},{"type":"text","text":"notice"}]}]}`
+	all := strings.Join(post(t, s, "/v1/messages", anthropicBody), "\n")
+	assert.Contains(t, all, `"name":"ToolSearch"`)
+	assert.Contains(t, all, `"id":"toolu_e2e1"`)
+
+	responsesBody := `{"model":"m","stream":true,"tools":[{"type":"namespace","name":"mcp__symm","tools":[{"type":"function","name":"spawn_task"}]}],` +
+		`"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"go [[host-loop]]"}]},` +
+		`{"type":"function_call","call_id":"c1","namespace":"mcp__symm","name":"spawn_task","arguments":"{\"agent\":\"x\"}"},` +
+		`{"type":"function_call_output","call_id":"c1","output":"Wall time: 0.1 seconds\nOutput:\n{}"}]}`
+	all = strings.Join(post(t, s, "/v1/responses", responsesBody), "\n")
+	assert.Contains(t, all, `"namespace":"mcp__symm"`)
+	assert.Contains(t, all, `"call_id":"call_e2e2"`)
+
+	require.Len(t, seen, 2)
+	a := seen[0]
+	assert.Equal(t, "go [[host-loop]]\n", a.Prompt())
+	ex := a.Exchanges()
+	require.Len(t, ex, 2)
+	assert.Equal(t, "ToolSearch", ex[0].Call.Name)
+	assert.True(t, ex[0].HasResult)
+	assert.Equal(t, "mcp__symm__spawn_task", ex[1].Call.Name)
+	assert.Equal(t, `{"task_id":"T1"}`, ex[1].Result.Text)
+	assert.Equal(t, UserText, a.Items[len(a.Items)-1].Kind)
+
+	r := seen[1]
+	assert.True(t, r.Offers("spawn_task"))
+	ex = r.Exchanges()
+	require.Len(t, ex, 1)
+	assert.Equal(t, "mcp__symm", ex[0].Call.Namespace)
+	assert.Equal(t, map[string]any{"agent": "x"}, ex[0].Call.Args)
+	assert.Equal(t, "Wall time: 0.1 seconds\nOutput:\n{}", ex[0].Result.Text)
+
+	reqs := s.Requests()
+	require.Len(t, reqs, 2)
+	require.Len(t, reqs[0].Results, 1, "only the result of the latest call")
+	assert.Equal(t, "toolu_b", reqs[0].Results[0].CallID)
+	assert.Contains(t, log.String(), `\"task_id\":\"T1\"`)
+}
