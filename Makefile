@@ -11,9 +11,12 @@ all: check
 build:
 	$(GO) build -o $(BIN) ./cmd/symm-mcp
 
-## run: build and start the server on stdio (an MCP client normally does this)
-run: build
-	./$(BIN)
+## run: build and start the server on stdio (an MCP client normally does this).
+## stdout is the MCP channel, so nothing but the server writes there: the
+## recipe is not echoed and the build reports on stderr.
+run:
+	@$(GO) build -o $(BIN) ./cmd/symm-mcp >&2
+	@exec ./$(BIN)
 
 ## test: every test, with the race detector
 test:
