@@ -234,3 +234,24 @@ func FuzzFraming(f *testing.F) {
 		}
 	})
 }
+
+// Integers past what the SDK's float64 check holds get a schema error that
+// names the bound, not a Go decoding message; the largest accepted
+// after_seq gives the natural empty page.
+func TestOutOfRangeIntegers(t *testing.T) {
+	l := newLedger(t)
+	id, _ := l.spawn(t, nil)
+	for _, args := range []map[string]any{
+		{"task_id": id, "after_seq": int64(1<<63 - 1)},
+		{"task_id": id, "limit": 1e30},
+		{"task_id": id, "max_bytes": uint64(1 << 63)},
+	} {
+		msg := callErr(t, l.cs, "get_events", args)
+		assert.Contains(t, msg, "maximum", "%v", args)
+		assert.NotContains(t, msg, "unmarshal", "%v", args)
+	}
+	assert.Contains(t, callErr(t, l.cs, "list_tasks", map[string]any{"limit": int64(1<<63 - 1)}), "maximum")
+	page := call(t, l.cs, "get_events", map[string]any{"task_id": id, "after_seq": int64(maxInteger)})
+	assert.Empty(t, page["events"])
+	assert.Equal(t, false, page["has_more"])
+}

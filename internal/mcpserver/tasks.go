@@ -14,6 +14,13 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
+// maxInteger bounds every integer argument: the SDK checks arguments as
+// float64 before decoding them into Go integers, so a larger value (2^63-1
+// reads as 2^63) would fail with a Go decoding message instead of a clear
+// schema error. It is the largest float64 below 2^63: every value that
+// decoded before still does, larger bounds (limit, max_bytes) still clamp.
+const maxInteger = float64(1<<63 - 1024)
+
 type taskIDArgs struct {
 	TaskID string `json:"task_id" jsonschema:"the task's id, as spawn_task or list_tasks returned it"`
 }
@@ -98,8 +105,11 @@ var getEventsTool = toolDef[eventsArgs]{
 	},
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["after_seq"].Minimum = ptr(0.0)
+		s.Properties["after_seq"].Maximum = ptr(maxInteger)
 		s.Properties["limit"].Minimum = ptr(1.0)
+		s.Properties["limit"].Maximum = ptr(maxInteger)
 		s.Properties["max_bytes"].Minimum = ptr(float64(task.MinPageBytes))
+		s.Properties["max_bytes"].Maximum = ptr(maxInteger)
 	},
 	output: reflect.TypeFor[eventsOut](),
 }
@@ -184,6 +194,7 @@ var listTasksTool = toolDef[listArgs]{
 	},
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["limit"].Minimum = ptr(1.0)
+		s.Properties["limit"].Maximum = ptr(maxInteger)
 	},
 	output: reflect.TypeFor[listOut](),
 }
