@@ -391,7 +391,6 @@ func (s *Service) Events(req EventsRequest) (store.Page, error) {
 	return p, err
 }
 
-
 // ListRequest is list_tasks' input.
 type ListRequest struct {
 	// Limit is the most summaries to return: 0 means DefaultListLimit,
