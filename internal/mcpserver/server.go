@@ -208,9 +208,11 @@ type Outcome struct {
 // RunStdio serves svc over stdin and stdout until the client disconnects
 // (stdin reaches EOF), stops reading, or ctx ends.
 func RunStdio(ctx context.Context, svc Service, version string) Outcome {
-	in, restoreIn := pollable(os.Stdin)
+	// A terminal's stdout is left blocking: it shares its mode with stderr,
+	// where the logs go, and a terminal does not stop reading.
+	in, restoreIn := pollable(os.Stdin, os.ModeNamedPipe|os.ModeSocket|os.ModeCharDevice)
 	defer restoreIn()
-	out, restoreOut := pollable(os.Stdout)
+	out, restoreOut := pollable(os.Stdout, os.ModeNamedPipe|os.ModeSocket)
 	defer restoreOut()
 	if out != os.Stdout {
 		defer out.Close()

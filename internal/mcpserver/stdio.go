@@ -85,11 +85,12 @@ func (w sdkWriter) Close() error { return nil }
 // ever finishing its cleanup. restore puts f back in blocking mode (the
 // mode is shared with whoever else holds the stream, a terminal's shell
 // for one). Other files (regular files, /dev/null) never block for long
-// and are returned as they are.
-func pollable(f *os.File) (p *os.File, restore func()) {
+// and are returned as they are, and so is f when its type is not among
+// kinds.
+func pollable(f *os.File, kinds os.FileMode) (p *os.File, restore func()) {
 	nothing := func() {}
 	fi, err := f.Stat()
-	if err != nil || fi.Mode()&(os.ModeNamedPipe|os.ModeSocket|os.ModeCharDevice) == 0 {
+	if err != nil || fi.Mode()&kinds == 0 {
 		return f, nothing
 	}
 	orig := int(f.Fd())
