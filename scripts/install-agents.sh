@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# install-agents.sh installs pinned versions of the five npm-installable ACP
+# install-agents.sh installs pinned versions of the npm-installable ACP
 # agents, and of the MCP hosts Claude Code and Codex CLI, into a cache folder
 # outside the checkout, for capturing offers (scripts/capture-offers) and for
 # the end-to-end suite. A developer tool: symm-mcp never installs agents.
+# The pins are internal/agents' table, printed by go run ./scripts/agent-pins.
 #
 #   scripts/install-agents.sh            install what is missing or outdated
 #   eval "$(scripts/install-agents.sh --print-path)"   ... and put them on PATH
@@ -16,22 +17,8 @@
 # that agent only. <cache>/bin holds one link per agent executable, and
 # <cache>/env.sh puts that directory first on PATH.
 #
-# Network: the npm registry only (npm install). Needs node and npm on PATH.
+# Network: the npm registry only (npm install). Needs node, npm and go on PATH.
 set -euo pipefail
-
-# agent name, npm package@version, executable inside node_modules/.bin: the
-# five ACP agents, whose offers testdata/agents/README.md records (keep the
-# versions in step), then the two MCP hosts of the end-to-end suite's host
-# tests (internal/e2e/doc.go says what the suite relies on in them).
-PINS=(
-	"claude_code @agentclientprotocol/claude-agent-acp@0.101.0 claude-agent-acp"
-	"codex @agentclientprotocol/codex-acp@2.6.0 codex-acp"
-	"copilot @github/copilot@1.0.102 copilot"
-	"cline cline@3.0.65 cline"
-	"opencode opencode-ai@1.18.33 opencode"
-	"claude_host @anthropic-ai/claude-code@2.1.328 claude"
-	"codex_host @openai/codex@0.169.0 codex"
-)
 
 cache="${SYMM_AGENTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/symm-mcp/agents}"
 mode=install
@@ -40,7 +27,7 @@ case "${1:-}" in
 --print-path) mode=print-path ;;
 --env-file) mode=env-file ;;
 -h | --help)
-	sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 *)
@@ -60,6 +47,22 @@ command -v npm >/dev/null || {
 	log "npm is not on PATH"
 	exit 1
 }
+command -v go >/dev/null || {
+	log "go is not on PATH (it reads the pins from internal/agents)"
+	exit 1
+}
+
+# Agent name, npm package@version, executable inside node_modules/.bin: the
+# ACP agents of internal/agents' table that are on npm (their offers are in
+# testdata/agents), then the MCP hosts of the end-to-end suite's host tests
+# (agents.Hosts). Read before the cache is touched: a failure leaves it as
+# it was.
+pins_text="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && go run ./scripts/agent-pins)"
+mapfile -t PINS <<<"$pins_text"
+if [[ -z "$pins_text" ]]; then
+	log "go run ./scripts/agent-pins printed no pins"
+	exit 1
+fi
 mkdir -p "$cache/bin"
 
 # One install at a time per cache: the e2e suite and a developer may race.

@@ -33,7 +33,7 @@ func TestImportRules(t *testing.T) {
 		}
 		return r
 	}
-	for _, leaf := range []string{"store", "supervisor", "permission", "notify", "envfile", "leakcheck", "acpsession/fakeagent"} {
+	for _, leaf := range []string{"store", "supervisor", "permission", "notify", "envfile", "leakcheck", "syncbuf", "acpsession/fakeagent"} {
 		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
 	}
 	within := func(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }

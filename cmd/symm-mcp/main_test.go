@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
 )
 
 // binary is the built symm-mcp and fakeBin the fake ACP agent, shared by
@@ -48,7 +50,7 @@ type server struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan []byte
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 }
 
 func startServer(t *testing.T, env []string, args ...string) *server {
@@ -59,7 +61,7 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	s := &server{cmd: cmd, stdin: stdin, lines: make(chan []byte, 64), stderr: &lockedBuffer{}}
+	s := &server{cmd: cmd, stdin: stdin, lines: make(chan []byte, 64), stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = s.stderr
 	require.NoError(t, cmd.Start())
 	go func() {

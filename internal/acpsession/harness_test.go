@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
+	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) {
@@ -168,24 +169,6 @@ func (r *recSink) agentUpdates(t *testing.T) map[string][]AgentUpdateFields {
 	return out
 }
 
-// lockedBuffer is a goroutine-safe buffer.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // harness runs a Session against the fake agent in process, over pipes.
 type harness struct {
 	t        *testing.T
@@ -195,8 +178,8 @@ type harness struct {
 	stdin    *io.PipeWriter
 	watch    *watchWriter
 	served   chan error
-	wire     *lockedBuffer // everything the agent wrote to stdout
-	logs     *lockedBuffer // the session's log, debug and up
+	wire     *syncbuf.Buffer // everything the agent wrote to stdout
+	logs     *syncbuf.Buffer // the session's log, debug and up
 	once     sync.Once
 	serveErr error
 }
@@ -218,7 +201,7 @@ func startHarness(t *testing.T, cfg fakeagent.Config, p Params, sink *recSink) *
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	h := &harness{t: t, sink: sink, cfg: cfg, stdin: inW, served: make(chan error, 1), wire: &lockedBuffer{}, logs: &lockedBuffer{}}
+	h := &harness{t: t, sink: sink, cfg: cfg, stdin: inW, served: make(chan error, 1), wire: &syncbuf.Buffer{}, logs: &syncbuf.Buffer{}}
 	go func() {
 		err := fakeagent.Serve(context.Background(), inR, outW, io.Discard, cfg)
 		_ = outW.Close()

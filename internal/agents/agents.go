@@ -1,13 +1,20 @@
-// Package agents is the registry of the agents symm-mcp can launch. An
-// adapter is mostly data: the executable and its arguments, the options a
-// caller may pass, the settings symm-mcp pins, and how the caller's model and
-// effort reach the agent. Adding an agent is adding one entry to
-// DefaultAdapters, its offer in testdata/agents/<name> and its rows in the
-// adapter tests (intent/0006-agent-adapters.md).
+// Package agents is the registry of the agents symm-mcp can launch, and the
+// one table of them that everything else reads. An adapter is mostly data:
+// the executable and its arguments, the options a caller may pass, the
+// settings symm-mcp pins, how the caller's model and effort reach the agent,
+// and the npm package the end-to-end suite installs. scripts/install-agents.sh
+// (through scripts/agent-pins), scripts/capture-offers and internal/e2e read
+// DefaultAdapters and Hosts; none of them keeps a list of its own. Adding an
+// agent is adding one entry to DefaultAdapters, its offer in
+// testdata/agents/<name> and its rows in the adapter tests
+// (intent/0006-agent-adapters.md); when it is installable, also how
+// capture-offers and the e2e suite point it at a loopback model server (a
+// test names what is missing).
 package agents
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 
@@ -49,13 +56,20 @@ type Adapter struct {
 	Model  *acpsession.Setting
 	Effort *acpsession.Setting
 	// EffortFlag, when set, passes effort as a launch flag instead:
-	// EffortFlag+effort ("--thinking=" + "high").
-	EffortFlag string
+	// EffortFlag+effort ("--thinking=" + "high"). EffortValues are the
+	// values the flag takes, as describe_agent shows them; the agent
+	// itself checks them. (A setting's values are the agent's own offer.)
+	EffortFlag   string
+	EffortValues []string
 	// Pins returns the settings symm-mcp pins, given the task's allow list.
 	Pins func(allow []string) []acpsession.Setting
 	// Env returns extra environment for the agent, given the server's
 	// environment; an error fails the task before launch.
 	Env func(getenv func(string) string) ([]string, error)
+	// NPM is the package scripts/install-agents.sh installs for the
+	// end-to-end suite and scripts/capture-offers, whose offer
+	// testdata/agents/<Name> records; nil when the agent is not on npm.
+	NPM *NPM
 }
 
 // Accepts reports whether the adapter takes the option.
@@ -73,6 +87,25 @@ func (a *Adapter) Check(r Request) error {
 		}
 	}
 	return nil
+}
+
+// EveryPin lists each setting Pins returns for any allow list: those for
+// an empty one, then those for all of kinds that differ. Two lists cover
+// every adapter because a pin depends at most on whether a kind is allowed
+// (cursor's mode on edit).
+func (a *Adapter) EveryPin(kinds []string) []acpsession.Setting {
+	if a.Pins == nil {
+		return nil
+	}
+	var out []acpsession.Setting
+	for _, allow := range [][]string{nil, kinds} {
+		for _, p := range a.Pins(allow) {
+			if !slices.ContainsFunc(out, func(q acpsession.Setting) bool { return reflect.DeepEqual(p, q) }) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // Launch builds the command line, environment and settings for a task:

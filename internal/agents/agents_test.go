@@ -34,6 +34,11 @@ func TestRegistryIsConsistent(t *testing.T) {
 			effortTravels := a.Effort != nil || a.EffortFlag != ""
 			assert.Equal(t, effortTravels, a.Accepts(OptEffort), "effort is accepted exactly when it travels")
 			assert.False(t, a.Effort != nil && a.EffortFlag != "", "effort travels one way")
+			assert.Equal(t, a.EffortFlag != "", len(a.EffortValues) > 0, "a launch flag lists its values, a setting has the agent's")
+			if a.NPM != nil {
+				assert.NotEmpty(t, a.NPM.Package)
+				assert.NotEmpty(t, a.NPM.Version)
+			}
 			require.NotNil(t, a.Pins)
 			for _, allow := range [][]string{nil, {"edit"}} {
 				pins := a.Pins(allow)

@@ -46,8 +46,9 @@ const (
 func Default() *Registry { return NewRegistry(DefaultAdapters()...) }
 
 // DefaultAdapters returns the six agents of the specification, each time
-// new. The comments say what the real agents offer after session/new
-// (testdata/agents holds their captured offers).
+// new: the one agent table. The comments say what the real agents offer
+// after session/new (testdata/agents holds their captured offers, made with
+// the NPM versions; a test holds the two in step).
 func DefaultAdapters() []*Adapter {
 	all := []string{OptAllow, OptModel, OptEffort}
 	noEffort := []string{OptAllow, OptModel}
@@ -60,6 +61,7 @@ func DefaultAdapters() []*Adapter {
 			Model:  model(),
 			Effort: &acpsession.Setting{Name: "effort", ConfigIDs: []string{"effort"}},
 			Pins:   fixed(pinMode("default")),
+			NPM:    &NPM{Package: "@agentclientprotocol/claude-agent-acp", Version: "0.101.0"},
 		},
 		{
 			// Modes and the select "mode": read-only, workspace-write, agent
@@ -67,6 +69,7 @@ func DefaultAdapters() []*Adapter {
 			Name: "codex", Executable: "codex-acp", Options: all,
 			Model: model(), Effort: reasoningEffort(),
 			Pins: fixed(pinMode("read-only")),
+			NPM:  &NPM{Package: "@agentclientprotocol/codex-acp", Version: "2.6.0"},
 		},
 		{
 			// Modes and the select "mode": URL ids ending in #agent (current),
@@ -77,17 +80,20 @@ func DefaultAdapters() []*Adapter {
 			// The agent mode first: autopilot turns allow-all on.
 			Pins: fixed(pinMode("agent"),
 				acpsession.Setting{Name: "allow_all", ConfigIDs: []string{"allow_all"}, Value: "off", Pin: true}),
+			NPM: &NPM{Package: "@github/copilot", Version: "1.0.102"},
 		},
 		{
 			// Modes and the select "mode": plan, act (current); selects
 			// "provider" and "model"; boolean "auto_approve".
 			Name: "cline", Executable: "cline", Args: []string{"--acp"}, Options: all,
 			Model: model(), EffortFlag: "--thinking=",
-			Pins: fixed(acpsession.Setting{Name: "auto_approve", ConfigIDs: []string{"auto_approve"}, Bool: ptr(false), Pin: true}),
+			EffortValues: []string{"none", "low", "medium", "high", "xhigh"},
+			Pins:         fixed(acpsession.Setting{Name: "auto_approve", ConfigIDs: []string{"auto_approve"}, Bool: ptr(false), Pin: true}),
+			NPM:          &NPM{Package: "cline", Version: "3.0.65"},
 		},
 		{
-			// Not installable here: modes agent and plan and a model option,
-			// as the specification describes it.
+			// Not on npm, so no NPM: modes agent and plan and a model
+			// option, as the specification describes it.
 			Name: "cursor", Executable: "cursor-agent", Args: []string{"acp"}, Options: noEffort,
 			Model: model(),
 			// In agent mode Cursor edits without asking: only when edit is allowed.
@@ -104,6 +110,7 @@ func DefaultAdapters() []*Adapter {
 			Model: model(),
 			Pins:  fixed(pinMode("build")),
 			Env:   OpencodeEnv,
+			NPM:   &NPM{Package: "opencode-ai", Version: "1.18.33"},
 		},
 	}
 }

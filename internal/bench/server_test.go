@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
+	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -115,7 +116,7 @@ type server struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	pid    int
-	stderr *tail
+	stderr *syncbuf.Buffer
 
 	writeMu  sync.Mutex
 	nextID   atomic.Int64
@@ -132,7 +133,7 @@ func (e *env) start(ctx context.Context) (*server, time.Duration, error) {
 	cmd := exec.Command(e.server, "--log-level", "warn", "--notify-dir", filepath.Join(e.dir, "notify"))
 	cmd.Dir = e.workspace
 	cmd.Env = []string{"PATH=" + e.pathDir, "HOME=" + e.dir, "TMPDIR=" + e.dir}
-	st := &tail{max: 8 << 10}
+	st := &syncbuf.Buffer{Max: 8 << 10}
 	cmd.Stderr = st
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -266,7 +267,7 @@ func (s *server) request(ctx context.Context, method string, params, result any)
 		s.mu.Lock()
 		err := s.readErr
 		s.mu.Unlock()
-		return nil, fmt.Errorf("%s: connection closed: %v (stderr: %s)", method, err, s.stderr)
+		return nil, fmt.Errorf("%s: connection closed: %v (stderr: %s)", method, err, strings.TrimSpace(s.stderr.String()))
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -280,7 +281,7 @@ func (s *server) close() error {
 	select {
 	case err := <-s.exited:
 		if err != nil {
-			return fmt.Errorf("server exit: %w (stderr: %s)", err, s.stderr)
+			return fmt.Errorf("server exit: %w (stderr: %s)", err, strings.TrimSpace(s.stderr.String()))
 		}
 		return nil
 	case <-time.After(10 * time.Second):
@@ -292,7 +293,7 @@ func (s *server) close() error {
 		_ = s.cmd.Process.Kill()
 		<-s.exited
 	}
-	return fmt.Errorf("server did not exit within 10 s of EOF (stderr: %s)", s.stderr)
+	return fmt.Errorf("server did not exit within 10 s of EOF (stderr: %s)", strings.TrimSpace(s.stderr.String()))
 }
 
 // call invokes a tool and decodes its reply's structured content into
@@ -474,29 +475,6 @@ func (s *server) memory() (rss, peak int64, err error) {
 		}
 	}
 	return rss, peak, nil
-}
-
-// tail keeps the last bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.b))
 }
 
 // floodPrompt is a turn of n updates streamed as fast as the pipe allows.

@@ -1,4 +1,6 @@
-//go:build e2e
+// This file has no build tag: TestAgentSetupsCoverTheTable runs with
+// make test, so an agent added to the table without a setup here fails
+// there, not first in make e2e.
 
 package e2e
 
@@ -10,13 +12,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/symm-mcp/symm-mcp/internal/agents"
 )
 
-// agentCase is one real agent: how to point it at the model server with a
-// fresh HOME (the facts are in doc.go and testdata/agents/README.md).
-type agentCase struct {
-	name string
-	exe  string
+// agentSetup is how the suite points one real agent at the model server
+// with a fresh HOME (the facts are in doc.go and testdata/agents/README.md).
+type agentSetup struct {
 	// setup prepares home and returns the agent's extra environment, set
 	// in symm-mcp's environment (the agents inherit it); url is the model
 	// server's base URL without /v1.
@@ -26,15 +31,50 @@ type agentCase struct {
 	refusalFails bool
 }
 
-var agentCases = []agentCase{
-	{name: "claude_code", exe: "claude-agent-acp", setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
+// agentCase is one agent of internal/agents' table that is on npm, with
+// its setup (nil when this file has none: the agent's run fails).
+type agentCase struct {
+	name string
+	exe  string
+	agentSetup
+}
+
+// agentCases lists the table's agents that scripts/install-agents.sh
+// installs, in table order.
+func agentCases() []agentCase {
+	var out []agentCase
+	for _, a := range agents.DefaultAdapters() {
+		if a.NPM != nil {
+			out = append(out, agentCase{name: a.Name, exe: a.Executable, agentSetup: agentSetups[a.Name]})
+		}
+	}
+	return out
+}
+
+// TestAgentSetupsCoverTheTable: the suite runs every agent of the table
+// that is on npm, and keeps no setup for one the table does not install.
+func TestAgentSetupsCoverTheTable(t *testing.T) {
+	names := map[string]bool{}
+	for _, a := range agentCases() {
+		names[a.name] = true
+		assert.NotNil(t, a.setup, "agent %s is on npm but the e2e suite has no setup for it (internal/e2e/agents_test.go)", a.name)
+	}
+	assert.NotEmpty(t, names)
+	for name := range agentSetups {
+		assert.True(t, names[name], "a setup for %s, which the table does not install", name)
+	}
+}
+
+// agentSetups holds the setups by agent name.
+var agentSetups = map[string]agentSetup{
+	"claude_code": {setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
 		return []string{
 			"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=x",
 			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1",
 			"DISABLE_ERROR_REPORTING=1",
 		}, nil
 	}},
-	{name: "codex", exe: "codex-acp", refusalFails: true, setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
+	"codex": {refusalFails: true, setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
 		cfg := fmt.Sprintf("model = \"m\"\nmodel_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\n"+
 			"base_url = \"%s/v1\"\nwire_api = \"responses\"\nenv_key = \"LOCAL_KEY\"\n", url)
 		dir := filepath.Join(home, ".codex")
@@ -43,13 +83,13 @@ var agentCases = []agentCase{
 		}
 		return []string{"LOCAL_KEY=x"}, os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600)
 	}},
-	{name: "copilot", exe: "copilot", setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
+	"copilot": {setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
 		return []string{
 			"COPILOT_PROVIDER_BASE_URL=" + url + "/v1", "COPILOT_PROVIDER_API_KEY=x", "COPILOT_MODEL=m",
 			"COPILOT_OFFLINE=true", "COPILOT_AUTO_UPDATE=false",
 		}, nil
 	}},
-	{name: "cline", exe: "cline", setup: func(ctx context.Context, home, url string, env []string) ([]string, error) {
+	"cline": {setup: func(ctx context.Context, home, url string, env []string) ([]string, error) {
 		extra := []string{"CLINE_API_KEY=x", "CLINE_PROVIDER=openai-compatible"}
 		cmd := exec.CommandContext(ctx, lookIn(env, "cline"), "auth", "-p", "openai-compatible", "-k", "x", "-m", "m", "-b", url+"/v1")
 		cmd.Env = append(append([]string(nil), env...), extra...)
@@ -60,7 +100,7 @@ var agentCases = []agentCase{
 		}
 		return extra, nil
 	}},
-	{name: "opencode", exe: "opencode", setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
+	"opencode": {setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
 		// The user's own configuration allows everything, in every place
 		// symm-mcp's rules must win over: the global config file (with
 		// entries before a wildcard), OPENCODE_PERMISSION, and the inline

@@ -1,9 +1,9 @@
 // Package e2e holds the end-to-end suite, behind the build tag e2e: it
 // drives the built symm-mcp binary over stdio with the MCP SDK's client
-// against the five installable real agents (scripts/install-agents.sh),
-// each with a fresh HOME and a PATH holding only that agent and node, all
-// pointed at the scripted model server of internal/e2e/modelserver on
-// 127.0.0.1. For each agent it checks, through the tools: describe_agent,
+// against the real agents of internal/agents' table that are on npm
+// (installed by scripts/install-agents.sh), each with a fresh HOME and a
+// PATH holding only that agent and node, all pointed at the scripted model
+// server of internal/e2e/modelserver on 127.0.0.1. For each agent it checks, through the tools: describe_agent,
 // the pins as the agent confirmed them, a plain prompt, a refused and an
 // allowed tool call, cancel_task during a slow stream, resuming by
 // session_id, and `symm-mcp doctor`; it prints the matrix and each agent's
@@ -34,11 +34,13 @@
 // host's stdout and stderr, and matrix.md; E2E_BODIES=1 keeps every
 // request body too. SYMM_AGENTS_CACHE is the install script's cache.
 // Cursor is not installable: its adapter is covered by the fake agent only.
+// Only agents_test.go, the agents' setups, has no build tag: its test, that
+// every agent of the table on npm has a setup, runs with make test.
 //
 // # What the suite relies on
 //
 // Observed on Debian 12, node 20, as root, with the versions pinned in
-// scripts/install-agents.sh. Pointing the agents at a model server on
+// internal/agents (DefaultAdapters and Hosts). Pointing the agents at a model server on
 // 127.0.0.1, with no credentials:
 //
 //   - claude_code (claude-agent-acp): ANTHROPIC_BASE_URL and any

@@ -121,7 +121,7 @@ func printMatrix(total time.Duration) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n| agent | %s | time |\n|---|%s---|\n", strings.Join(checks, " | "), strings.Repeat("---|", len(checks)))
 	var fails []string
-	for _, a := range agentCases {
+	for _, a := range agentCases() {
 		r := matrix[a.name]
 		if r == nil {
 			continue
@@ -168,7 +168,7 @@ func printMatrix(total time.Duration) {
 	for _, f := range fails {
 		fmt.Fprintf(&b, "- %s\n", f)
 	}
-	for _, a := range agentCases {
+	for _, a := range agentCases() {
 		if r := matrix[a.name]; r != nil {
 			for _, n := range r.notes {
 				fmt.Fprintf(&b, "- note %s: %s\n", a.name, n)
@@ -252,7 +252,7 @@ func check(t *testing.T, agent string, n int, name string, f func(t *recorder)) 
 
 func TestAgents(t *testing.T) {
 	only := os.Getenv("E2E_AGENTS")
-	for _, a := range agentCases {
+	for _, a := range agentCases() {
 		if only != "" && !slices.Contains(strings.Split(only, ","), a.name) {
 			continue
 		}
@@ -283,6 +283,7 @@ type rig struct {
 }
 
 func testAgent(t *testing.T, a agentCase) {
+	require.NotNil(t, a.setup, "the e2e suite has no setup for %s (internal/e2e/agents_test.go)", a.name)
 	exe := filepath.Join(agentsBin, a.exe)
 	if _, err := os.Stat(exe); err != nil {
 		t.Fatalf("%s is not installed: run scripts/install-agents.sh (%v)", a.exe, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/e2e/agentenv"
 	"github.com/symm-mcp/symm-mcp/internal/e2e/modelserver"
 )
@@ -42,7 +43,9 @@ var symmTools = []string{"spawn_task", "wait_tasks", "get_events", "resolve_task
 // headless, as the README shows it.
 type hostCase struct {
 	name string
-	exe  string
+	// host names the entry of agents.Hosts that runs; exe is its
+	// executable.
+	host, exe string
 	// inner is the real agent (an agentCases entry) the host's model spawns.
 	inner string
 	// setup registers symm-mcp in the host's HOME and returns the host's
@@ -65,22 +68,22 @@ const (
 	readmeGoPath = "/home/me/go"
 )
 
-var hostCases = []hostCase{
-	{name: "claude_mcp_add", exe: "claude", inner: "copilot", setup: func(ctx context.Context, t *recorder, h *hostRig) ([]string, []string) {
+var hostCases = withExecutables([]hostCase{
+	{name: "claude_mcp_add", host: "claude_host", inner: "copilot", setup: func(ctx context.Context, t *recorder, h *hostRig) ([]string, []string) {
 		env := claudeEnv(h.hostModel.URL)
 		h.shell(ctx, t, env, claudeAddLine)
 		out := h.run(ctx, t, env, "claude", "mcp", "list")
 		require.Contains(t, out, "Connected", "claude mcp list")
 		return env, []string{"claude", "-p", h.prompt(), "--allowedTools", "mcp__symm"}
 	}},
-	{name: "claude_mcp_config", exe: "claude", inner: "copilot", background: true, setup: func(_ context.Context, t *recorder, h *hostRig) ([]string, []string) {
+	{name: "claude_mcp_config", host: "claude_host", inner: "copilot", background: true, setup: func(_ context.Context, t *recorder, h *hostRig) ([]string, []string) {
 		block, err := readmeBlock("json", `"mcpServers"`)
 		require.NoError(t, err)
 		cfg := filepath.Join(h.home, "mcp.json")
 		require.NoError(t, os.WriteFile(cfg, []byte(strings.ReplaceAll(block, readmeGoPath, h.gopath)), 0o600))
 		return claudeEnv(h.hostModel.URL), []string{"claude", "-p", h.prompt(), "--mcp-config", cfg, "--allowedTools", "mcp__symm,Bash"}
 	}},
-	{name: "codex_mcp_add", exe: "codex", inner: "claude_code", setup: func(ctx context.Context, t *recorder, h *hostRig) ([]string, []string) {
+	{name: "codex_mcp_add", host: "codex_host", inner: "claude_code", setup: func(ctx context.Context, t *recorder, h *hostRig) ([]string, []string) {
 		block, err := readmeBlock("toml", "[mcp_servers.symm]")
 		require.NoError(t, err)
 		top, table, _ := strings.Cut(block, "[mcp_servers.symm]\n")
@@ -105,6 +108,19 @@ var hostCases = []hostCase{
 		// --skip-git-repo-check: the workspace is no git repository.
 		return env, []string{"codex", "exec", "--strict-config", "--skip-git-repo-check", h.prompt()}
 	}},
+})
+
+// withExecutables gives each case its host's executable from the table
+// (agents.Hosts); a case whose host is not there keeps none and fails.
+func withExecutables(cases []hostCase) []hostCase {
+	for i := range cases {
+		for _, h := range agents.Hosts() {
+			if h.Name == cases[i].host {
+				cases[i].exe = h.Executable
+			}
+		}
+	}
+	return cases
 }
 
 // readmeBlock is the body of the README's fenced block of that language
@@ -241,6 +257,10 @@ func TestHosts(t *testing.T) {
 	for _, line := range []string{claudeAddLine, codexAddLine, "--allowedTools mcp__symm", "--mcp-config FILE", "codex exec"} {
 		require.True(t, strings.Contains(string(readme), line), "README.md lacks a line the suite runs: %s", line)
 	}
+	for _, h := range agents.Hosts() {
+		assert.True(t, slices.ContainsFunc(hostCases, func(hc hostCase) bool { return hc.host == h.Name }),
+			"host %s is installed but no host case runs it", h.Name)
+	}
 	only := os.Getenv("E2E_HOSTS")
 	for _, hc := range hostCases {
 		if only != "" && !slices.Contains(strings.Split(only, ","), hc.name) {
@@ -261,8 +281,9 @@ func TestHosts(t *testing.T) {
 }
 
 func testHost(t *testing.T, hc hostCase) {
+	require.NotEmpty(t, hc.exe, "no host %s in agents.Hosts", hc.host)
 	var inner agentCase
-	for _, a := range agentCases {
+	for _, a := range agentCases() {
 		if a.name == hc.inner {
 			inner = a
 		}

@@ -18,10 +18,6 @@ import (
 // cleanup.
 const DescribeDeadline = 30 * time.Second
 
-// ClineEffortValues are the values cline's --thinking flag accepts; the
-// agent itself checks them.
-var ClineEffortValues = []string{"none", "low", "medium", "high", "xhigh"}
-
 // Offer is an agent's offer for a setting: the current value (null for a
 // launch flag) and the values it accepts.
 type Offer struct {
@@ -135,27 +131,16 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	}
 	switch {
 	case adapter.EffortFlag != "":
-		d.Effort = &Offer{Values: ClineEffortValues}
+		d.Effort = &Offer{Values: adapter.EffortValues}
 	case adapter.Effort != nil:
 		d.Effort = offerOf(res, *adapter.Effort)
 	}
-	if adapter.Pins != nil {
-		// Pins may depend on allow (cursor): list those for no kind and for
-		// every kind, once each.
-		seen := map[Pin]bool{}
-		for _, allow := range [][]string{nil, permission.Kinds} {
-			for _, p := range adapter.Pins(allow) {
-				value := p.Value
-				if p.Bool != nil {
-					value = fmt.Sprint(*p.Bool)
-				}
-				pin := Pin{Setting: p.Name, Value: value, Available: res.Available(p)}
-				if !seen[pin] {
-					seen[pin] = true
-					d.Pins = append(d.Pins, pin)
-				}
-			}
+	for _, p := range adapter.EveryPin(permission.Kinds) {
+		value := p.Value
+		if p.Bool != nil {
+			value = fmt.Sprint(*p.Bool)
 		}
+		d.Pins = append(d.Pins, Pin{Setting: p.Name, Value: value, Available: res.Available(p)})
 	}
 	return d, nil
 }

@@ -1,9 +1,10 @@
 // Command capture-offers records what each real ACP agent offers: it
-// launches every agent that scripts/install-agents.sh installed, with a
-// fresh HOME, no credentials and every model base URL pointed at an unused
-// loopback port, sends initialize and session/new as symm-mcp does, and
-// writes the raw result objects to testdata/agents/<agent>/initialize.json
-// and new_session.json. Unit tests drive each adapter against these offers
+// launches every agent of internal/agents' table that is on npm (which
+// scripts/install-agents.sh installed), with the table's executable and
+// arguments, a fresh HOME, no credentials and every model base URL pointed
+// at an unused loopback port, sends initialize and session/new as symm-mcp
+// does, and writes the raw result objects to
+// testdata/agents/<agent>/initialize.json and new_session.json. Unit tests drive each adapter against these offers
 // through the fake agent (internal/mcpserver/adapters_test.go).
 //
 //	scripts/install-agents.sh && go run ./scripts/capture-offers
@@ -37,30 +38,27 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/e2e/agentenv"
 )
 
-// agent is one installable agent: its registry name, executable and ACP
-// arguments, and what it needs to start without credentials.
-type agent struct {
-	name string
-	exe  string
-	args []string
-	// setup prepares home and returns extra environment; port is an
-	// unused loopback port for any model server URL.
-	setup func(ctx context.Context, home string, port int, bin string) ([]string, error)
-}
+// setup prepares an agent's home and returns its extra environment, what
+// it needs to start without credentials; port is an unused loopback port
+// for any model server URL.
+type setup func(ctx context.Context, home string, port int, bin string) ([]string, error)
 
-var agentsList = []agent{
-	{name: "claude_code", exe: "claude-agent-acp", setup: func(_ context.Context, _ string, port int, _ string) ([]string, error) {
+// setups holds one setup for each agent of the table that is on npm
+// (TestSetupsCoverTheTable), by name.
+var setups = map[string]setup{
+	"claude_code": func(_ context.Context, _ string, port int, _ string) ([]string, error) {
 		return []string{
 			fmt.Sprintf("ANTHROPIC_BASE_URL=http://127.0.0.1:%d", port),
 			"ANTHROPIC_API_KEY=x",
 			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 			"DISABLE_AUTOUPDATER=1",
 		}, nil
-	}},
-	{name: "codex", exe: "codex-acp", setup: func(_ context.Context, home string, port int, _ string) ([]string, error) {
+	},
+	"codex": func(_ context.Context, home string, port int, _ string) ([]string, error) {
 		cfg := fmt.Sprintf("model = \"m\"\nmodel_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\n"+
 			"base_url = \"http://127.0.0.1:%d/v1\"\nwire_api = \"responses\"\nenv_key = \"LOCAL_KEY\"\n", port)
 		dir := filepath.Join(home, ".codex")
@@ -68,14 +66,14 @@ var agentsList = []agent{
 			return nil, err
 		}
 		return []string{"LOCAL_KEY=x"}, os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600)
-	}},
-	{name: "copilot", exe: "copilot", args: []string{"--acp"}, setup: func(_ context.Context, _ string, port int, _ string) ([]string, error) {
+	},
+	"copilot": func(_ context.Context, _ string, port int, _ string) ([]string, error) {
 		return []string{
 			fmt.Sprintf("COPILOT_PROVIDER_BASE_URL=http://127.0.0.1:%d/v1", port),
 			"COPILOT_PROVIDER_API_KEY=x", "COPILOT_MODEL=m", "COPILOT_OFFLINE=true", "COPILOT_AUTO_UPDATE=false",
 		}, nil
-	}},
-	{name: "cline", exe: "cline", args: []string{"--acp"}, setup: func(ctx context.Context, home string, port int, bin string) ([]string, error) {
+	},
+	"cline": func(ctx context.Context, home string, port int, bin string) ([]string, error) {
 		env := []string{"CLINE_API_KEY=x", "CLINE_PROVIDER=openai-compatible"}
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "cline"), "auth", "-p", "openai-compatible", "-k", "x", "-m", "m",
 			"-b", fmt.Sprintf("http://127.0.0.1:%d/v1", port))
@@ -87,8 +85,8 @@ var agentsList = []agent{
 			return nil, fmt.Errorf("cline auth: %v: %s", err, out)
 		}
 		return env, nil
-	}},
-	{name: "opencode", exe: "opencode", args: []string{"acp"}, setup: func(_ context.Context, _ string, port int, _ string) ([]string, error) {
+	},
+	"opencode": func(_ context.Context, _ string, port int, _ string) ([]string, error) {
 		cfg := map[string]any{
 			"model": "local/m", "small_model": "local/m", "autoupdate": false, "share": "disabled",
 			"provider": map[string]any{"local": map[string]any{
@@ -102,7 +100,32 @@ var agentsList = []agent{
 		b, err := json.Marshal(cfg)
 		return []string{"OPENCODE_CONFIG_CONTENT=" + string(b), "OPENCODE_DISABLE_AUTOUPDATE=1",
 			"OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1"}, err
-	}},
+	},
+}
+
+// agent is one agent to capture: its table entry and its setup.
+type agent struct {
+	name  string
+	exe   string
+	args  []string
+	setup setup
+}
+
+// installable lists the table's agents that are on npm, in table order;
+// an agent without a setup is an error naming it.
+func installable() ([]agent, error) {
+	var out []agent
+	for _, a := range agents.DefaultAdapters() {
+		if a.NPM == nil {
+			continue
+		}
+		s, ok := setups[a.Name]
+		if !ok {
+			return nil, fmt.Errorf("agent %s is on npm but capture-offers has no setup for it (scripts/capture-offers/main.go)", a.Name)
+		}
+		out = append(out, agent{name: a.Name, exe: a.Executable, args: a.Args, setup: s})
+	}
+	return out, nil
 }
 
 func main() {
@@ -116,13 +139,18 @@ func main() {
 	}
 	cache := flag.String("cache", def, "the agents cache of scripts/install-agents.sh")
 	out := flag.String("out", "testdata/agents", "where the fixtures go")
-	only := flag.String("agents", "", "comma-separated agents (default: all five)")
+	only := flag.String("agents", "", "comma-separated agents (default: every agent on npm)")
 	bare := flag.Bool("bare", false, "launch with no configuration and write nothing")
 	timeout := flag.Duration("timeout", 90*time.Second, "per agent, startup to session/new")
 	flag.Parse()
 
+	list, err := installable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	failed := false
-	for _, a := range agentsList {
+	for _, a := range list {
 		if *only != "" && !contains(strings.Split(*only, ","), a.name) {
 			continue
 		}
