@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
 // The framing layer sits between the client's byte stream and the MCP SDK's
@@ -54,6 +56,8 @@ type framing struct {
 	ours    map[string]int64          // the client's id as sent -> our id, for cancellations
 	changed chan struct{}             // closed and replaced when a request is answered
 	version atomic.Pointer[string]    // the protocol version initialize agreed on
+	closing atomic.Bool               // the session is ending: requests read now are refused
+	done    chan struct{}             // closed when the session is over: nothing waits for room
 	toSDK   io.Writer                 // the pipe the SDK reads
 	reply   func(p []byte) error      // writes one line to the client, past the id mapping
 }
@@ -63,6 +67,7 @@ func newFraming(toSDK io.Writer, reply func([]byte) error) *framing {
 		theirs:  make(map[int64]json.RawMessage),
 		ours:    make(map[string]int64),
 		changed: make(chan struct{}),
+		done:    make(chan struct{}),
 		toSDK:   toSDK,
 		reply:   reply,
 	}
@@ -74,6 +79,7 @@ func (f *framing) pump(r io.Reader) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var buf []byte
 	for {
+		f.awaitRoom()
 		line, over, err := readLine(br, buf[:0])
 		switch {
 		case over:
@@ -92,6 +98,26 @@ func (f *framing) pump(r io.Reader) error {
 		}
 		if err != nil {
 			return err
+		}
+	}
+}
+
+// maxPending bounds the requests in flight: past it the next line waits,
+// so a client that floods requests holds at most this many handlers (and
+// their replies) in memory. Hosts run a few calls at a time.
+const maxPending = 1024
+
+// awaitRoom waits while maxPending requests are in flight.
+func (f *framing) awaitRoom() {
+	for {
+		n, changed := f.pending()
+		if n < maxPending {
+			return
+		}
+		select {
+		case <-changed:
+		case <-f.done:
+			return
 		}
 	}
 }
@@ -121,37 +147,52 @@ func readLine(br *bufio.Reader, buf []byte) (line []byte, over bool, err error) 
 	}
 }
 
-// JSON-RPC's error codes for what cannot be handled.
+// JSON-RPC's error codes for what cannot be handled, and ours for a
+// request read once the session is ending.
 const (
 	codeParseError     = -32700
 	codeInvalidRequest = -32600
+	codeShuttingDown   = -32000
 )
 
-var null = json.RawMessage("null")
+// maxDepth is the SDK's nesting bound (its internal JSON decoder refuses
+// deeper input and the connection with it); a batch counts its own level.
+const maxDepth = 1000
+
+var nullID = json.RawMessage("null")
 
 // handle checks one line and forwards it to the SDK or answers it. Only a
 // failure to forward is returned.
 func (f *framing) handle(line []byte) error {
 	line = bytes.TrimSpace(line)
-	if !json.Valid(line) {
-		f.refuse(findID(line), codeParseError, "parse error: the line is not valid JSON")
+	if line[0] != '{' && !nestedWithin(line, maxDepth) {
+		f.refuse(nullID, codeInvalidRequest, fmt.Sprintf("invalid request: nested deeper than %d levels", maxDepth))
 		return nil
 	}
 	switch line[0] {
 	case '{':
-		msg, _, id, code, reason := f.rewrite(line)
-		if reason != "" {
-			f.refuse(id, code, reason)
+		m := f.message(line)
+		if m.reason != "" {
+			f.refuse(m.id, m.code, m.reason)
 			return nil
 		}
-		if msg == nil {
-			return nil // a reply to nothing: dropped, as the SDK would
+		if m.wire == nil {
+			return nil
 		}
-		return f.forward(msg)
+		if f.closing.Load() && m.ours != 0 {
+			f.forget(m.ours)
+			f.refuse(m.id, codeShuttingDown, "the server is shutting down")
+			return nil
+		}
+		return f.forward(m.wire)
 	case '[':
 		return f.batch(line)
 	default:
-		f.refuse(null, codeInvalidRequest, "invalid request: a JSON-RPC message is an object")
+		if json.Valid(line) {
+			f.refuse(nullID, codeInvalidRequest, "invalid request: a JSON-RPC message is an object")
+		} else {
+			f.refuse(nullID, codeParseError, "parse error: the line is not valid JSON")
+		}
 		return nil
 	}
 }
@@ -160,17 +201,26 @@ func (f *framing) handle(line []byte) error {
 // (those before 2025-06-18), each request with an id of ours; otherwise, or
 // when any member is malformed, the whole batch is answered with one error.
 func (f *framing) batch(line []byte) error {
+	var members []json.RawMessage
+	if err := json.Unmarshal(line, &members); err != nil {
+		f.refuse(nullID, codeParseError, "parse error: the line is not valid JSON")
+		return nil
+	}
 	v := f.protocol()
-	if v == "" || v >= "2025-06-18" {
+	switch {
+	case v == "" || v >= "2025-06-18":
 		if v == "" {
 			v = "before initialize"
 		}
-		f.refuse(null, codeInvalidRequest, "invalid request: JSON-RPC batches are not part of MCP protocol version "+v)
+		f.refuse(nullID, codeInvalidRequest, "invalid request: JSON-RPC batches are not part of MCP protocol version "+v)
 		return nil
-	}
-	var members []json.RawMessage
-	if err := json.Unmarshal(line, &members); err != nil || len(members) == 0 {
-		f.refuse(null, codeInvalidRequest, "invalid request: an empty batch")
+	case len(members) == 0:
+		f.refuse(nullID, codeInvalidRequest, "invalid request: an empty batch")
+		return nil
+	case !nestedWithin(line, maxDepth-1) || f.closing.Load():
+		// The array adds a level the SDK counts; a batch read at the end
+		// is not served either.
+		f.refuse(nullID, codeInvalidRequest, "invalid request: the batch cannot be served")
 		return nil
 	}
 	// The notifications go ahead on lines of their own: the SDK never
@@ -179,32 +229,28 @@ func (f *framing) batch(line []byte) error {
 	out := []byte{'['}
 	var added []int64
 	var notes [][]byte
-	for i, m := range members {
-		m = bytes.TrimSpace(m)
-		var msg []byte
-		reason := "not an object"
-		if len(m) > 0 && m[0] == '{' {
-			var ours int64
-			msg, ours, _, _, reason = f.rewrite(m)
-			if ours != 0 {
-				added = append(added, ours)
-			} else if msg != nil && reason == "" {
-				notes = append(notes, msg)
-				continue
-			}
+	for i, raw := range members {
+		raw = bytes.TrimSpace(raw)
+		m := message{reason: "not an object"}
+		if len(raw) > 0 && raw[0] == '{' {
+			m = f.message(raw)
 		}
-		if reason != "" {
+		if m.reason != "" {
 			f.forget(added...)
-			f.refuse(null, codeInvalidRequest, fmt.Sprintf("invalid request: batch member %d: %s", i, reason))
+			f.refuse(nullID, codeInvalidRequest, fmt.Sprintf("invalid request: batch member %d: %s", i, m.reason))
 			return nil
 		}
-		if msg == nil {
-			continue
+		switch {
+		case m.wire == nil:
+		case m.ours == 0:
+			notes = append(notes, m.wire)
+		default:
+			added = append(added, m.ours)
+			if len(out) > 1 {
+				out = append(out, ',')
+			}
+			out = append(out, m.wire...)
 		}
-		if len(out) > 1 {
-			out = append(out, ',')
-		}
-		out = append(out, msg...)
 	}
 	for _, n := range notes {
 		if err := f.forward(n); err != nil {
@@ -217,7 +263,7 @@ func (f *framing) batch(line []byte) error {
 	return f.forward(append(out, ']'))
 }
 
-// envelope is a JSON-RPC message's members, as the SDK decodes them.
+// envelope is a JSON-RPC message's members.
 type envelope struct {
 	JSONRPC json.RawMessage `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
@@ -227,55 +273,124 @@ type envelope struct {
 	Error   json.RawMessage `json:"error"`
 }
 
-// rewrite checks a JSON object as a JSON-RPC message and returns it as the
-// SDK should see it: a request with an id of ours (returned as ours), a
-// notification or reply as it came (a cancellation naming a request by our
-// id). msg is nil for a message the SDK should not see; reason is set when
-// the message is to be answered with code, naming id.
-func (f *framing) rewrite(line []byte) (msg []byte, ours int64, id json.RawMessage, code int, reason string) {
+// message is what becomes of one JSON-RPC object: the bytes the SDK should
+// see (wire; nil for none) and our id for a request, or the error to
+// answer it with (reason, code, naming id).
+type message struct {
+	wire   []byte
+	ours   int64
+	id     json.RawMessage
+	code   int
+	reason string
+}
+
+// message checks a JSON object as a JSON-RPC message and rebuilds it as
+// the SDK should see it: a request with an id of ours, a notification as
+// it came (a cancellation naming a request by our id). Replies are
+// dropped: symm-mcp sends the client no requests, so a reply answers
+// nothing, and the SDK's stricter decoding of replies (case-sensitive
+// keys, typed errors) would end the connection on one it cannot read.
+func (f *framing) message(line []byte) message {
+	// The common case, a well-formed request, costs one decoding by the
+	// SDK's own decoder (the last word on what it takes) and a look at the
+	// first members for the id as sent.
+	if msg, err := jsonrpc.DecodeMessage(line); err == nil {
+		switch msg := msg.(type) {
+		case *jsonrpc.Request:
+			if theirs := findID(line); msg.ID.IsValid() && isIDValue(theirs) && paramsShaped(msg.Params) {
+				return f.request(theirs, msg.Method, msg.Params)
+			}
+		case *jsonrpc.Response:
+			if msg.Result != nil || msg.Error != nil {
+				return message{} // a reply, to nothing: dropped, never answered
+			}
+		}
+	}
+	if !nestedWithin(line, maxDepth) {
+		return message{id: nullID, code: codeInvalidRequest, reason: fmt.Sprintf("invalid request: nested deeper than %d levels", maxDepth)}
+	}
+	return f.classify(line)
+}
+
+// request builds a request for the SDK with an id of ours.
+func (f *framing) request(theirs json.RawMessage, method string, params json.RawMessage) message {
+	name, err := json.Marshal(method)
+	if err != nil {
+		return message{id: theirs, code: codeInvalidRequest, reason: "invalid request: " + err.Error()}
+	}
+	ours := f.track(theirs)
+	out := make([]byte, 0, len(params)+len(name)+64)
+	out = append(out, `{"jsonrpc":"2.0","id":`...)
+	out = strconv.AppendInt(out, ours, 10)
+	out = append(out, `,"method":`...)
+	out = append(out, name...)
+	if len(params) > 0 {
+		out = append(out, `,"params":`...)
+		out = append(out, params...)
+	}
+	return message{wire: append(out, '}'), ours: ours, id: theirs}
+}
+
+// classify is message's slow path, for what the SDK's decoder refused or
+// what needs a closer look (ids it cannot hold, notifications): it says
+// what is wrong, or rebuilds the message so that the SDK takes it.
+func (f *framing) classify(line []byte) message {
 	var e envelope
 	if err := json.Unmarshal(line, &e); err != nil {
-		return nil, 0, null, codeInvalidRequest, "invalid request: " + err.Error()
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return message{id: nullID, code: codeParseError, reason: "parse error: the line is not valid JSON"}
+		}
+		return message{id: nullID, code: codeInvalidRequest, reason: "invalid request: " + err.Error()}
 	}
-	id = null
-	hasID := len(e.ID) > 0 && !bytes.Equal(e.ID, null)
+	m := message{id: nullID, code: codeInvalidRequest}
+	hasID := len(e.ID) > 0 && !bytes.Equal(e.ID, nullID)
 	if hasID {
 		if !isIDValue(e.ID) {
-			return nil, 0, null, codeInvalidRequest, "invalid request: id must be a string or a number"
+			m.reason = "invalid request: id must be a string or a number"
+			return m
 		}
-		id = e.ID
+		m.id = e.ID
 	}
 	var version string
 	if json.Unmarshal(e.JSONRPC, &version) != nil || version != "2.0" {
-		return nil, 0, id, codeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`
+		m.reason = `invalid request: "jsonrpc" must be "2.0"`
+		return m
 	}
 	if len(e.Method) == 0 {
-		// A reply to a request of ours, which has our numeric ids; anything
-		// else would end the SDK's connection.
-		switch {
-		case !hasID && (len(e.Result) > 0 || len(e.Error) > 0):
-			return nil, 0, null, 0, ""
-		case !hasID || (len(e.Result) == 0 && len(e.Error) == 0):
-			return nil, 0, id, codeInvalidRequest, `invalid request: no "method"`
+		if len(e.Result) > 0 || len(e.Error) > 0 {
+			return message{} // a reply, to nothing: dropped, never answered
 		}
-		return line, 0, id, 0, ""
+		m.reason = `invalid request: no "method"`
+		return m
 	}
 	var method string
 	if json.Unmarshal(e.Method, &method) != nil {
-		return nil, 0, id, codeInvalidRequest, `invalid request: "method" must be a string`
+		m.reason = `invalid request: "method" must be a string`
+		return m
 	}
-	if len(e.Params) > 0 && e.Params[0] != '{' && e.Params[0] != '[' && !bytes.Equal(e.Params, null) {
-		return nil, 0, id, codeInvalidRequest, `invalid request: "params" must be an object or an array`
+	if !paramsShaped(e.Params) {
+		m.reason = `invalid request: "params" must be an object or an array`
+		return m
+	}
+	if len(e.ID) > 0 && !hasID {
+		// MCP: a request id is a string or an integer, never null.
+		m.reason = "invalid request: id must not be null"
+		return m
 	}
 	if method == "notifications/cancelled" && len(e.Params) > 0 {
-		e.Params = f.cancelled(e.Params)
+		params, ok := f.cancelled(e.Params)
+		if !ok {
+			return message{} // names no request in flight: nothing to cancel
+		}
+		e.Params = params
 	}
 	out := make([]byte, 0, len(line)+32)
 	out = append(out, `{"jsonrpc":"2.0"`...)
 	if hasID {
-		ours = f.track(e.ID)
+		m.ours = f.track(e.ID)
 		out = append(out, `,"id":`...)
-		out = strconv.AppendInt(out, ours, 10)
+		out = strconv.AppendInt(out, m.ours, 10)
 	}
 	out = append(out, `,"method":`...)
 	out = append(out, e.Method...)
@@ -283,7 +398,55 @@ func (f *framing) rewrite(line []byte) (msg []byte, ours int64, id json.RawMessa
 		out = append(out, `,"params":`...)
 		out = append(out, e.Params...)
 	}
-	return append(out, '}'), ours, id, 0, ""
+	out = append(out, '}')
+	// The SDK's own decoding is the last word: what it would refuse (and
+	// end the connection on) is answered here instead.
+	if _, err := jsonrpc.DecodeMessage(out); err != nil {
+		if m.ours != 0 {
+			f.forget(m.ours)
+		}
+		return message{id: m.id, code: codeInvalidRequest, reason: "invalid request: " + err.Error()}
+	}
+	m.wire = out
+	return m
+}
+
+// nestedWithin reports whether p nests arrays and objects at most max
+// deep, counted as the SDK counts (strings skipped).
+func nestedWithin(p []byte, max int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, b := range p {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case b == '\\':
+				escaped = true
+			case b == '"':
+				inString = false
+			}
+			continue
+		}
+		switch b {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > max {
+				return false
+			}
+		case '}', ']':
+			if depth > 0 {
+				depth--
+			}
+		}
+	}
+	return true
+}
+
+// paramsShaped: absent, null, an object or an array, as JSON-RPC has it.
+func paramsShaped(p json.RawMessage) bool {
+	return len(p) == 0 || p[0] == '{' || p[0] == '[' || bytes.Equal(p, nullID)
 }
 
 // isIDValue: a JSON string or number.
@@ -292,28 +455,24 @@ func isIDValue(v json.RawMessage) bool {
 	return c == '"' || c == '-' || ('0' <= c && c <= '9')
 }
 
-// cancelled rewrites a cancellation's requestId to our id for it.
-func (f *framing) cancelled(params json.RawMessage) json.RawMessage {
+// cancelled rewrites a cancellation's requestId to our id for it; ok is
+// false when it names no request in flight (a cancellation may cross its
+// request's reply), which must then not reach the SDK: there the client's
+// number would name another request of ours.
+func (f *framing) cancelled(params json.RawMessage) (json.RawMessage, bool) {
 	var p map[string]json.RawMessage
 	if json.Unmarshal(params, &p) != nil {
-		return params
-	}
-	theirs, ok := p["requestId"]
-	if !ok {
-		return params
+		return nil, false
 	}
 	f.mu.Lock()
-	ours, ok := f.ours[string(theirs)]
+	ours, ok := f.ours[string(p["requestId"])]
 	f.mu.Unlock()
 	if !ok {
-		return params
+		return nil, false
 	}
 	p["requestId"] = strconv.AppendInt(nil, ours, 10)
 	b, err := json.Marshal(p)
-	if err != nil {
-		return params
-	}
-	return b
+	return b, err == nil
 }
 
 // track hands out our id for a request with the client's id.
@@ -459,24 +618,24 @@ func leadingInt(p []byte) (n int64, width int, ok bool) {
 func findID(p []byte) json.RawMessage {
 	dec := json.NewDecoder(bytes.NewReader(p))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return null
+		return nullID
 	}
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return null
+			return nullID
 		}
 		key, _ := t.(string)
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return null
+			return nullID
 		}
 		if key == "id" {
 			if len(v) > 0 && isIDValue(v) {
 				return v
 			}
-			return null
+			return nullID
 		}
 	}
-	return null
+	return nullID
 }

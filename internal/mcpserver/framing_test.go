@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -101,8 +104,11 @@ func TestMalformedLinesKeepTheSession(t *testing.T) {
 		message    string
 	}{
 		{"not JSON", "hello", codeParseError, "null", "parse error"},
-		{"cut short", `{"jsonrpc":"2.0","id":8,"method":"ping"`, codeParseError, "8", "parse error"},
-		{"nested too deep", strings.Repeat("[", 100_000), codeParseError, "null", "parse error"},
+		{"cut short", `{"jsonrpc":"2.0","id":8,"method":"ping"`, codeParseError, "null", "parse error"},
+		{"nested too deep", strings.Repeat("[", 100_000), codeInvalidRequest, "null", "deeper than 1000"},
+		{"nested past the SDK's bound", `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"a":` + strings.Repeat("[", 1500) +
+			strings.Repeat("]", 1500) + `}}`, codeInvalidRequest, "null", "deeper than 1000"},
+		{"id null", `{"jsonrpc":"2.0","id":null,"method":"ping"}`, codeInvalidRequest, "null", "null"},
 		{"batch under 2025-11-25", `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, codeInvalidRequest, "null", "batches"},
 		{"id an object", `{"jsonrpc":"2.0","id":{},"method":"ping"}`, codeInvalidRequest, "null", "id must be"},
 		{"id an array", `{"jsonrpc":"2.0","id":[1],"method":"ping"}`, codeInvalidRequest, "null", "id must be"},
@@ -138,10 +144,24 @@ func TestMalformedLinesKeepTheSession(t *testing.T) {
 		})
 	}
 
-	// Replies to nothing and notifications with no id get no answer, and
-	// the next request is answered.
-	w.send(t, `{"jsonrpc":"2.0","result":{}}`)
-	w.send(t, `{"jsonrpc":"2.0","id":null,"method":"notifications/progress","params":{}}`)
+	// Replies (symm-mcp asks the client nothing), notifications and
+	// cancellations of nothing get no answer, and never reach the SDK,
+	// whose stricter decoding of replies (case-sensitive keys, typed
+	// errors) ended the connection; the next request is answered.
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","result":{}}`,
+		`{"jsonrpc":"2.0","ID":5,"result":{}}`,
+		`{"JSONRPC":"2.0","id":5,"result":{}}`,
+		`{"jsonrpc":"2.0","id":5,"error":"boom"}`,
+		`{"jsonrpc":"2.0","id":5,"error":{"code":"x","message":"m"}}`,
+		`{"jsonrpc":"2.0","id":5,"error":{"code":1.5,"message":"m"}}`,
+		`{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":7}}`,
+		`{"jsonrpc":"2.0","id":1e400,"result":{}}`,
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":424242}}`,
+	} {
+		w.send(t, line)
+	}
 	w.send(t, `{"jsonrpc":"2.0","id":"last","method":"tools/call","params":{"name":"get_task","arguments":{"task_id":"`+id+`"}}}`)
 	rep := w.reply(t)
 	assert.Equal(t, `"last"`, string(rep.ID))
@@ -156,7 +176,7 @@ func TestIDsEchoedAsSent(t *testing.T) {
 	w := newWire(t, newLedger(t).svc, "2025-11-25")
 	for _, id := range []string{
 		"9007199254740993", "12345678901234567890", "-12345678901234567890", "1.5", "1e3", "-0", "0",
-		`"x"`, `"caf\u00e9"`, `"<&>"`, `""`, "340282366920938463463374607431768211457",
+		"1e400", `"x"`, `"caf\u00e9"`, `"<&>"`, `""`, "340282366920938463463374607431768211457",
 	} {
 		w.send(t, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"list_tasks","arguments":{}}}`)
 		rep := w.reply(t)
@@ -208,7 +228,10 @@ func TestBatchKeepsIDs(t *testing.T) {
 func FuzzFraming(f *testing.F) {
 	for _, s := range []string{"hello", `{"jsonrpc":"2.0","id":{},"method":"ping"}`, "[[[[", `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`,
 		`{"jsonrpc":"2.0","id":1e400,"method":"ping"}`, "\x00\xff", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`,
-		`{"jsonrpc":"2.0","id":1,"result":{}}`, `{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"nope"}}`} {
+		`{"jsonrpc":"2.0","id":1,"result":{}}`, `{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"nope"}}`,
+		`{"jsonrpc":"2.0","id":1,"error":1}`, `{"jsonrpc":"2.0","ID":1,"result":{}}`, `{"JSONRPC":"2.0","id":1,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `}}`,
+		`[{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}]`} {
 		f.Add([]byte(s))
 	}
 	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: f.TempDir()})
@@ -254,4 +277,145 @@ func TestOutOfRangeIntegers(t *testing.T) {
 	page := call(t, l.cs, "get_events", map[string]any{"task_id": id, "after_seq": int64(maxInteger)})
 	assert.Empty(t, page["events"])
 	assert.Equal(t, false, page["has_more"])
+}
+
+// A cancellation that names no request in flight (it crossed its
+// request's reply) cancels nothing: the client's number must not be read
+// as one of ours, which would name another request.
+func TestStaleCancellationCancelsNothing(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	id := r.spawn(t, map[string]any{"prompt": script(map[string]any{"hang": true}), "workspace": ws})
+	w := newWire(t, r.svc, "2025-11-25")
+	// The initialize above was our request 1; this wait is our 2.
+	w.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"wait_tasks","arguments":{"task_ids":["`+id+`"],"timeout_seconds":1}}}`)
+	w.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	rep := w.reply(t)
+	assert.Equal(t, "7", string(rep.ID))
+	require.Nil(t, rep.Error)
+	assert.Contains(t, string(rep.Result), `\"reason\":\"timeout\"`, "the wait ran to its end")
+}
+
+// A batch whose members nest within the SDK's bound but not with the
+// batch's own level is refused, and the session goes on.
+func TestDeepBatchMember(t *testing.T) {
+	w := newWire(t, newLedger(t).svc, "2025-03-26")
+	deep := `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":` + strings.Repeat("[", 998) + strings.Repeat("]", 998) + `}}`
+	w.send(t, "["+deep+"]")
+	rep := w.reply(t)
+	require.NotNil(t, rep.Error)
+	assert.Equal(t, codeInvalidRequest, rep.Error.Code)
+	w.send(t, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	assert.Equal(t, "2", string(w.reply(t).ID))
+}
+
+// Once the session is ending, requests read are refused, not served: a
+// client that keeps writing cannot stretch the end past its bound.
+func TestFloodAfterTheEnd(t *testing.T) {
+	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir()})
+	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+	inR, inW, err := os.Pipe()
+	require.NoError(t, err)
+	outR, outW, err := os.Pipe()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = inW.Close(); _ = outR.Close(); _ = outW.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan Outcome, 1)
+	go func() { served <- Serve(ctx, svc, "test", inR, outW) }()
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	_, err = io.WriteString(inW, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"f","version":"1"}}}`+"\n")
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	flooded := make(chan int, 1)
+	go func() {
+		n := 0
+		for ; n < 200_000; n++ {
+			select {
+			case <-stop:
+				flooded <- n
+				return
+			default:
+			}
+			if _, err := fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`+"\n", n+1); err != nil {
+				break
+			}
+		}
+		flooded <- n
+	}()
+	cancel()
+	start := time.Now()
+	select {
+	case o := <-served:
+		assert.ErrorIs(t, o.Reason, context.Canceled)
+		assert.NoError(t, o.Shutdown)
+	case <-time.After(ShutdownBound):
+		t.Fatal("Serve did not return within its bound while the client kept writing")
+	}
+	assert.Less(t, time.Since(start), ShutdownBound/2)
+	close(stop)
+	<-flooded
+}
+
+// pollable opens a stream anew, non-blocking for this process alone: the
+// original descriptor, shared with whoever else holds the stream (a
+// terminal's shell, stderr), keeps its blocking mode.
+func TestPollableKeepsTheOriginalBlocking(t *testing.T) {
+	var fds [2]int
+	require.NoError(t, syscall.Pipe(fds[:]))
+	r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+	defer r.Close()
+	defer w.Close()
+	for _, f := range []*os.File{r, w} {
+		g, restore := pollable(f, os.ModeNamedPipe)
+		require.NotSame(t, f, g)
+		assert.NoError(t, g.SetDeadline(time.Time{}), "the new file has deadlines")
+		flags, err := fcntl(int(f.Fd()), syscall.F_GETFL, 0)
+		require.NoError(t, err)
+		assert.Zero(t, flags&syscall.O_NONBLOCK, "the original stays blocking")
+		restore()
+		require.NoError(t, g.Close())
+	}
+
+	// Regular files and /dev/null come back as they are.
+	reg, err := os.Create(t.TempDir() + "/f")
+	require.NoError(t, err)
+	defer reg.Close()
+	g, _ := pollable(reg, os.ModeNamedPipe|os.ModeSocket|os.ModeCharDevice)
+	assert.Same(t, reg, g)
+	null, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer null.Close()
+	g, restore := pollable(null, os.ModeNamedPipe|os.ModeSocket|os.ModeCharDevice)
+	assert.Same(t, null, g, "/dev/null cannot be polled")
+	restore()
+	flags, err := fcntl(int(null.Fd()), syscall.F_GETFL, 0)
+	require.NoError(t, err)
+	assert.Zero(t, flags&syscall.O_NONBLOCK)
+}
+
+// BenchmarkFramingLargeRequest: one 9 MiB spawn_task line through the
+// framing (checked, id swapped, forwarded), beside the SDK's own decoding
+// of the same line, which it does in any case.
+func BenchmarkFramingLargeRequest(b *testing.B) {
+	prompt := strings.Repeat("review the change and list concrete flaws; ", 9<<20/44)
+	args, _ := json.Marshal(map[string]any{"agent": "fake", "prompt": prompt})
+	line := []byte(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"spawn_task","arguments":` + string(args) + `}}`)
+	b.Run("framing", func(b *testing.B) {
+		f := newFraming(io.Discard, func([]byte) error { return nil })
+		b.SetBytes(int64(len(line)))
+		for b.Loop() {
+			if err := f.handle(line); err != nil {
+				b.Fatal(err)
+			}
+			f.forget(f.next)
+		}
+	})
+	b.Run("sdk-decode", func(b *testing.B) {
+		b.SetBytes(int64(len(line)))
+		for b.Loop() {
+			if _, err := jsonrpc.DecodeMessage(line); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

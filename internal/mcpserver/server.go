@@ -8,6 +8,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -195,10 +196,15 @@ func jsonValue(v any) []byte {
 // case with room to spare) and then answering the requests already read.
 const ShutdownBound = 30 * time.Second
 
+// ErrSessionEnded is the reason a session ended when the MCP SDK stopped
+// serving it on its own.
+var ErrSessionEnded = errors.New("the MCP session ended")
+
 // Outcome says how a session ended.
 type Outcome struct {
 	// Reason is why: io.EOF when the client closed its end, ctx's error
-	// when ctx ended, ErrClientStalled, or the error that ended reading.
+	// when ctx ended, ErrClientStalled, ErrSessionEnded, or the error that
+	// ended reading.
 	Reason error
 	// Shutdown is the service's shutdown error: some agent processes could
 	// not be confirmed gone.
@@ -297,13 +303,17 @@ func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	case <-ctx.Done():
 		o.Reason = ctx.Err()
 	case <-ran:
-		o.Reason = io.ErrUnexpectedEOF
+		o.Reason = ErrSessionEnded
 	}
+	// From here a request read is refused, not served: the end is bounded
+	// by what was in flight.
+	f.closing.Store(true)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownBound)
 	defer cancel()
 	o.Shutdown = svc.Shutdown(sctx)
 	awaitAnswers(sctx, f, client, ran)
 
+	close(f.done)
 	_ = feed.Close() // the SDK reads EOF and ends the session
 	_ = in.Close()   // a pump still reading stops
 	if !readDone {
@@ -313,6 +323,8 @@ func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	select {
 	case <-ran:
 	case <-sctx.Done():
+		// Handlers still running after the bound are cut off; the SDK
+		// returns once they see their context end.
 		cancelSDK()
 	}
 	return o

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -33,6 +34,9 @@ func newClientWriter(w io.Writer, timeout time.Duration) *clientWriter {
 	return c
 }
 
+// Write writes p in pieces, each with a fresh deadline: the bound is on a
+// client that reads nothing for WriteTimeout, not on a slow one that reads
+// a long reply steadily.
 func (c *clientWriter) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -41,18 +45,27 @@ func (c *clientWriter) Write(p []byte) (int, error) {
 		return 0, c.err
 	default:
 	}
-	if c.deadline != nil {
-		_ = c.deadline(time.Now().Add(c.timeout))
-	}
-	n, err := c.w.Write(p)
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = ErrClientStalled
+	written := 0
+	for written < len(p) {
+		piece := p[written:min(len(p), written+writePiece)]
+		if c.deadline != nil {
+			_ = c.deadline(time.Now().Add(c.timeout))
 		}
-		c.fail(err)
+		n, err := c.w.Write(piece)
+		written += n
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = ErrClientStalled
+			}
+			c.fail(err)
+			return written, err
+		}
 	}
-	return n, err
+	return written, nil
 }
+
+// writePiece is how much of a reply one deadline covers: a pipe's buffer.
+const writePiece = 64 << 10
 
 func (c *clientWriter) fail(err error) {
 	c.goneOnce.Do(func() {
@@ -82,11 +95,16 @@ func (w sdkWriter) Close() error { return nil }
 // reads and writes can be interrupted: by Close for a blocked read, by a
 // deadline for a blocked write. Standard streams are opened blocking, and
 // a blocking read of stdin or write of stdout would keep the server from
-// ever finishing its cleanup. restore puts f back in blocking mode (the
-// mode is shared with whoever else holds the stream, a terminal's shell
-// for one). Other files (regular files, /dev/null) never block for long
-// and are returned as they are, and so is f when its type is not among
-// kinds.
+// ever finishing its cleanup.
+//
+// Where it can (Linux), the stream is opened anew through /proc/self/fd,
+// so that its non-blocking mode is ours alone: a terminal's stdin, stdout
+// and stderr share one open file description, and a mode set on a dup
+// would make the logs' writes to stderr fail when the terminal's buffer is
+// full. Where it cannot (a socket), a duplicate is made non-blocking and
+// restore puts the mode back. Files whose type is not among kinds, and
+// files the runtime cannot poll (regular files, /dev/null), are returned
+// as they are.
 func pollable(f *os.File, kinds os.FileMode) (p *os.File, restore func()) {
 	nothing := func() {}
 	fi, err := f.Stat()
@@ -94,14 +112,55 @@ func pollable(f *os.File, kinds os.FileMode) (p *os.File, restore func()) {
 		return f, nothing
 	}
 	orig := int(f.Fd())
-	fd, err := syscall.Dup(orig)
+	flags, err := fcntl(orig, syscall.F_GETFL, 0)
 	if err != nil {
 		return f, nothing
 	}
-	syscall.CloseOnExec(fd)
+	mode := flags & syscall.O_ACCMODE
+	if g, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", orig), mode|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0); err == nil {
+		if same(fi, g) && canPoll(g) {
+			return g, nothing
+		}
+		_ = g.Close()
+	}
+	fd, err := fcntl(orig, syscall.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return f, nothing
+	}
+	restore = func() {
+		if flags&syscall.O_NONBLOCK == 0 {
+			_ = syscall.SetNonblock(orig, false)
+		}
+	}
 	if err := syscall.SetNonblock(fd, true); err != nil {
 		_ = syscall.Close(fd)
 		return f, nothing
 	}
-	return os.NewFile(uintptr(fd), f.Name()), func() { _ = syscall.SetNonblock(orig, false) }
+	g := os.NewFile(uintptr(fd), f.Name())
+	if !canPoll(g) {
+		_ = g.Close()
+		restore()
+		return f, nothing
+	}
+	return g, restore
+}
+
+func fcntl(fd, cmd, arg int) (int, error) {
+	r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), uintptr(cmd), uintptr(arg))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(r), nil
+}
+
+// same reports whether g is the stream fi describes.
+func same(fi os.FileInfo, g *os.File) bool {
+	gi, err := g.Stat()
+	return err == nil && os.SameFile(fi, gi)
+}
+
+// canPoll reports whether the runtime's poller took g, so that deadlines
+// and Close interrupt it.
+func canPoll(g *os.File) bool {
+	return g.SetDeadline(time.Time{}) == nil
 }
