@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -529,20 +528,5 @@ func TestUnconfirmedCleanupIsReported(t *testing.T) {
 	defer r.Shutdown(context.Background())
 	for _, pid := range leftovers {
 		eventually(t, fmt.Sprintf("pid %d reaped", pid), func() bool { return gone(pid) })
-	}
-}
-
-func TestAbsolutePath(t *testing.T) {
-	tests := []struct{ in, want []string }{
-		{[]string{"A=1", "PATH=/usr/bin:.:bin::/bin:", "B=2"}, []string{"A=1", "PATH=/usr/bin:/bin", "B=2"}},
-		{[]string{"PATH=relative::./x"}, []string{}},
-		{[]string{"PATH="}, []string{}},
-		{[]string{"A=1"}, []string{"A=1"}},
-		{[]string{"XPATH=.:rel", "PATHS=.", "PATH=/a"}, []string{"XPATH=.:rel", "PATHS=.", "PATH=/a"}},
-	}
-	for _, tt := range tests {
-		if got := absolutePath(tt.in); !slices.Equal(got, tt.want) {
-			t.Errorf("absolutePath(%q) = %q, want %q", tt.in, got, tt.want)
-		}
 	}
 }
