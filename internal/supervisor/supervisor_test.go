@@ -314,7 +314,34 @@ func TestExitStatus(t *testing.T) {
 			if !errors.Is(e.Err, errStdoutClosed) {
 				t.Errorf("Err %v does not wrap the conversation's error", e.Err)
 			}
+			var xe *ExitError
+			if !errors.As(e.Err, &xe) {
+				t.Fatalf("Err %v (%T) is not an *ExitError", e.Err, e.Err)
+			}
+			if xe.Signal != tt.signal || (xe.ExitCode == nil) != (tt.code < 0) || (xe.ExitCode != nil && *xe.ExitCode != tt.code) {
+				t.Errorf("ExitError = {%v %q}, want code %d signal %q", xe.ExitCode, xe.Signal, tt.code, tt.signal)
+			}
 		})
+	}
+}
+
+func TestExitErrorText(t *testing.T) {
+	code := 3
+	conv := errors.New("conversation failed")
+	for _, tt := range []struct {
+		err  *ExitError
+		want string
+	}{
+		{&ExitError{ExitCode: &code, Err: conv}, "agent exited with code 3 before ending its turn: conversation failed"},
+		{&ExitError{Signal: "SIGKILL", Err: conv}, "agent was killed by SIGKILL before ending its turn: conversation failed"},
+		{&ExitError{Err: conv}, "agent exited before ending its turn: conversation failed"},
+	} {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("Error() = %q, want %q", got, tt.want)
+		}
+		if !errors.Is(tt.err, conv) {
+			t.Errorf("%v does not wrap the conversation's error", tt.err)
+		}
 	}
 }
 
