@@ -478,8 +478,8 @@ func (s *Service) Resolve(id string, resolution store.Resolution, note string) (
 	r.mu.Lock()
 	_, err = s.cfg.Store.Resolve(id, resolution, note, s.cfg.Now())
 	r.mu.Unlock()
-	if errors.Is(err, store.ErrInvalidTransition) {
-		return nil, errorf(InvalidTransition, "%v", strings.TrimPrefix(err.Error(), store.ErrInvalidTransition.Error()+": "))
+	if te := (*store.TransitionError)(nil); errors.As(err, &te) {
+		return nil, errorf(InvalidTransition, "%s", te.Reason())
 	}
 	if err != nil {
 		return nil, err
