@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -330,39 +329,4 @@ func (r *recorder) Exited(x supervisor.Exit) {
 	r.run.cancelStart, r.run.rec = nil, nil
 	r.run.mu.Unlock()
 	r.s.finished(r.id, r.run)
-}
-
-// outcome decides a run's terminal status: succeeded only for end_turn with
-// no stop requested and the group cleaned up; a requested stop is cancelled
-// even when the agent says end_turn; everything else failed, with why.
-func outcome(x supervisor.Exit, stopRequested bool) (store.Status, string) {
-	switch {
-	case x.CleanupErr != nil:
-		return store.Failed, x.CleanupErr.Error()
-	case stopRequested || x.Stopped:
-		return store.Cancelled, ""
-	case x.Err != nil:
-		msg := x.Err.Error()
-		// The conversation may fail because the agent went away (a broken
-		// pipe, its stdout closed) before the supervisor saw it exit: then
-		// the exit says why. Not otherwise: after a setup failure the exit
-		// is the cleanup's doing, not the agent's.
-		agentGone := errors.Is(x.Err, acpsession.ErrConnectionClosed) ||
-			strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection ended")
-		if agentGone && !strings.Contains(msg, "agent exited") && !strings.Contains(msg, "agent was killed") {
-			switch {
-			case x.ExitCode != nil && *x.ExitCode != 0:
-				msg += fmt.Sprintf(" (the agent exited with code %d)", *x.ExitCode)
-			case x.Signal != "":
-				msg += fmt.Sprintf(" (the agent was killed by %s)", x.Signal)
-			}
-		}
-		return store.Failed, msg
-	case x.StopReason == "end_turn":
-		return store.Succeeded, ""
-	case x.StopReason == "":
-		return store.Failed, "the agent's turn did not end"
-	default:
-		return store.Failed, fmt.Sprintf("the agent ended its turn with stop reason %q", x.StopReason)
-	}
 }
