@@ -66,6 +66,8 @@ func TestTextDecisionsFinds(t *testing.T) {
 		{"a regexp", `if re.MatchString(err.Error()) { return }`, 1},
 		{"the text for people only", `msg := err.Error(); d.Error = &msg; log.Info("failed", "err", msg)`, 0},
 		{"a message built from the text", `msg := x.Err.Error(); msg += fmt.Sprintf(" (code %d)", 3); _ = msg`, 0},
+		{"whether there is a message", `status, msg := store.Failed, err.Error(); if msg != "" && status == store.Failed { return }`, 0},
+		{"a pair, the text second", `status, msg := store.Failed, err.Error(); if msg == "EOF" || status == "x" { return }`, 1},
 		{"strings on something else", `if strings.Contains(prompt, "EOF") { return }`, 0},
 	}
 	for _, tt := range tests {
@@ -136,7 +138,9 @@ func textDecisions(name string, src []byte) ([]string, error) {
 					}
 				}
 			case *ast.BinaryExpr:
-				if (n.Op == token.EQL || n.Op == token.NEQ) && (reads(n.X) || reads(n.Y)) {
+				// msg != "" asks whether there is a message, not what it says.
+				if (n.Op == token.EQL || n.Op == token.NEQ) && !isEmptyString(n.X) && !isEmptyString(n.Y) &&
+					(reads(n.X) || reads(n.Y)) {
 					report(n)
 				}
 			case *ast.SwitchStmt:
@@ -157,11 +161,15 @@ func errorTextVars(body *ast.BlockStmt) map[string]bool {
 	for changed := true; changed; {
 		changed = false
 		mark := func(lhs []ast.Expr, rhs []ast.Expr) {
-			for _, r := range rhs {
+			for i, r := range rhs {
 				if !readsErrorText(r, held) {
 					continue
 				}
-				for _, l := range lhs {
+				to := lhs // v1, v2 := f(): either may hold it
+				if len(lhs) == len(rhs) {
+					to = lhs[i : i+1]
+				}
+				for _, l := range to {
 					if id, ok := l.(*ast.Ident); ok && !held[id.Name] {
 						held[id.Name], changed = true, true
 					}
@@ -185,22 +193,35 @@ func errorTextVars(body *ast.BlockStmt) map[string]bool {
 	return held
 }
 
-// readsErrorText reports whether e contains a call of an Error() method or
-// a name that holds an error's text.
-func readsErrorText(e ast.Node, held map[string]bool) bool {
-	found := false
-	ast.Inspect(e, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.CallExpr:
-			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Error" && len(n.Args) == 0 {
-				found = true
-			}
-		case *ast.Ident:
-			if held[n.Name] {
-				found = true
+func isEmptyString(e ast.Expr) bool {
+	lit, ok := e.(*ast.BasicLit)
+	return ok && lit.Kind == token.STRING && (lit.Value == `""` || lit.Value == "``")
+}
+
+// readsErrorText reports whether e is an error's text: a call of an
+// Error() method, a name that holds one, or a conversion or concatenation
+// of those. A call that is given the text (fmt.Sprintf, SetError) is not:
+// what it returns is something else.
+func readsErrorText(e ast.Expr, held map[string]bool) bool {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return held[e.Name]
+	case *ast.ParenExpr:
+		return readsErrorText(e.X, held)
+	case *ast.BinaryExpr:
+		return e.Op == token.ADD && (readsErrorText(e.X, held) || readsErrorText(e.Y, held))
+	case *ast.CallExpr:
+		if sel, ok := e.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Error" && len(e.Args) == 0 {
+			return true
+		}
+		// string(b), []byte(msg)
+		if len(e.Args) == 1 {
+			id, isIdent := e.Fun.(*ast.Ident)
+			_, isArray := e.Fun.(*ast.ArrayType)
+			if (isIdent && id.Name == "string") || isArray {
+				return readsErrorText(e.Args[0], held)
 			}
 		}
-		return !found
-	})
-	return found
+	}
+	return false
 }

@@ -11,15 +11,20 @@ import (
 )
 
 // outcome decides a run's terminal status: succeeded only for end_turn with
-// no stop requested and the group cleaned up; a requested stop is cancelled
-// even when the agent says end_turn; everything else failed, with why. It
-// decides from the Exit's fields and the types of its errors, never from
-// their text (TestNoOutcomeFromErrorText holds this), but for the one
-// marked function below.
-func outcome(x supervisor.Exit, stopRequested bool) (store.Status, string) {
+// no stop requested, no record lost (lost is the first the ledger refused)
+// and the group cleaned up; a requested stop is cancelled even when the
+// agent says end_turn; everything else failed, with why. A lost record
+// comes before the stop, which it may have caused, and before the
+// conversation's error, which it may have caused too; only a group left
+// behind comes first. It decides from the Exit's fields and the types of
+// its errors, never from their text (TestNoOutcomeFromErrorText holds
+// this), but for the one marked function below.
+func outcome(x supervisor.Exit, stopRequested bool, lost error) (store.Status, string) {
 	switch {
 	case x.CleanupErr != nil:
 		return store.Failed, x.CleanupErr.Error()
+	case lost != nil:
+		return store.Failed, lost.Error()
 	case stopRequested || x.Stopped:
 		return store.Cancelled, ""
 	case x.Err != nil:

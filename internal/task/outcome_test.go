@@ -17,10 +17,13 @@ func TestOutcome(t *testing.T) {
 	closed := fmt.Errorf("prompt: %w", acpsession.ErrConnectionClosed)
 	setup := errors.New("session/new: the agent answered with an error")
 	cleanup := errors.New("process group 7 still has members after SIGKILL")
+	errLedger := errors.New("disk full")
+	lost := fmt.Errorf("stderr event could not be recorded: %w", errLedger)
 	tests := []struct {
 		name   string
 		exit   supervisor.Exit
-		stop   bool // a stop was requested (cancel_task, shutdown)
+		stop   bool  // a stop was requested (cancel_task, shutdown)
+		lost   error // the first record the ledger refused
 		status store.Status
 		msg    string
 	}{
@@ -64,10 +67,20 @@ func TestOutcome(t *testing.T) {
 			status: store.Failed, msg: "turn: agent was killed by SIGKILL before ending its turn: " + closed.Error()},
 		{name: "auth required", exit: supervisor.Exit{ExitCode: code(0), Err: &acpsession.AuthRequiredError{Request: "prompt"}},
 			status: store.Failed, msg: (&acpsession.AuthRequiredError{Request: "prompt"}).Error()},
+		{name: "a record lost, the turn ended", exit: supervisor.Exit{ExitCode: code(0), StopReason: "end_turn"}, lost: lost,
+			status: store.Failed, msg: lost.Error()},
+		{name: "a record lost, the run stopped for it", exit: supervisor.Exit{Signal: "SIGTERM", Stopped: true}, lost: lost,
+			status: store.Failed, msg: lost.Error()},
+		{name: "a record lost after a stop request", exit: supervisor.Exit{ExitCode: code(0), StopReason: "cancelled", Stopped: true}, stop: true, lost: lost,
+			status: store.Failed, msg: lost.Error()},
+		{name: "a record lost, the session failed for it", exit: supervisor.Exit{ExitCode: code(0), Err: fmt.Errorf("permission decision could not be recorded: %w", errLedger)}, lost: lost,
+			status: store.Failed, msg: lost.Error()},
+		{name: "a record lost, the group left behind", exit: supervisor.Exit{Stopped: true, CleanupErr: cleanup}, lost: lost,
+			status: store.Failed, msg: cleanup.Error()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, msg := outcome(tt.exit, tt.stop)
+			status, msg := outcome(tt.exit, tt.stop, tt.lost)
 			assert.Equal(t, tt.status, status)
 			assert.Equal(t, tt.msg, msg)
 		})
