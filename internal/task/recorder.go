@@ -231,22 +231,22 @@ func (r *recorder) Event(typ string, fields any) error {
 		return fmt.Errorf("task %s has ended", r.id)
 	}
 	f, isPermission := fields.(acpsession.PermissionFields)
-	what := typ + " event"
-	if isPermission {
-		what = "permission decision" // as the session says it
-	}
 	// Once a stop is requested, no decision but cancelled goes out: the
 	// session learns of the stop a moment later, from the supervisor.
 	if isPermission && r.run.stopped != "" && f.Decision != permission.Cancelled {
 		f.Decision, f.OptionID = permission.Cancelled, nil
 		if err := r.appendLocked(typ, f); err != nil {
-			r.lostLocked(what, err)
+			r.lostLocked("permission decision", err)
 			return err
 		}
 		return acpsession.ErrWithdrawn
 	}
 	if err := r.appendLocked(typ, fields); err != nil {
-		r.lostLocked(what, err)
+		if isPermission {
+			r.lostLocked("permission decision", err) // as the session says it
+		} else {
+			r.lostLocked(typ+" event", err)
+		}
 		return err
 	}
 	return nil
