@@ -66,6 +66,7 @@ func TestTextDecisionsFinds(t *testing.T) {
 		{"a regexp", `if re.MatchString(err.Error()) { return }`, 1},
 		{"the text for people only", `msg := err.Error(); d.Error = &msg; log.Info("failed", "err", msg)`, 0},
 		{"a message built from the text", `msg := x.Err.Error(); msg += fmt.Sprintf(" (code %d)", 3); _ = msg`, 0},
+		{"the text given to a call", `_, err = st.Transition(id, to, now, SetError(msg + err.Error())); if err != nil { return }`, 0},
 		{"whether there is a message", `status, msg := store.Failed, err.Error(); if msg != "" && status == store.Failed { return }`, 0},
 		{"a pair, the text second", `status, msg := store.Failed, err.Error(); if msg == "EOF" || status == "x" { return }`, 1},
 		{"strings on something else", `if strings.Contains(prompt, "EOF") { return }`, 0},
