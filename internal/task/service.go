@@ -36,6 +36,8 @@ import (
 // Supervisor is what the service needs of the process supervisor.
 type Supervisor interface {
 	Start(ctx context.Context, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error)
+	// Stop asks a run to end and waits for its Exited, or for ctx; the stop
+	// goes on either way, so a ctx already done only asks (stopRun).
 	Stop(ctx context.Context, id supervisor.RunID)
 	Shutdown(ctx context.Context) error
 	LookPath(name string) (string, error)
