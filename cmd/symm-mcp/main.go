@@ -187,27 +187,16 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 		Getenv: func(k string) string { return envValue(env.all, k) },
 	})
 
-	// The signals stay handled until cleanup is done: a client that closes
-	// stdin and then sends SIGTERM must not kill the server mid-cleanup.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	ctx, stop := context.WithCancel(context.Background())
-	watching := make(chan struct{})
-	go func() {
-		defer close(watching)
-		select {
-		case <-sigs:
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	// A signal ends the session. The signals stay handled until cleanup is
+	// done, so stop is deferred to the very end rather than called when the
+	// session ends: a client that closes stdin and then sends SIGTERM must
+	// not kill the server mid-cleanup.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
 	// The session ends with the client (EOF, or a reply it does not read),
 	// or on a signal; either way every task is stopped first, then the
 	// requests already read are answered.
 	out := mcpserver.RunStdio(ctx, svc, buildVersion())
-	stop()
-	<-watching
 	switch {
 	case errors.Is(out.Reason, context.Canceled):
 		log.Info("shut down on a signal")

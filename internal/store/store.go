@@ -20,6 +20,39 @@ var (
 	ErrExists = errors.New("task exists")
 )
 
+// TransitionError is the error of a change the state machine refuses: a
+// status the task cannot take from its own, or a resolution it cannot
+// take. errors.Is(err, ErrInvalidTransition) holds for it; errors.As gives
+// what was asked of which status, so callers branch on fields, not text.
+type TransitionError struct {
+	TaskID string
+	// From is the task's status; "" when the request was refused before
+	// the task was looked up (a value that is not a resolution).
+	From Status
+	// To is the status asked for; "" when a resolution was asked for.
+	To Status
+	// Resolution is the resolution asked for; "" for a status change.
+	Resolution Resolution
+}
+
+func (e *TransitionError) Error() string { return ErrInvalidTransition.Error() + ": " + e.Reason() }
+
+// Reason is the refusal without Error's "invalid transition: " prefix, for
+// callers that name the class of error themselves (a tool error's code).
+func (e *TransitionError) Reason() string {
+	switch {
+	case e.To != "":
+		return fmt.Sprintf("task %s is %s, not able to become %s", e.TaskID, e.From, e.To)
+	case !slices.Contains(Judgements, e.Resolution):
+		return fmt.Sprintf("%q is not a resolution", e.Resolution)
+	default:
+		return fmt.Sprintf("task %s is %s; only a finished task can be resolved", e.TaskID, e.From)
+	}
+}
+
+// Is makes every TransitionError match ErrInvalidTransition.
+func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
+
 // Store is the in-memory ledger. The zero value is not usable; call New.
 type Store struct {
 	mu    sync.RWMutex      // guards tasks and order
@@ -276,7 +309,7 @@ func (s *Store) Update(id string, edits ...Edit) (Task, error) {
 }
 
 // Transition moves the task to status to, applies edits and records the
-// status_changed event, all at once. It fails with ErrInvalidTransition when
+// status_changed event, all at once. It fails with a *TransitionError when
 // the diagram does not allow the move from the current status.
 func (s *Store) Transition(id string, to Status, now time.Time, edits ...Edit) (Task, error) {
 	e, err := s.get(id)
@@ -287,7 +320,7 @@ func (s *Store) Transition(id string, to Status, now time.Time, edits ...Edit) (
 	defer e.mu.Unlock()
 	from := e.status
 	if !CanTransition(from, to) {
-		return e.copyLocked(), fmt.Errorf("%w: task %s is %s, not able to become %s", ErrInvalidTransition, id, from, to)
+		return e.copyLocked(), &TransitionError{TaskID: id, From: from, To: to}
 	}
 	t := e.recordLocked()
 	for _, ed := range edits {
@@ -313,10 +346,12 @@ func (s *Store) Transition(id string, to Status, now time.Time, edits ...Edit) (
 }
 
 // Resolve records a caller's judgement of a finished task, with an optional
-// note, and the task_resolved event. It never changes the status.
+// note, and the task_resolved event. It never changes the status. It fails
+// with a *TransitionError for a value that is not a resolution or a task
+// that has not finished.
 func (s *Store) Resolve(id string, r Resolution, note string, now time.Time) (Task, error) {
 	if !slices.Contains(Judgements, r) {
-		return Task{}, fmt.Errorf("%w: %q is not a resolution", ErrInvalidTransition, r)
+		return Task{}, &TransitionError{TaskID: id, Resolution: r}
 	}
 	e, err := s.get(id)
 	if err != nil {
@@ -325,7 +360,7 @@ func (s *Store) Resolve(id string, r Resolution, note string, now time.Time) (Ta
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.status.Terminal() {
-		return e.copyLocked(), fmt.Errorf("%w: task %s is %s; only a finished task can be resolved", ErrInvalidTransition, id, e.status)
+		return e.copyLocked(), &TransitionError{TaskID: id, From: e.status, Resolution: r}
 	}
 	t := e.recordLocked()
 	t.Resolution = r

@@ -65,6 +65,10 @@ func TestTransitionsFollowTheDiagram(t *testing.T) {
 					assert.Equal(t, string(to), last["to"])
 				} else {
 					require.ErrorIs(t, err, ErrInvalidTransition)
+					var te *TransitionError
+					require.ErrorAs(t, err, &te)
+					assert.Equal(t, TransitionError{TaskID: "t", From: from, To: to}, *te)
+					assert.Equal(t, fmt.Sprintf("invalid transition: task t is %s, not able to become %s", from, to), err.Error())
 					assert.Equal(t, from, task.Status)
 					assert.Len(t, after.Events, len(before.Events), "a refused transition records nothing")
 				}
@@ -98,6 +102,16 @@ func TestResolveOnlyFinishedAndRevisable(t *testing.T) {
 	newTask(t, s, "t")
 	_, err := s.Resolve("t", Accepted, "", t0)
 	require.ErrorIs(t, err, ErrInvalidTransition)
+	var te *TransitionError
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, TransitionError{TaskID: "t", From: Created, Resolution: Accepted}, *te)
+	assert.Equal(t, "task t is created; only a finished task can be resolved", te.Reason())
+	assert.Equal(t, "invalid transition: "+te.Reason(), err.Error())
+
+	_, err = s.Resolve("t", "maybe", "", t0)
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, TransitionError{TaskID: "t", Resolution: "maybe"}, *te)
+	assert.Equal(t, `invalid transition: "maybe" is not a resolution`, err.Error())
 
 	_, err = s.Transition("t", Starting, t0)
 	require.NoError(t, err)

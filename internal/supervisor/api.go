@@ -29,8 +29,9 @@
 // An agent that exits before Run returns (a crash mid-turn) is handled the
 // same way: the group is ended (a grandchild may hold stdout open), and if Run
 // still has not returned after Drain the read ends are closed so it sees EOF.
-// Run's error is then wrapped as "agent exited with code N before ending its
-// turn: ..." (or "agent was killed by SIGKILL before ..."). Because an agent's
+// Run's error is then wrapped in an *ExitError: "agent exited with code N
+// before ending its turn: ..." (or "agent was killed by SIGKILL before ...").
+// Because an agent's
 // stdout reaches EOF before its exit can be observed, a turn that fails while
 // Conversation.Done is already closed is given ExitGrace to exit with its
 // stdin still open: an exit seen then is the agent's own, not a reaction to
@@ -91,6 +92,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 )
@@ -156,11 +158,45 @@ type Exit struct {
 	// Stopped reports that Stop was called before the run ended.
 	Stopped bool
 	// Err says why the turn did not end normally (conversation error, agent
-	// exited early); nil when it ended with a stop reason.
+	// exited early); nil when it ended with a stop reason. When the agent
+	// exited by itself before its turn ended, Err is an *ExitError wrapping
+	// the conversation's error.
 	Err error
 	// CleanupErr is set when the process group could not be confirmed empty;
 	// the supervisor then stops managing it.
 	CleanupErr error
+}
+
+// ExitError is Exit.Err when the agent exited by itself (not ended by the
+// supervisor) before its turn ended: a crash mid-turn. Like os/exec's
+// ExitError it carries the exit, so callers branch on its type, never on
+// its text; it wraps the conversation's error, which says what the
+// conversation saw of the exit (its pipe closed, say).
+type ExitError struct {
+	// ExitCode is the agent's exit code, nil when a signal killed it.
+	ExitCode *int
+	// Signal names the signal that killed the agent, or "".
+	Signal string
+	// Err is the conversation's error.
+	Err error
+}
+
+func (e *ExitError) Error() string {
+	return "agent " + describeExit(e.ExitCode, e.Signal) + " before ending its turn: " + e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// describeExit phrases an exit for an error message: "exited with code 3",
+// "was killed by SIGKILL".
+func describeExit(code *int, signal string) string {
+	switch {
+	case code != nil:
+		return fmt.Sprintf("exited with code %d", *code)
+	case signal != "":
+		return "was killed by " + signal
+	}
+	return "exited"
 }
 
 // Timeouts bound each step of ending a run. Zero fields take the defaults.

@@ -79,19 +79,6 @@ func exitStatus(st *os.ProcessState) (*int, string) {
 	return nil, ""
 }
 
-// describeExit phrases an exit for an error message: "exited with code 3",
-// "was killed by SIGKILL".
-func describeExit(st *os.ProcessState) string {
-	code, sig := exitStatus(st)
-	switch {
-	case code != nil:
-		return fmt.Sprintf("exited with code %d", *code)
-	case sig != "":
-		return "was killed by " + sig
-	}
-	return "exited"
-}
-
 var signalNames = map[syscall.Signal]string{
 	syscall.SIGABRT:   "SIGABRT",
 	syscall.SIGALRM:   "SIGALRM",

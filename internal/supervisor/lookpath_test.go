@@ -82,22 +82,3 @@ func TestLookPath(t *testing.T) {
 		})
 	}
 }
-
-func TestMergeEnv(t *testing.T) {
-	got, err := mergeEnv(
-		[]string{"A=1", "PATH=/bin", "B=2", "A=3"},
-		[]string{"PATH=/x", "C=4", "B=5"},
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"A=3", "PATH=/x", "B=5", "C=4"}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("mergeEnv = %q, want %q", got, want)
-	}
-	for _, bad := range []string{"NOEQUALS", "=value"} {
-		if _, err := mergeEnv(nil, []string{bad}); err == nil {
-			t.Errorf("mergeEnv accepted %q", bad)
-		}
-	}
-}

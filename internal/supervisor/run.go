@@ -202,7 +202,7 @@ func (r *run) end() Exit {
 		r.log.Error("conversation goroutine left running", "err", err)
 	}
 	if err != nil && selfExit {
-		err = fmt.Errorf("agent %s before ending its turn: %w", describeExit(r.state), err)
+		err = &ExitError{ExitCode: exit.ExitCode, Signal: exit.Signal, Err: err}
 	}
 	exit.Err = err
 	return exit

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -315,7 +314,34 @@ func TestExitStatus(t *testing.T) {
 			if !errors.Is(e.Err, errStdoutClosed) {
 				t.Errorf("Err %v does not wrap the conversation's error", e.Err)
 			}
+			var xe *ExitError
+			if !errors.As(e.Err, &xe) {
+				t.Fatalf("Err %v (%T) is not an *ExitError", e.Err, e.Err)
+			}
+			if xe.Signal != tt.signal || (xe.ExitCode == nil) != (tt.code < 0) || (xe.ExitCode != nil && *xe.ExitCode != tt.code) {
+				t.Errorf("ExitError = {%v %q}, want code %d signal %q", xe.ExitCode, xe.Signal, tt.code, tt.signal)
+			}
 		})
+	}
+}
+
+func TestExitErrorText(t *testing.T) {
+	code := 3
+	conv := errors.New("conversation failed")
+	for _, tt := range []struct {
+		err  *ExitError
+		want string
+	}{
+		{&ExitError{ExitCode: &code, Err: conv}, "agent exited with code 3 before ending its turn: conversation failed"},
+		{&ExitError{Signal: "SIGKILL", Err: conv}, "agent was killed by SIGKILL before ending its turn: conversation failed"},
+		{&ExitError{Err: conv}, "agent exited before ending its turn: conversation failed"},
+	} {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("Error() = %q, want %q", got, tt.want)
+		}
+		if !errors.Is(tt.err, conv) {
+			t.Errorf("%v does not wrap the conversation's error", tt.err)
+		}
 	}
 }
 
@@ -529,20 +555,5 @@ func TestUnconfirmedCleanupIsReported(t *testing.T) {
 	defer r.Shutdown(context.Background())
 	for _, pid := range leftovers {
 		eventually(t, fmt.Sprintf("pid %d reaped", pid), func() bool { return gone(pid) })
-	}
-}
-
-func TestAbsolutePath(t *testing.T) {
-	tests := []struct{ in, want []string }{
-		{[]string{"A=1", "PATH=/usr/bin:.:bin::/bin:", "B=2"}, []string{"A=1", "PATH=/usr/bin:/bin", "B=2"}},
-		{[]string{"PATH=relative::./x"}, []string{}},
-		{[]string{"PATH="}, []string{}},
-		{[]string{"A=1"}, []string{"A=1"}},
-		{[]string{"XPATH=.:rel", "PATHS=.", "PATH=/a"}, []string{"XPATH=.:rel", "PATHS=.", "PATH=/a"}},
-	}
-	for _, tt := range tests {
-		if got := absolutePath(tt.in); !slices.Equal(got, tt.want) {
-			t.Errorf("absolutePath(%q) = %q, want %q", tt.in, got, tt.want)
-		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -32,6 +31,12 @@ const MaxSessionIDBytes = 4 << 10
 // task into events. It is their Sink. Every method takes the task's lock
 // (run.mu), which orders the task's events; under it only in-memory work
 // is done.
+//
+// Nothing is lost without a trace: a record the ledger refuses while the
+// run lives fails the task. The first such loss is kept in lost, the run is
+// stopped (after run.mu is released, see unlock) and the outcome names it.
+// Where the task can fail no more (the error event of a task already
+// failing, its terminal status) the loss is logged.
 type recorder struct {
 	s   *Service
 	id  string
@@ -46,6 +51,10 @@ type recorder struct {
 	dropped    store.Dropped // stderr the cap dropped, in all
 	reported   store.Dropped // as the last stderr_dropped event said
 	reportedAt time.Time
+
+	lost     error // the first record the ledger refused; the task fails with it
+	lostMore int   // records refused after that one, logged in all at the end
+	stopping bool  // the run was asked to stop for lost
 }
 
 // droppedInterval is how often, at most, a stderr_dropped event is recorded
@@ -114,6 +123,40 @@ func (r *recorder) appendLocked(typ string, fields any) error {
 	return r.record(typ, fields)
 }
 
+// lostLocked notes a record the ledger refused (what names it: "stderr
+// event"). The first loss fails the task; each is logged, the first at
+// once, the later ones in all when the run ends, so a failing ledger
+// cannot flood the log. run.mu is held.
+func (r *recorder) lostLocked(what string, err error) {
+	if r.lost != nil {
+		r.lostMore++
+		return
+	}
+	r.lost = fmt.Errorf("%s could not be recorded: %w", what, err)
+	r.s.log.Error("a record was lost; the task fails", "task", r.id, "err", r.lost)
+}
+
+// stopForLostLocked reports, once, that the run must be stopped because a
+// record was lost: only once the run has a process (Spawn stops one that
+// lost a record while it started) and until it ended. run.mu is held.
+func (r *recorder) stopForLostLocked() bool {
+	if r.lost == nil || r.stopping || !r.run.started || r.ended {
+		return false
+	}
+	r.stopping = true
+	return true
+}
+
+// unlock releases run.mu and then, if a record was just lost, asks the
+// supervisor to stop the run: never under the lock.
+func (r *recorder) unlock() {
+	stop, id := r.stopForLostLocked(), r.run.id
+	r.run.mu.Unlock()
+	if stop {
+		r.s.stopRun(id)
+	}
+}
+
 func textType(k acpsession.TextKind) string {
 	if k == acpsession.Thought {
 		return "agent_thought"
@@ -139,7 +182,7 @@ func (r *recorder) flushLocked() {
 		if err := r.record(textType(r.kind), struct {
 			Text string `json:"text"`
 		}{string(p[:n])}); err != nil {
-			r.s.log.Error("recording text", "task", r.id, "err", err)
+			r.lostLocked(textType(r.kind)+" event", err)
 		}
 		p = p[n:]
 	}
@@ -154,7 +197,7 @@ func (r *recorder) flushLocked() {
 // Text implements acpsession.Sink.
 func (r *recorder) Text(kind acpsession.TextKind, text string) {
 	r.run.mu.Lock()
-	defer r.run.mu.Unlock()
+	defer r.unlock()
 	if r.ended {
 		return
 	}
@@ -174,33 +217,45 @@ func (r *recorder) Text(kind acpsession.TextKind, text string) {
 // Flush implements acpsession.Sink.
 func (r *recorder) Flush() {
 	r.run.mu.Lock()
-	defer r.run.mu.Unlock()
+	defer r.unlock()
 	r.flushLocked()
 }
 
-// Event implements acpsession.Sink.
+// Event implements acpsession.Sink. An event that cannot be recorded
+// fails the task; the error also goes back to the session, which fails
+// its turn when a permission decision could not be recorded.
 func (r *recorder) Event(typ string, fields any) error {
 	r.run.mu.Lock()
-	defer r.run.mu.Unlock()
+	defer r.unlock()
 	if r.ended {
 		return fmt.Errorf("task %s has ended", r.id)
 	}
+	f, isPermission := fields.(acpsession.PermissionFields)
 	// Once a stop is requested, no decision but cancelled goes out: the
 	// session learns of the stop a moment later, from the supervisor.
-	if f, ok := fields.(acpsession.PermissionFields); ok && r.run.stopped != "" && f.Decision != permission.Cancelled {
+	if isPermission && r.run.stopped != "" && f.Decision != permission.Cancelled {
 		f.Decision, f.OptionID = permission.Cancelled, nil
 		if err := r.appendLocked(typ, f); err != nil {
+			r.lostLocked("permission decision", err)
 			return err
 		}
 		return acpsession.ErrWithdrawn
 	}
-	return r.appendLocked(typ, fields)
+	if err := r.appendLocked(typ, fields); err != nil {
+		if isPermission {
+			r.lostLocked("permission decision", err) // as the session says it
+		} else {
+			r.lostLocked(typ+" event", err)
+		}
+		return err
+	}
+	return nil
 }
 
 // SessionStarted implements acpsession.Sink.
 func (r *recorder) SessionStarted(id string, resumed bool) error {
 	r.run.mu.Lock()
-	defer r.run.mu.Unlock()
+	defer r.unlock()
 	if r.ended {
 		return fmt.Errorf("task %s has ended", r.id)
 	}
@@ -209,12 +264,17 @@ func (r *recorder) SessionStarted(id string, resumed bool) error {
 		return fmt.Errorf("the agent's session id has %d bytes, more than %d", len(id), MaxSessionIDBytes)
 	}
 	if _, err := r.s.cfg.Store.Update(r.id, store.SetSessionID(id)); err != nil {
+		r.lostLocked("session start", err)
 		return err
 	}
-	return r.appendLocked("session_started", struct {
+	if err := r.appendLocked("session_started", struct {
 		SessionID string `json:"session_id"`
 		Resumed   bool   `json:"resumed"`
-	}{id, resumed})
+	}{id, resumed}); err != nil {
+		r.lostLocked("session start", err)
+		return err
+	}
+	return nil
 }
 
 // Usage implements acpsession.Sink.
@@ -223,23 +283,29 @@ func (r *recorder) Usage(raw json.RawMessage) {
 		return
 	}
 	r.run.mu.Lock()
-	defer r.run.mu.Unlock()
+	defer r.unlock()
 	if r.ended {
 		return
 	}
-	_, _ = r.s.cfg.Store.Update(r.id, store.SetUsage(raw))
+	if _, err := r.s.cfg.Store.Update(r.id, store.SetUsage(raw)); err != nil {
+		r.lostLocked("usage", err)
+	}
 }
 
-// ProcessStarted implements supervisor.Sink.
+// ProcessStarted implements supervisor.Sink. It is called from within
+// Supervisor.Start: a record lost here is acted on by Spawn once Start
+// returned.
 func (r *recorder) ProcessStarted(pid int, argv []string) {
 	r.run.mu.Lock()
-	defer r.run.mu.Unlock()
-	_ = r.appendLocked("process_started", struct {
+	defer r.unlock()
+	if err := r.appendLocked("process_started", struct {
 		PID  int      `json:"pid"`
 		Argv []string `json:"argv"`
-	}{pid, argv})
+	}{pid, argv}); err != nil {
+		r.lostLocked("process_started event", err)
+	}
 	if _, err := r.s.cfg.Store.Transition(r.id, store.Running, r.s.cfg.Now()); err != nil {
-		r.s.log.Error("task did not become running", "task", r.id, "err", err)
+		r.lostLocked("running status", err)
 	}
 }
 
@@ -255,7 +321,7 @@ func (r *recorder) Stderr(text string, part, parts int) {
 		p.Part, p.Parts = part, parts
 	}
 	r.run.mu.Lock()
-	defer r.run.mu.Unlock()
+	defer r.unlock()
 	if r.ended {
 		return
 	}
@@ -264,11 +330,16 @@ func (r *recorder) Stderr(text string, part, parts int) {
 	defer encoders.Put(fe)
 	b, err := fe.encode(p)
 	if err != nil {
+		r.lostLocked("stderr event", err)
 		return
 	}
 	now := r.s.cfg.Now()
 	_, d, err := r.s.cfg.Store.AppendCapped(r.id, "stderr", now, b, r.s.cfg.StderrCap)
-	if err != nil || d.Lines == 0 {
+	if err != nil {
+		r.lostLocked("stderr event", err)
+		return
+	}
+	if d.Lines == 0 {
 		return
 	}
 	r.dropped.Lines += d.Lines
@@ -287,22 +358,30 @@ func (r *recorder) reportDroppedLocked(now time.Time) {
 		return
 	}
 	r.reported, r.reportedAt = r.dropped, now
-	_, _ = r.s.cfg.Store.Update(r.id, store.SetStderrDropped(r.dropped))
-	_ = r.appendLocked("stderr_dropped", r.dropped)
+	if _, err := r.s.cfg.Store.Update(r.id, store.SetStderrDropped(r.dropped)); err != nil {
+		r.lostLocked("stderr_dropped count", err)
+	}
+	if err := r.appendLocked("stderr_dropped", r.dropped); err != nil {
+		r.lostLocked("stderr_dropped event", err)
+	}
 }
 
 // Exited implements supervisor.Sink: pending text, then the error that
 // explains a failure, process_exited, and the terminal status_changed.
 func (r *recorder) Exited(x supervisor.Exit) {
 	r.run.mu.Lock()
+	// What the run still holds goes to the ledger before the outcome is
+	// decided: a record lost now fails the task too.
+	r.flushLocked()
 	r.reportDroppedLocked(r.s.cfg.Now())
-	status, msg := outcome(x, r.run.stopped != "")
+	lost := r.lost
+	status, msg := outcome(x, r.run.stopped != "", lost)
 	if msg != "" {
 		f := errorFields{Message: msg}
-		if ae := (*acpsession.AuthRequiredError)(nil); x.CleanupErr == nil && errors.As(x.Err, &ae) {
+		if ae := (*acpsession.AuthRequiredError)(nil); x.CleanupErr == nil && lost == nil && errors.As(x.Err, &ae) {
 			f.AuthMethods = &ae.Methods
 		}
-		_ = r.appendLocked("error", f)
+		r.errorEventLocked(f)
 	}
 	var stop *string
 	if x.StopReason != "" {
@@ -312,17 +391,28 @@ func (r *recorder) Exited(x supervisor.Exit) {
 	if x.Signal != "" {
 		signal = &x.Signal
 	}
-	_ = r.appendLocked("process_exited", struct {
+	if err := r.record("process_exited", struct {
 		ExitCode   *int    `json:"exit_code"`
 		Signal     *string `json:"signal"`
 		StopReason *string `json:"stop_reason"`
-	}{x.ExitCode, signal, stop})
+	}{x.ExitCode, signal, stop}); err != nil {
+		r.lostLocked("process_exited event", err)
+		if status != store.Failed {
+			// The first loss, or the task would be failing already.
+			status, msg = store.Failed, r.lost.Error()
+			r.errorEventLocked(errorFields{Message: msg})
+		}
+	}
+	if r.lostMore > 0 {
+		r.s.log.Error("more records were lost after the first", "task", r.id, "count", r.lostMore)
+	}
 	edits := []store.Edit{store.SetExit(x.ExitCode, x.Signal)}
 	if msg != "" {
 		edits = append(edits, store.SetError(msg))
 	}
 	if _, err := r.s.cfg.Store.Transition(r.id, status, r.s.cfg.Now(), edits...); err != nil {
-		r.s.log.Error("recording the end of a task", "task", r.id, "err", err)
+		// Nothing is left to fail: the log is the trace.
+		r.s.log.Error("recording the end of a task", "task", r.id, "status", status, "error", msg, "err", err)
 	}
 	r.ended = true
 	// Finished tasks stay in the ledger: let go of what only a live run needs.
@@ -332,37 +422,11 @@ func (r *recorder) Exited(x supervisor.Exit) {
 	r.s.finished(r.id, r.run)
 }
 
-// outcome decides a run's terminal status: succeeded only for end_turn with
-// no stop requested and the group cleaned up; a requested stop is cancelled
-// even when the agent says end_turn; everything else failed, with why.
-func outcome(x supervisor.Exit, stopRequested bool) (store.Status, string) {
-	switch {
-	case x.CleanupErr != nil:
-		return store.Failed, x.CleanupErr.Error()
-	case stopRequested || x.Stopped:
-		return store.Cancelled, ""
-	case x.Err != nil:
-		msg := x.Err.Error()
-		// The conversation may fail because the agent went away (a broken
-		// pipe, its stdout closed) before the supervisor saw it exit: then
-		// the exit says why. Not otherwise: after a setup failure the exit
-		// is the cleanup's doing, not the agent's.
-		agentGone := errors.Is(x.Err, acpsession.ErrConnectionClosed) ||
-			strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection ended")
-		if agentGone && !strings.Contains(msg, "agent exited") && !strings.Contains(msg, "agent was killed") {
-			switch {
-			case x.ExitCode != nil && *x.ExitCode != 0:
-				msg += fmt.Sprintf(" (the agent exited with code %d)", *x.ExitCode)
-			case x.Signal != "":
-				msg += fmt.Sprintf(" (the agent was killed by %s)", x.Signal)
-			}
-		}
-		return store.Failed, msg
-	case x.StopReason == "end_turn":
-		return store.Succeeded, ""
-	case x.StopReason == "":
-		return store.Failed, "the agent's turn did not end"
-	default:
-		return store.Failed, fmt.Sprintf("the agent ended its turn with stop reason %q", x.StopReason)
+// errorEventLocked records the error event of a failing task. A loss here
+// is only logged: the task fails anyway, and its record's error field
+// carries the message. run.mu is held.
+func (r *recorder) errorEventLocked(f errorFields) {
+	if err := r.appendLocked("error", f); err != nil {
+		r.s.log.Error("the error event of a failing task could not be recorded", "task", r.id, "error", f.Message, "err", err)
 	}
 }

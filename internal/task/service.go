@@ -36,10 +36,34 @@ import (
 // Supervisor is what the service needs of the process supervisor.
 type Supervisor interface {
 	Start(ctx context.Context, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error)
+	// Stop asks a run to end and waits for its Exited, or for ctx; the stop
+	// goes on either way, so a ctx already done only asks (stopRun).
 	Stop(ctx context.Context, id supervisor.RunID)
 	Shutdown(ctx context.Context) error
 	LookPath(name string) (string, error)
 }
+
+// Ledger is what the service needs of the store: *store.Store, or a
+// wrapper around it (tests inject a failing ledger through one). Every
+// write may fail; a record the service cannot write fails its task, or is
+// logged where the task cannot fail any more (see recorder.lostLocked).
+type Ledger interface {
+	Create(n store.NewTask, now time.Time) (store.Task, error)
+	Transition(id string, to store.Status, now time.Time, edits ...store.Edit) (store.Task, error)
+	Update(id string, edits ...store.Edit) (store.Task, error)
+	Resolve(id string, r store.Resolution, note string, now time.Time) (store.Task, error)
+	Append(id, typ string, now time.Time, fields []byte) (int64, error)
+	AppendCapped(id, typ string, now time.Time, fields []byte, capBytes int64) (int64, store.Dropped, error)
+
+	Status(id string) (store.Status, error)
+	TaskJSON(id string) (json.RawMessage, error)
+	SummaryJSON(id string) (json.RawMessage, error)
+	Events(id string, q store.Query) (store.Page, error)
+	ListBefore(before, limit, maxBytes int) (summaries []json.RawMessage, rest int)
+	Count() int
+}
+
+var _ Ledger = (*store.Store)(nil)
 
 // Markers are the completion marker files.
 type Markers interface {
@@ -85,7 +109,7 @@ const (
 
 // Config wires a Service.
 type Config struct {
-	Store      *store.Store
+	Store      Ledger
 	Agents     *agents.Registry
 	Supervisor Supervisor
 	Markers    Markers // nil: no markers
@@ -271,14 +295,26 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 
 	r.mu.Lock()
 	r.started, r.id = true, runID
-	stopNow := r.stopped != ""
+	// A cancel or shutdown arrived while the process was starting (the
+	// canceller waits on r.done), or a record was lost meanwhile (the task
+	// has failed): stop here, within the supervisor's bounds.
+	stopNow := r.stopped != "" || (r.rec != nil && r.rec.stopForLostLocked())
 	r.mu.Unlock()
 	if stopNow {
-		// A cancel or shutdown arrived while the process was starting; the
-		// canceller waits on r.done, so stop here, within the same bounds.
 		s.cfg.Supervisor.Stop(context.WithoutCancel(ctx), runID)
 	}
 	return s.cfg.Store.TaskJSON(id)
+}
+
+// stopRun asks the supervisor to stop a run and returns at once: the run's
+// end comes back through Exited, and the caller may be one of the run's
+// own goroutines (a sink call), which the run's end waits for. Stop with a
+// context already done asks for the stop and does not wait; the stop
+// itself goes on.
+func (s *Service) stopRun(id supervisor.RunID) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.cfg.Supervisor.Stop(ctx, id)
 }
 
 // failStart ends a task that never got a process: an error event, then
@@ -288,12 +324,16 @@ func (s *Service) failStart(id string, r *run, msg string) {
 }
 
 // endUnstarted ends a task that never got a process: failed, after an
-// error event naming msg, or cancelled (a stop came before the start).
+// error event naming msg, or cancelled (a stop came before the start),
+// unless a record was lost meanwhile: then failed with that loss.
 func (s *Service) endUnstarted(id string, r *run, to store.Status, msg string) {
 	r.mu.Lock()
+	if to == store.Cancelled && r.rec.lost != nil {
+		to, msg = store.Failed, r.rec.lost.Error()
+	}
 	var err error
 	if to == store.Failed {
-		_ = r.rec.appendLocked("error", errorFields{Message: msg})
+		r.rec.errorEventLocked(errorFields{Message: msg})
 		_, err = s.cfg.Store.Transition(id, to, s.cfg.Now(), store.SetError(msg))
 	} else {
 		_, err = s.cfg.Store.Transition(id, to, s.cfg.Now())
@@ -304,7 +344,8 @@ func (s *Service) endUnstarted(id string, r *run, to store.Status, msg string) {
 	r.cancelStart, r.rec = nil, nil
 	r.mu.Unlock()
 	if err != nil {
-		s.log.Error("ending a task that did not start", "task", id, "to", to, "err", err)
+		// Nothing is left to fail: the log is the trace.
+		s.log.Error("ending a task that did not start", "task", id, "to", to, "error", msg, "err", err)
 	}
 	s.finished(id, r)
 }
@@ -478,8 +519,8 @@ func (s *Service) Resolve(id string, resolution store.Resolution, note string) (
 	r.mu.Lock()
 	_, err = s.cfg.Store.Resolve(id, resolution, note, s.cfg.Now())
 	r.mu.Unlock()
-	if errors.Is(err, store.ErrInvalidTransition) {
-		return nil, errorf(InvalidTransition, "%v", strings.TrimPrefix(err.Error(), store.ErrInvalidTransition.Error()+": "))
+	if te := (*store.TransitionError)(nil); errors.As(err, &te) {
+		return nil, errorf(InvalidTransition, "%s", te.Reason())
 	}
 	if err != nil {
 		return nil, err
@@ -518,9 +559,12 @@ func (s *Service) requestStop(id string, r *run, source string) (started bool, r
 	}
 	if r.stopped == "" {
 		r.stopped = source
-		_ = r.rec.appendLocked("task_cancelled", struct {
+		// A loss here needs no stop of its own: the stop is under way.
+		if err := r.rec.appendLocked("task_cancelled", struct {
 			Source string `json:"source"`
-		}{source})
+		}{source}); err != nil {
+			r.rec.lostLocked("task_cancelled event", err)
+		}
 		if r.cancelStart != nil {
 			r.cancelStart()
 		}

@@ -1,0 +1,72 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+)
+
+// outcome decides a run's terminal status: succeeded only for end_turn with
+// no stop requested, no record lost (lost is the first the ledger refused)
+// and the group cleaned up; a requested stop is cancelled even when the
+// agent says end_turn; everything else failed, with why. A lost record
+// comes before the stop, which it may have caused, and before the
+// conversation's error, which it may have caused too; only a group left
+// behind comes first. It decides from the Exit's fields and the types of
+// its errors, never from their text (TestNoOutcomeFromErrorText holds
+// this), but for the one marked function below.
+func outcome(x supervisor.Exit, stopRequested bool, lost error) (store.Status, string) {
+	switch {
+	case x.CleanupErr != nil:
+		return store.Failed, x.CleanupErr.Error()
+	case lost != nil:
+		return store.Failed, lost.Error()
+	case stopRequested || x.Stopped:
+		return store.Cancelled, ""
+	case x.Err != nil:
+		msg := x.Err.Error()
+		// The conversation may fail because the agent went away (a broken
+		// pipe, its stdout closed) before the supervisor saw it exit: then
+		// the exit says why. Not when the supervisor saw the exit first (its
+		// *ExitError names it already), and not otherwise: after a setup
+		// failure the exit is the cleanup's doing, not the agent's.
+		if xe := (*supervisor.ExitError)(nil); connectionClosed(x.Err) && !errors.As(x.Err, &xe) {
+			switch {
+			case x.ExitCode != nil && *x.ExitCode != 0:
+				msg += fmt.Sprintf(" (the agent exited with code %d)", *x.ExitCode)
+			case x.Signal != "":
+				msg += fmt.Sprintf(" (the agent was killed by %s)", x.Signal)
+			}
+		}
+		return store.Failed, msg
+	case x.StopReason == "end_turn":
+		return store.Succeeded, ""
+	case x.StopReason == "":
+		return store.Failed, "the agent's turn did not end"
+	default:
+		return store.Failed, fmt.Sprintf("the agent ended its turn with stop reason %q", x.StopReason)
+	}
+}
+
+// connectionClosed reports whether the conversation failed because the
+// agent's connection closed or broke under it: its stdout ended, or a write
+// to its stdin was refused.
+//
+// It is the one place in this package that reads an error's text, and
+// TestNoOutcomeFromErrorText allows it alone: today acpsession wraps
+// ErrConnectionClosed only when stdout ends mid-prompt, and reports the
+// other cases in words ("agent connection ended during new_session", the
+// SDK's "write |1: broken pipe"). At merge with the acpsession reshaping,
+// which wraps acpsession.ErrConnectionClosed (%w) in every such error from
+// Run, this body becomes errors.Is(err, acpsession.ErrConnectionClosed).
+func connectionClosed(err error) bool {
+	if errors.Is(err, acpsession.ErrConnectionClosed) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection ended")
+}
