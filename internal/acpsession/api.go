@@ -35,14 +35,14 @@ const (
 	Thought
 )
 
-// Sink receives what the session observes. Calls are made one at a time, in
-// the order the agent sent what they describe.
 // ErrWithdrawn is what a Sink's Event returns for a permission event it
 // recorded as cancelled instead of the decision it was given: the task is
 // being stopped, and no approval may go out after that. The session then
 // answers the request cancelled.
 var ErrWithdrawn = errors.New("permission decision withdrawn: the task is stopping")
 
+// Sink receives what the session observes. Calls are made one at a time, in
+// the order the agent sent what they describe.
 type Sink interface {
 	// Text appends streamed text; the sink coalesces it.
 	Text(kind TextKind, text string)

@@ -109,10 +109,10 @@ func (h *updateHead) textKind() (TextKind, bool) {
 	return 0, false
 }
 
-// MapUpdate maps one session update (the "update" object of a
+// mapUpdate maps one session update (the "update" object of a
 // session/update notification) by its raw sessionUpdate type. It is pure;
 // the result may share memory with raw.
-func MapUpdate(raw []byte) (Mapped, error) {
+func mapUpdate(raw []byte) (Mapped, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
 		return Mapped{}, errNotObject

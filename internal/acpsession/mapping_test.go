@@ -91,7 +91,7 @@ func TestMapUpdate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := MapUpdate([]byte(tc.update))
+			got, err := mapUpdate([]byte(tc.update))
 			if tc.wantErr {
 				require.Error(t, err)
 				return
@@ -184,7 +184,7 @@ func FuzzMapUpdate(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := MapUpdate(b)
+		m, err := mapUpdate(b)
 		if err != nil {
 			return
 		}

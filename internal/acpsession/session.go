@@ -23,8 +23,12 @@ var (
 	ErrCancelledBeforePrompt = errors.New("cancelled before the prompt")
 	// ErrLineTooLong: the agent wrote a line the protocol reader refuses.
 	ErrLineTooLong = errors.New("agent wrote a stdout line over 10 MiB")
-	// ErrConnectionClosed: the agent's stdout ended before the turn did.
-	ErrConnectionClosed = errors.New("agent connection ended before the turn ended")
+	// ErrConnectionClosed: the session ended because the connection to the
+	// agent closed or broke: its stdout ended, or a write to its stdin
+	// failed. Run's errors wrap it with what was under way; a caller tells an
+	// agent that went away from one that answered with an error by it
+	// (errors.Is), never by the error's text.
+	ErrConnectionClosed = errors.New("agent connection ended")
 	// ErrCannotLoad: a resume was asked of an agent without loadSession.
 	ErrCannotLoad = errors.New("agent cannot load sessions")
 
@@ -95,6 +99,7 @@ type state struct {
 	// answer to a setup request, "" until one came.
 	authRefusal string
 	recordErr   error // a permission decision could not be recorded
+	writeErr    error // the first failed write to the agent's stdin
 
 	ran        bool          // Run was called
 	closing    bool          // stdout ended: no new handler work
@@ -268,7 +273,7 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 	})
 	s.mu.Lock()
 	s.st.turn = turnOver
-	ans, failure, recordErr := s.st.prompt, s.st.failure, s.st.recordErr
+	ans, failure, recordErr, writeErr := s.st.prompt, s.st.failure, s.st.recordErr, s.st.writeErr
 	s.mu.Unlock()
 
 	// The reader saw the response before the SDK did: trust it even when
@@ -287,11 +292,13 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 	case ans.answered:
 		return ans.stopReason, nil
 	case perr != nil && s.connEnded():
-		return "", s.eofErr(ctx, ErrConnectionClosed)
+		return "", s.eofErr(ctx, errTurnCut)
+	case perr != nil && writeErr != nil:
+		return "", &brokenError{msg: "prompt: " + perr.Error(), cause: perr}
 	case perr != nil:
 		return "", fmt.Errorf("prompt: %w", perr)
 	}
-	return "", s.eofErr(ctx, ErrConnectionClosed)
+	return "", s.eofErr(ctx, errTurnCut)
 }
 
 // eofErr returns err, an error caused by the end of the agent's stdout,
@@ -448,7 +455,7 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		}
 	}
 	s.mu.Lock()
-	failure, refusal := s.st.failure, s.st.authRefusal
+	failure, refusal, writeErr := s.st.failure, s.st.authRefusal, s.st.writeErr
 	s.mu.Unlock()
 	switch {
 	case failure != nil:
@@ -466,6 +473,9 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		return fmt.Errorf("agent did not answer %s within %s", name, s.timeout)
 	case s.connEnded():
 		return s.eofErr(ctx, s.connErr(name))
+	case writeErr != nil:
+		// The request never reached the agent: its stdin broke.
+		return &brokenError{msg: (&agentError{request: name, text: err.Error()}).Error(), cause: err}
 	}
 	return &agentError{request: name, text: err.Error()}
 }
@@ -477,8 +487,23 @@ func (s *Session) connErr(request string) error {
 	if failure != nil {
 		return failure
 	}
-	return fmt.Errorf("agent connection ended during %s", request)
+	return fmt.Errorf("%w during %s", ErrConnectionClosed, request)
 }
+
+// errTurnCut is the end of stdout before the prompt was answered.
+var errTurnCut = fmt.Errorf("%w before the turn ended", ErrConnectionClosed)
+
+// brokenError is a request that failed because a write to the agent's stdin
+// failed (the agent closed it, or exited). It reads as the SDK's error did,
+// and is ErrConnectionClosed to errors.Is.
+type brokenError struct {
+	msg   string
+	cause error
+}
+
+func (e *brokenError) Error() string        { return e.msg }
+func (e *brokenError) Unwrap() error        { return e.cause }
+func (e *brokenError) Is(target error) bool { return target == ErrConnectionClosed }
 
 func (s *Session) connEnded() bool {
 	select {
@@ -528,7 +553,15 @@ type stdinTap struct {
 
 func (t *stdinTap) Write(b []byte) (int, error) {
 	t.s.noteOutgoing(b)
-	return t.w.Write(b)
+	n, err := t.w.Write(b)
+	if err != nil {
+		t.s.mu.Lock()
+		if t.s.st.writeErr == nil {
+			t.s.st.writeErr = err
+		}
+		t.s.mu.Unlock()
+	}
+	return n, err
 }
 
 // noteOutgoing records one message the SDK is about to write (the SDK
