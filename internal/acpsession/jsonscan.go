@@ -69,6 +69,59 @@ func (sc *jscan) open() bool {
 	return true
 }
 
+// object walks the object at sc. For a member whose key is one of names,
+// exactly, it calls read with the key's index, and read consumes the
+// value; other members are skipped, validated. It fails on a key that is
+// not plain ASCII, on a name repeated, on a key that matches a name only
+// when case is ignored (encoding/json would take it for the name), and
+// when read fails. names holds at most 32 keys.
+func (sc *jscan) object(names []string, read func(k int) bool) bool {
+	var seen uint32
+	if !sc.open() {
+		return false
+	}
+	for first := true; ; first = false {
+		key, more, ok := sc.member(first)
+		if !ok {
+			return false
+		}
+		if !more {
+			return true
+		}
+		k := -1
+		for i, n := range names {
+			if string(key) == n {
+				k = i
+				break
+			}
+		}
+		switch {
+		case k < 0:
+			if foldsTo(key, names) || !sc.value(0) {
+				return false
+			}
+		case seen&(1<<k) != 0:
+			return false
+		default:
+			seen |= 1 << k
+			if !read(k) {
+				return false
+			}
+		}
+	}
+}
+
+// foldsTo reports whether key matches one of names when case is ignored,
+// as encoding/json matches keys to fields.
+func foldsTo(key []byte, names []string) bool {
+	for _, n := range names {
+		if bytes.EqualFold(key, []byte(n)) {
+			return true
+		}
+	}
+	return false
+}
+
 // member reads the next member's key (contents, printable ASCII without
 // escapes, else it fails) and its colon; more is false at the object's
 // closing brace, which it consumes.

@@ -225,11 +225,7 @@ func (s *Session) handleUpdate(env *envelope, line []byte, clean bool) {
 		s.log.Debug("dropping a session/update without an update object")
 		return
 	}
-	switch h.SessionUpdate {
-	case "current_mode_update", "config_option_update":
-		s.trackOffer(sid, h.SessionUpdate, raw)
-	}
-	s.deliver(sid, mapRaw(h.SessionUpdate, raw))
+	s.handleMapped(sid, mapRaw(h.SessionUpdate, raw))
 }
 
 // deliver sends m to the sink if it belongs to this session's record:
@@ -399,331 +395,30 @@ func (s *Session) trackOffer(sid, typ string, raw []byte) {
 	}
 }
 
-// The fast path. Nearly every line an agent writes in a turn is a
-// session/update notification, and decoding each with encoding/json (once
-// to route it, again to map it, a third time for a tool call's fields) was
-// most of the reader's cost (intent 0008). handleFast reads such a line in
-// one validating pass without reflection and maps the common updates (text
-// chunks and tool calls) from what that pass picked out.
-//
-// It hands on only what it reads exactly as the general path would. Where
-// encoding/json could read the line differently — a key with escapes, a
-// key that matches one of ours only when case is ignored, a repeated key, a
-// value of a type the general path treats specially, an id, a result or an
-// error — it gives up before any effect, and the line takes the general
-// path.
-
-// fastUpdate is what handleFast picks out of a session/update line.
-type fastUpdate struct {
-	sid    []byte // contents of params.sessionId
-	typ    []byte // contents of update.sessionUpdate
-	update []byte // the update object, as sent
-
-	content     bool   // update.content is an object
-	contentType []byte // contents of content.type
-	text        []byte // content.text token, with its quotes; nil when absent or null
-	textPlain   bool   // text's contents are its value, as they are
-
-	tool toolSpans
-}
-
-// toolSpans are a tool call's fields, as sent.
-type toolSpans struct {
-	strs  [4][]byte // toolCallId, title, kind, status tokens (quoted); nil when absent or null
-	raws  [3][]byte // rawInput, rawOutput, locations values
-	loose [3]bool   // the raw value holds whitespace that compacting removes
-	// odd: a field the general path reads differently (a string that is
-	// re-encoded otherwise, a value of another type).
-	odd bool
-}
-
-var (
-	topKeys     = [...]string{"id", "method", "params", "result", "error"}
-	paramsKeys  = [...]string{"sessionId", "update"}
-	contentKeys = [...]string{"type", "text"}
-	updateKeys  = [...]string{"sessionUpdate", "content", "toolCallId", "title", "kind", "status", "rawInput", "rawOutput", "locations"}
-)
-
-// foldsTo reports whether key matches one of names when case is ignored,
-// as encoding/json matches keys to fields.
-func foldsTo(key []byte, names []string) bool {
-	for _, n := range names {
-		if bytes.EqualFold(key, []byte(n)) {
-			return true
-		}
-	}
-	return false
-}
-
-// handleFast handles b (a trimmed line starting with '{') when it is a
-// session/update notification it reads exactly; false leaves the line to
-// the general path, with nothing done.
+// handleFast handles b (a trimmed line starting with '{') when readFast
+// reads it; false leaves the line to the general path, with nothing done.
 func (s *Session) handleFast(env *envelope, b []byte) bool {
-	var u fastUpdate
-	if !u.scan(b) {
+	sid, m, ok := readFast(b)
+	if !ok {
 		return false
 	}
-	if string(u.sid) != env.sid {
-		env.sid = string(u.sid)
+	if string(sid) != env.sid {
+		env.sid = string(sid)
 	}
-	sid := env.sid
-	// The type is matched against constants, and copied into a string only
-	// for the rarer updates that carry it further. Those keep the update
-	// itself (agent_update data, usage), which may be held until the
-	// session start is recorded: they get a copy, not the read buffer.
-	var kind TextKind
-	switch string(u.typ) {
-	case "agent_thought_chunk":
-		kind = Thought
-		fallthrough
-	case "agent_message_chunk":
-		if !u.content || string(u.contentType) != "text" {
-			s.deliver(sid, mapRaw(string(u.typ), bytes.Clone(u.update)))
-			return true
-		}
-		s.deliver(sid, Mapped{HasText: true, TextKind: kind, Text: u.textValue()})
-	case EventToolCall:
-		s.deliver(sid, u.toolCall(EventToolCall))
-	case EventToolCallUpdate:
-		s.deliver(sid, u.toolCall(EventToolCallUpdate))
-	case "current_mode_update", "config_option_update":
-		typ, update := string(u.typ), bytes.Clone(u.update)
-		s.trackOffer(sid, typ, update)
-		s.deliver(sid, mapRaw(typ, update))
-	default:
-		s.deliver(sid, mapRaw(string(u.typ), bytes.Clone(u.update)))
-	}
+	s.handleMapped(env.sid, m)
 	return true
 }
 
-// toolCall maps a tool call update of type typ. The fields never share
-// memory with the line.
-func (u *fastUpdate) toolCall(typ string) Mapped {
-	if u.tool.odd {
-		return mapRaw(typ, u.update) // decodes copies of the fields
-	}
-	return Mapped{EventType: typ, Fields: u.tool.fields()}
-}
-
-// textValue is content.text as encoding/json decodes it ("" when absent
-// or null).
-func (u *fastUpdate) textValue() string {
-	if u.text == nil {
-		return ""
-	}
-	c := u.text[1 : len(u.text)-1]
-	if u.textPlain {
-		return string(c)
-	}
-	return unquote(c)
-}
-
-// scan reads b as a session/update notification; false when it is not
-// one, or not one handleFast reads exactly.
-func (u *fastUpdate) scan(b []byte) bool {
-	sc := jscan{b: b}
-	var seen [len(topKeys)]bool
-	if !sc.open() {
-		return false
-	}
-	for first := true; ; first = false {
-		key, more, ok := sc.member(first)
-		if !ok {
-			return false
-		}
-		if !more {
-			break
-		}
-		switch string(key) {
-		case "method":
-			tok, class, ok := sc.str()
-			if !ok || class != plainASCII || string(tok) != `"`+methodUpdate+`"` || seen[1] {
-				return false
-			}
-			seen[1] = true
-		case "params":
-			if seen[2] || !u.scanParams(&sc) {
-				return false
-			}
-			seen[2] = true
-		default: // id, result and error make it something else
-			if foldsTo(key, topKeys[:]) || !sc.value(0) {
-				return false
-			}
+// handleMapped keeps the offer current from an update that changes it, and
+// delivers the update.
+func (s *Session) handleMapped(sid string, m Mapped) {
+	if f, ok := m.Fields.(AgentUpdateFields); ok {
+		switch f.UpdateType {
+		case "current_mode_update", "config_option_update":
+			s.trackOffer(sid, f.UpdateType, f.Data)
 		}
 	}
-	sc.space()
-	return sc.i == len(b) && seen[1] && u.update != nil
-}
-
-func (u *fastUpdate) scanParams(sc *jscan) bool {
-	var seen [len(paramsKeys)]bool
-	if !sc.open() {
-		return false
-	}
-	for first := true; ; first = false {
-		key, more, ok := sc.member(first)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		switch string(key) {
-		case "sessionId":
-			tok, class, ok := sc.str()
-			if !ok || class != plainASCII || seen[0] {
-				return false
-			}
-			seen[0] = true
-			u.sid = tok[1 : len(tok)-1]
-		case "update":
-			if seen[1] || sc.peek() != '{' {
-				return false
-			}
-			seen[1] = true
-			start := sc.i
-			if !u.scanUpdate(sc) {
-				return false
-			}
-			u.update = sc.b[start:sc.i]
-		default:
-			if foldsTo(key, paramsKeys[:]) || !sc.value(0) {
-				return false
-			}
-		}
-	}
-}
-
-func (u *fastUpdate) scanUpdate(sc *jscan) bool {
-	var seen [len(updateKeys)]bool
-	if !sc.open() {
-		return false
-	}
-	for first := true; ; first = false {
-		key, more, ok := sc.member(first)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		k := -1
-		for i, name := range updateKeys {
-			if string(key) == name {
-				k = i
-				break
-			}
-		}
-		if k < 0 {
-			if foldsTo(key, updateKeys[:]) || !sc.value(0) {
-				return false
-			}
-			continue
-		}
-		if seen[k] {
-			return false
-		}
-		seen[k] = true
-		switch {
-		case k == 0: // sessionUpdate
-			tok, class, ok := sc.str()
-			if !ok || class != plainASCII {
-				return false
-			}
-			u.typ = tok[1 : len(tok)-1]
-		case k == 1: // content
-			if sc.peek() != '{' {
-				if !sc.value(0) {
-					return false
-				}
-				continue
-			}
-			u.content = true
-			if !u.scanContent(sc) {
-				return false
-			}
-		case k < 6: // toolCallId, title, kind, status
-			if sc.peek() == 'n' {
-				if !sc.value(0) {
-					return false
-				}
-				continue
-			}
-			if sc.peek() != '"' {
-				u.tool.odd = true
-				if !sc.value(0) {
-					return false
-				}
-				continue
-			}
-			tok, class, ok := sc.str()
-			if !ok {
-				return false
-			}
-			if !reencodesAsIs(tok, class) {
-				u.tool.odd = true
-			}
-			u.tool.strs[k-2] = tok
-		default: // rawInput, rawOutput, locations
-			sc.space()
-			start := sc.i
-			sc.ws = false
-			if !sc.value(0) {
-				return false
-			}
-			u.tool.raws[k-6] = sc.b[start:sc.i]
-			u.tool.loose[k-6] = sc.ws
-		}
-	}
-}
-
-func (u *fastUpdate) scanContent(sc *jscan) bool {
-	var seen [len(contentKeys)]bool
-	if !sc.open() {
-		return false
-	}
-	for first := true; ; first = false {
-		key, more, ok := sc.member(first)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		switch string(key) {
-		case "type":
-			tok, class, ok := sc.str()
-			if !ok || class != plainASCII || seen[0] {
-				return false
-			}
-			seen[0] = true
-			u.contentType = tok[1 : len(tok)-1]
-		case "text":
-			if seen[1] {
-				return false
-			}
-			seen[1] = true
-			switch sc.peek() {
-			case 'n':
-				if !sc.value(0) {
-					return false
-				}
-			case '"':
-				tok, class, ok := sc.str()
-				if !ok {
-					return false
-				}
-				u.text, u.textPlain = tok, class == plainASCII
-			default: // a type error in the general path
-				return false
-			}
-		default:
-			if foldsTo(key, contentKeys[:]) || !sc.value(0) {
-				return false
-			}
-		}
-	}
+	s.deliver(sid, m)
 }
 
 // forwardedLen is the length of line as forward writes it: with a newline.
