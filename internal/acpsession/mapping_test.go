@@ -130,8 +130,7 @@ func TestMapUpdate(t *testing.T) {
 // for driving handleLine directly.
 func newBareSession(sink Sink) *Session {
 	s := &Session{sink: sink, log: slog.New(slog.DiscardHandler)}
-	s.st.started, s.st.sid = true, "s"
-	s.st.pending = map[string]outRequest{}
+	s.st.phase, s.st.sid = phaseStarted, "s"
 	pr, pw := io.Pipe()
 	_ = pr.Close()
 	s.sdkIn = pw // forwards fail at once: nothing is forwarded here

@@ -5,20 +5,55 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"runtime"
+	"strconv"
+	"sync"
 
 	acp "github.com/coder/acp-go-sdk"
 )
 
+// The wire: everything that passes between the agent and the SDK goes
+// through here. The read loop takes the agent's stdout line by line and
+// hands updates on itself, the rest to the SDK; the tap sees each request
+// the SDK writes to the agent's stdin. Between them the wire keeps the
+// requests in flight (pending), so that it knows what each response answers
+// before the SDK does. What it learns it states as facts, in the order the
+// agent sent them, to apply (state.go); it writes no session state itself.
+
+// pending is the requests written to the agent and not yet answered, by
+// idKey. Its lock is a leaf: nothing is locked or called under it.
+type pending struct {
+	mu sync.Mutex
+	m  map[string]outRequest
+}
+
+func (p *pending) add(key string, r outRequest) {
+	p.mu.Lock()
+	if p.m == nil {
+		p.m = make(map[string]outRequest)
+	}
+	p.m[key] = r
+	p.mu.Unlock()
+}
+
+func (p *pending) take(key string) (outRequest, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.m[key]
+	delete(p.m, key)
+	return r, ok
+}
+
 // envelope is the lean view of one line from the agent: enough to route it,
-// and, for a session/update, enough to map a text chunk without a second
-// decode (intent 0004).
+// and, for a session/update, enough to map it without decoding the line a
+// second time (intent 0004).
 type envelope struct {
 	ID     json.RawMessage `json:"id"`
 	Method string          `json:"method"`
 	Params struct {
-		SessionID string     `json:"sessionId"`
-		Update    updateHead `json:"update"`
+		SessionID string      `json:"sessionId"`
+		Update    updateField `json:"update"`
 	} `json:"params"`
 	Result json.RawMessage `json:"result"`
 	Error  json.RawMessage `json:"error"`
@@ -33,9 +68,39 @@ func (env *envelope) reset() {
 	env.ID = env.ID[:0]
 	env.Method = ""
 	env.Params.SessionID = ""
-	env.Params.Update = updateHead{}
+	env.Params.Update.reset()
 	env.Result = env.Result[:0]
 	env.Error = env.Error[:0]
+}
+
+// updateField is a session/update's "update" as the general path decodes
+// it: the value as sent, and, for an object, its head.
+type updateField struct {
+	raw  json.RawMessage
+	head updateHead
+	// typeErr: the head held a value of another type.
+	typeErr bool
+}
+
+func (u *updateField) reset() {
+	u.raw, u.head, u.typeErr = u.raw[:0], updateHead{}, false
+}
+
+// UnmarshalJSON keeps the update and decodes its head. A type error in the
+// head is kept, not returned: returned, it would stop the envelope's
+// decoding where encoding/json goes on past a type error.
+func (u *updateField) UnmarshalJSON(b []byte) error {
+	u.raw = append(u.raw[:0], b...)
+	if len(b) == 0 || b[0] != '{' {
+		return nil
+	}
+	if err := json.Unmarshal(b, &u.head); err != nil {
+		if !isTypeError(err) {
+			return err
+		}
+		u.typeErr = true
+	}
+	return nil
 }
 
 func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
@@ -140,9 +205,7 @@ func (s *Session) read() {
 // lineTooLong fails the session and discards stdout until EOF, so that the
 // agent never blocks on a full pipe.
 func (s *Session) lineTooLong(r io.Reader) {
-	s.mu.Lock()
-	s.st.failure = ErrLineTooLong
-	s.mu.Unlock()
+	s.apply(factLineTooLong{})
 	s.log.Warn("agent wrote a stdout line over 10 MiB: ending the session")
 	_ = s.sdkIn.CloseWithError(ErrLineTooLong)
 	_, _ = io.Copy(io.Discard, r)
@@ -175,7 +238,7 @@ func (s *Session) handleGeneral(env *envelope, line, b []byte) {
 	hasID := present(env.ID)
 	switch {
 	case env.Method == methodUpdate:
-		s.handleUpdate(env, b, err == nil)
+		s.handleUpdate(env, err == nil)
 		if hasID { // a malformed update sent as a request still gets an answer
 			s.forward(line)
 		}
@@ -205,194 +268,21 @@ func (s *Session) forward(line []byte) {
 	}
 }
 
-// handleUpdate maps one session/update and hands it to the sink (or holds
-// or drops it). clean reports that env decoded without type errors.
-func (s *Session) handleUpdate(env *envelope, line []byte, clean bool) {
+// handleUpdate maps one session/update read by the general path. clean
+// reports that env decoded without type errors.
+func (s *Session) handleUpdate(env *envelope, clean bool) {
 	sid := env.Params.SessionID
-	h := &env.Params.Update
-	if kind, ok := h.textKind(); ok && clean {
-		s.deliver(sid, Mapped{HasText: true, TextKind: kind, Text: h.Content.Text})
+	u := &env.Params.Update
+	if kind, ok := u.head.textKind(); ok && clean && !u.typeErr {
+		s.handleMapped(sid, Mapped{HasText: true, TextKind: kind, Text: u.head.Content.Text})
 		return
 	}
-	var p struct {
-		Params struct {
-			Update json.RawMessage `json:"update"`
-		} `json:"params"`
-	}
-	_ = json.Unmarshal(line, &p) // line is valid JSON: only type errors remain
-	raw := bytes.TrimSpace(p.Params.Update)
+	raw := bytes.TrimSpace(u.raw)
 	if len(raw) == 0 || raw[0] != '{' {
 		s.log.Debug("dropping a session/update without an update object")
 		return
 	}
-	s.handleMapped(sid, mapRaw(h.SessionUpdate, raw))
-}
-
-// deliver sends m to the sink if it belongs to this session's record:
-// not replayed history, this session's id, and after the session start
-// (until which it is held).
-func (s *Session) deliver(sid string, m Mapped) {
-	id, kind := toolKind(m)
-	s.sinkMu.Lock()
-	defer s.sinkMu.Unlock()
-	s.mu.Lock()
-	if kind != "" && sid == s.st.sid {
-		if s.st.kinds == nil {
-			s.st.kinds = make(map[string]string)
-		}
-		s.st.kinds[id] = kind
-	}
-	emit := false
-	switch {
-	case s.st.replaying || s.st.failure != nil || s.st.closing:
-	case s.st.started:
-		emit = sid == s.st.sid
-	case s.st.holding:
-		if s.st.sid == "" || sid == s.st.sid {
-			s.st.held = append(s.st.held, heldUpdate{sid: sid, m: m})
-		}
-	}
-	s.mu.Unlock()
-	if emit {
-		s.emitLocked(m)
-	}
-}
-
-// emitLocked hands m to the sink; sinkMu must be held.
-func (s *Session) emitLocked(m Mapped) {
-	if m.HasText {
-		if m.Text != "" {
-			s.sink.Text(m.TextKind, m.Text)
-		}
-		return
-	}
-	if m.Usage != nil {
-		s.sink.Usage(m.Usage)
-	}
-	if m.EventType != "" {
-		if err := s.sink.Event(m.EventType, m.Fields); err != nil {
-			s.log.Warn("session update could not be recorded", "type", m.EventType, "err", err)
-		}
-	}
-}
-
-// observeResponse notes the effect of a response to one of our requests,
-// before the SDK sees it: the offer, the end of a load's replay, the end of
-// the turn.
-func (s *Session) observeResponse(env *envelope) {
-	s.mu.Lock()
-	key := idKey(env.ID)
-	req, ok := s.st.pending[key]
-	delete(s.st.pending, key)
-	s.mu.Unlock()
-	if !ok {
-		return
-	}
-	failed := present(env.Error)
-	if failed && req.method != acp.AgentMethodSessionPrompt && errorCode(env.Error) == CodeAuthRequired {
-		s.mu.Lock()
-		if s.st.authRefusal == "" {
-			s.st.authRefusal = string(env.Error)
-		}
-		s.mu.Unlock()
-	}
-	switch req.method {
-	case acp.AgentMethodSessionNew, acp.AgentMethodSessionLoad:
-		var r struct {
-			SessionID string          `json:"sessionId"`
-			Modes     *modesOffer     `json:"modes"`
-			Options   *[]configOption `json:"configOptions"`
-		}
-		if !failed {
-			_ = json.Unmarshal(env.Result, &r) // the SDK reports what is wrong
-		}
-		off := newOffer(r.Modes, r.Options)
-		s.mu.Lock()
-		if req.method == acp.AgentMethodSessionLoad {
-			s.st.replaying = false
-		} else if !failed && s.st.sid == "" {
-			s.st.sid = r.SessionID
-		}
-		if !failed {
-			s.st.offer = off
-		}
-		s.mu.Unlock()
-	case acp.AgentMethodSessionSetMode:
-		if failed {
-			return
-		}
-		s.mu.Lock()
-		if s.st.offer.hasModes {
-			s.st.offer.currentMode = req.modeID
-		}
-		s.mu.Unlock()
-	case acp.AgentMethodSessionSetConfigOption:
-		if failed {
-			return
-		}
-		var r struct {
-			Options *[]configOption `json:"configOptions"`
-		}
-		_ = json.Unmarshal(env.Result, &r)
-		if r.Options == nil {
-			return
-		}
-		s.mu.Lock()
-		s.st.offer.options = *r.Options
-		sid := s.st.sid
-		s.mu.Unlock()
-		// Some agents (opencode) confirm a setting only in this answer:
-		// record it, so the log shows the pins in force before the prompt.
-		s.deliver(sid, Mapped{EventType: EventAgentUpdate, Fields: AgentUpdateFields{
-			UpdateType: "set_config_option_response", Data: bytes.Clone(env.Result),
-		}})
-	case acp.AgentMethodSessionPrompt:
-		ans := promptAnswer{answered: true}
-		var usage json.RawMessage
-		if failed {
-			ans.errText, ans.errCode = string(env.Error), errorCode(env.Error)
-		} else {
-			var r struct {
-				StopReason string          `json:"stopReason"`
-				Usage      json.RawMessage `json:"usage"`
-			}
-			_ = json.Unmarshal(env.Result, &r)
-			ans.stopReason = r.StopReason
-			if present(r.Usage) {
-				usage = r.Usage
-			}
-		}
-		s.sinkMu.Lock()
-		s.mu.Lock()
-		s.st.prompt = ans
-		s.st.turn = turnOver
-		s.mu.Unlock()
-		s.sink.Flush()
-		if usage != nil {
-			s.sink.Usage(usage)
-		}
-		s.sinkMu.Unlock()
-	}
-}
-
-// trackOffer keeps the offer current from the agent's notifications.
-func (s *Session) trackOffer(sid, typ string, raw []byte) {
-	var u struct {
-		CurrentModeID *string         `json:"currentModeId"`
-		Options       *[]configOption `json:"configOptions"`
-	}
-	_ = json.Unmarshal(raw, &u)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.st.replaying || sid == "" || sid != s.st.sid {
-		return
-	}
-	switch {
-	case typ == "current_mode_update" && u.CurrentModeID != nil && s.st.offer.hasModes:
-		s.st.offer.currentMode = *u.CurrentModeID
-	case typ == "config_option_update" && u.Options != nil:
-		s.st.offer.options = *u.Options
-	}
+	s.handleMapped(sid, mapRaw(u.head.SessionUpdate, bytes.Clone(raw)))
 }
 
 // handleFast handles b (a trimmed line starting with '{') when readFast
@@ -409,16 +299,149 @@ func (s *Session) handleFast(env *envelope, b []byte) bool {
 	return true
 }
 
-// handleMapped keeps the offer current from an update that changes it, and
-// delivers the update.
+// handleMapped states one mapped update: with the kind a tool call
+// announces, and what an update that changes the offer changes.
 func (s *Session) handleMapped(sid string, m Mapped) {
-	if f, ok := m.Fields.(AgentUpdateFields); ok {
-		switch f.UpdateType {
+	f := factUpdate{sid: sid, m: m}
+	f.toolID, f.toolKind = toolKind(m)
+	if a, ok := m.Fields.(AgentUpdateFields); ok {
+		switch a.UpdateType {
 		case "current_mode_update", "config_option_update":
-			s.trackOffer(sid, f.UpdateType, f.Data)
+			f.offer = offerChangeOf(a.UpdateType, a.Data)
 		}
 	}
-	s.deliver(sid, m)
+	s.feed(f)
+}
+
+// offerChangeOf reads what an update of type typ changes in the offer.
+func offerChangeOf(typ string, raw []byte) *offerChange {
+	var u struct {
+		CurrentModeID *string         `json:"currentModeId"`
+		Options       *[]configOption `json:"configOptions"`
+	}
+	_ = json.Unmarshal(raw, &u)
+	if typ == "current_mode_update" {
+		return &offerChange{mode: u.CurrentModeID}
+	}
+	return &offerChange{options: u.Options}
+}
+
+// observeResponse states the effect of a response to one of our
+// requests, before the SDK sees it: the offer, the end of a load's replay,
+// the end of the turn.
+func (s *Session) observeResponse(env *envelope) {
+	req, ok := s.pending.take(idKey(env.ID))
+	if !ok {
+		return
+	}
+	failed := present(env.Error)
+	if failed && req.method != acp.AgentMethodSessionPrompt && errorCode(env.Error) == CodeAuthRequired {
+		s.apply(factAuthRefused{text: string(env.Error)})
+	}
+	switch req.method {
+	case acp.AgentMethodSessionNew, acp.AgentMethodSessionLoad:
+		var r struct {
+			SessionID string          `json:"sessionId"`
+			Modes     *modesOffer     `json:"modes"`
+			Options   *[]configOption `json:"configOptions"`
+		}
+		if !failed {
+			_ = json.Unmarshal(env.Result, &r) // the SDK reports what is wrong
+		}
+		s.apply(factSetupAnswered{
+			load: req.method == acp.AgentMethodSessionLoad, failed: failed,
+			sid: r.SessionID, offer: newOffer(r.Modes, r.Options),
+		})
+	case acp.AgentMethodSessionSetMode:
+		if !failed {
+			s.apply(factModeSet{modeID: req.modeID})
+		}
+	case acp.AgentMethodSessionSetConfigOption:
+		if failed {
+			return
+		}
+		var r struct {
+			Options *[]configOption `json:"configOptions"`
+		}
+		_ = json.Unmarshal(env.Result, &r)
+		if r.Options == nil {
+			return
+		}
+		// Some agents (opencode) confirm a setting only in this answer:
+		// record it, so the log shows the pins in force before the prompt.
+		s.feed(factOptionsSet{options: *r.Options, m: Mapped{EventType: EventAgentUpdate, Fields: AgentUpdateFields{
+			UpdateType: "set_config_option_response", Data: bytes.Clone(env.Result),
+		}}})
+	case acp.AgentMethodSessionPrompt:
+		f := factPromptAnswered{ans: promptAnswer{answered: true}}
+		if failed {
+			f.ans.errText, f.ans.errCode = string(env.Error), errorCode(env.Error)
+		} else {
+			var r struct {
+				StopReason string          `json:"stopReason"`
+				Usage      json.RawMessage `json:"usage"`
+			}
+			_ = json.Unmarshal(env.Result, &r)
+			f.ans.stopReason = r.StopReason
+			if present(r.Usage) {
+				f.usage = r.Usage
+			}
+		}
+		s.feed(f)
+	}
+}
+
+// stdinTap notes each request the SDK writes to the agent before it is
+// sent, so the wire can match the agent's responses to them.
+type stdinTap struct {
+	s *Session
+	w io.Writer
+}
+
+func (t *stdinTap) Write(b []byte) (int, error) {
+	t.s.noteOutgoing(b)
+	n, err := t.w.Write(b)
+	if err != nil {
+		t.s.apply(factWriteFailed{err: err})
+	}
+	return n, err
+}
+
+// noteOutgoing records one message the SDK is about to write (the SDK
+// writes each message with one Write call).
+func (s *Session) noteOutgoing(b []byte) {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			ModeID string `json:"modeId"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil && !isTypeError(err) {
+		return
+	}
+	if m.Method == "" || len(m.ID) == 0 {
+		return
+	}
+	s.pending.add(idKey(m.ID), outRequest{method: m.Method, modeID: m.Params.ModeID})
+	switch m.Method {
+	case acp.AgentMethodSessionLoad, acp.AgentMethodSessionPrompt:
+		if s.apply(factSent{method: m.Method}).sentTurn {
+			close(s.promptSent)
+		}
+	}
+}
+
+// idKey is a JSON-RPC id as a map key: numbers in a canonical form, so that
+// an agent echoing 3 as 3.0 is still understood.
+func idKey(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) > 0 && (t[0] == '-' || t[0] >= '0' && t[0] <= '9') {
+		if f, err := strconv.ParseFloat(string(t), 64); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			return strconv.FormatInt(int64(f), 10)
+		}
+	}
+	return string(t)
 }
 
 // forwardedLen is the length of line as forward writes it: with a newline.
