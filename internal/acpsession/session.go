@@ -93,8 +93,8 @@ func Start(stdin io.Writer, stdout io.Reader, p Params, sink Sink, logger *slog.
 		stopWorker: make(chan struct{}),
 		workerDone: make(chan struct{}),
 		done:       make(chan struct{}),
+		st:         newState(p.ResumeID),
 	}
-	s.st.sid = p.ResumeID
 	pr, pw := io.Pipe()
 	s.sdkIn = pw
 	s.conn = acp.NewClientSideConnection(&client{s: s}, &stdinTap{s: s, w: stdin}, pr)

@@ -86,6 +86,10 @@ type state struct {
 	idle     chan struct{} // closed when inflight drops to 0 while draining
 }
 
+// newState is the state of a session that has not run: idle, and, for a
+// resume, holding the updates of the session it will load.
+func newState(resumeID string) state { return state{phase: phaseIdle, sid: resumeID} }
+
 // started reports that the session start was recorded.
 func (st *state) started() bool { return st.phase >= phaseStarted && st.phase <= phaseOver }
 

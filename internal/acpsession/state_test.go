@@ -1,0 +1,69 @@
+package acpsession
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The session state has one writer: nothing outside state.go assigns to a
+// field of a Session's st (apply, and the constructor beside it).
+func TestStateHasOneWriter(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") || name == "state.go" {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		require.NoError(t, err)
+		f, err := parser.ParseFile(fset, name, src, 0)
+		require.NoError(t, err)
+		ast.Inspect(f, func(n ast.Node) bool {
+			var lhs []ast.Expr
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				lhs = n.Lhs
+			case *ast.IncDecStmt:
+				lhs = []ast.Expr{n.X}
+			case *ast.UnaryExpr: // &s.st...: a pointer to write through
+				if n.Op == token.AND {
+					lhs = []ast.Expr{n.X}
+				}
+			}
+			for _, e := range lhs {
+				assert.False(t, writesState(e), "%s: session state written outside apply", fset.Position(e.Pos()))
+			}
+			return true
+		})
+	}
+}
+
+// writesState reports whether e is st or reaches into it (x.st.f, x.st.m[k]).
+func writesState(e ast.Expr) bool {
+	for {
+		switch x := e.(type) {
+		case *ast.SelectorExpr:
+			if x.Sel.Name == "st" {
+				return true
+			}
+			e = x.X
+		case *ast.IndexExpr:
+			e = x.X
+		case *ast.StarExpr:
+			e = x.X
+		case *ast.ParenExpr:
+			e = x.X
+		default:
+			return false
+		}
+	}
+}
