@@ -158,6 +158,13 @@ func (s *Session) work() {
 // waits for the turn to end; it returns the agent's stop reason. Run may be
 // called once. Cancelling ctx abandons the session: Run returns ctx's error
 // at once (the SDK then sends session/cancel on its own).
+//
+// An error for which errors.Is(err, ErrConnectionClosed) holds means the
+// agent went away: its stdout ended (Done is then closed) or a write to its
+// stdin failed. ErrLineTooLong, ErrCancelledBeforePrompt, ErrCannotLoad, an
+// *AuthRequiredError and ctx's error are the other ends a caller may tell
+// apart; any other error is the agent's answer or a broken promise of the
+// protocol, with its text.
 func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 	setupCtx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)

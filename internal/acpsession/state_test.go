@@ -67,3 +67,47 @@ func writesState(e ast.Expr) bool {
 		}
 	}
 }
+
+// The transitions the package doc draws, fact by fact.
+func TestPhaseTransitions(t *testing.T) {
+	load, prompt := factSent{method: "session/load"}, factSent{method: "session/prompt"}
+	cases := []struct {
+		name  string
+		facts []fact
+		want  phase
+	}{
+		{"new", nil, phaseIdle},
+		{"Run", []fact{factRunStarted{}}, phaseSetup},
+		{"load sent", []fact{factRunStarted{}, load}, phaseReplay},
+		{"load answered", []fact{factRunStarted{}, load, factSetupAnswered{load: true}}, phaseSetup},
+		{"started", []fact{factRunStarted{}, factStarted{sid: "s"}}, phaseStarted},
+		{"prompt sent", []fact{factRunStarted{}, factStarted{sid: "s"}, prompt}, phaseTurn},
+		{"prompt answered", []fact{factRunStarted{}, factStarted{sid: "s"}, prompt, factPromptAnswered{}}, phaseOver},
+		{"Run gave up on the turn", []fact{factRunStarted{}, factStarted{sid: "s"}, prompt, factTurnEnded{}}, phaseOver},
+		{"Run gave up before the prompt", []fact{factRunStarted{}, factStarted{sid: "s"}, factTurnEnded{}}, phaseOver},
+		{"setup failed", []fact{factRunStarted{}, factNoSession{}}, phaseNoSession},
+		{"failed during replay", []fact{factRunStarted{}, load, factNoSession{}}, phaseNoSession},
+		{"no session after the start", []fact{factRunStarted{}, factStarted{sid: "s"}, factNoSession{}}, phaseStarted},
+		{"the stream ends, the phase stays", []fact{factRunStarted{}, factStarted{sid: "s"}, factStreamEnded{}, factSinkClosed{}}, phaseStarted},
+		{"a second prompt is not a new turn", []fact{factRunStarted{}, factStarted{sid: "s"}, prompt, factPromptAnswered{}, prompt}, phaseOver},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newBareSession(nopSink{})
+			s.st = newState("")
+			for _, f := range tc.facts {
+				s.feed(f)
+			}
+			assert.Equal(t, tc.want, s.st.phase)
+		})
+	}
+	t.Run("Run twice, or after the stream ended", func(t *testing.T) {
+		s := newBareSession(nopSink{})
+		s.st = newState("")
+		s.apply(factStreamEnded{})
+		assert.Equal(t, errStreamEnded, s.apply(factRunStarted{}).refuse)
+		s.st = newState("")
+		require.NoError(t, s.apply(factRunStarted{}).refuse)
+		assert.Equal(t, errRunTwice, s.apply(factRunStarted{}).refuse)
+	})
+}
