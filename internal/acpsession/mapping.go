@@ -212,3 +212,27 @@ func isTypeError(err error) bool {
 	var te *json.UnmarshalTypeError
 	return errors.As(err, &te)
 }
+
+// toolKind returns the id and kind a tool call update announces, if it
+// announces a kind: a permission request that leaves its kind out is then
+// judged by it too.
+func toolKind(m Mapped) (id, kind string) {
+	switch f := m.Fields.(type) {
+	case ToolCallFields:
+		if f.Kind != nil {
+			return f.ToolCallID, *f.Kind
+		}
+	case json.RawMessage:
+		if m.EventType != EventToolCall && m.EventType != EventToolCallUpdate || !bytes.Contains(f, []byte(`"kind":`)) {
+			return "", ""
+		}
+		var t struct {
+			ID   string `json:"tool_call_id"`
+			Kind string `json:"kind"`
+		}
+		if json.Unmarshal(f, &t) == nil {
+			return t.ID, t.Kind
+		}
+	}
+	return "", ""
+}
