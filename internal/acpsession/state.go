@@ -145,26 +145,34 @@ type (
 
 // Facts from Run, Cancel and the permission handlers.
 type (
+	// factRunStarted: Run was called; abort ends its setup.
 	factRunStarted struct {
 		abort context.CancelCauseFunc
-		// A fact one pointer wide is stored in the interface as that
-		// pointer; apply keeping abort would then make every fact escape
-		// to the heap, one allocation per update. This keeps it wider.
+		// Go stores a value one pointer wide in an interface as that
+		// pointer: with apply keeping abort, every fact handed to apply,
+		// each update among them, would then escape to the heap (one
+		// allocation per update). This field keeps the fact wider.
 		_ bool
 	}
+	// factInitialized: the agent answered initialize.
 	factInitialized struct{ init acp.InitializeResponse }
 	// factStarted: the sink recorded the session start.
 	factStarted struct{ sid string }
 	// factNoSession: setup failed, or its start could not be recorded.
-	factNoSession       struct{}
-	factSetupDone       struct{}
-	factTurnEnded       struct{}
-	factRunEnded        struct{}
-	factCancel          struct{}
-	factPermissionDone  struct{}
-	factPermissionAsked struct {
-		sid, toolID string
-	}
+	factNoSession struct{}
+	// factSetupDone: the settings are in force; the prompt comes next.
+	factSetupDone struct{}
+	// factTurnEnded: Run's prompt call returned.
+	factTurnEnded struct{}
+	// factRunEnded: Run returns.
+	factRunEnded struct{}
+	// factCancel: Cancel was called.
+	factCancel struct{}
+	// factPermissionAsked: the agent asks for a permission.
+	factPermissionAsked struct{ sid, toolID string }
+	// factPermissionDone: a permission handler that was admitted returns.
+	factPermissionDone struct{}
+	// factRecordFailed: a permission decision could not be recorded.
 	factRecordFailed struct{ err error }
 )
 
