@@ -90,113 +90,137 @@ var (
 func (u *fastUpdate) scan(b []byte) bool {
 	sc := jscan{b: b}
 	method := false
-	ok := sc.object(topKeys, func(k int) bool {
-		switch k {
+	w := sc.walk(topKeys)
+	for w.next() {
+		switch w.k {
 		case 0: // method
 			tok, class, ok := sc.str()
-			method = ok && class == plainASCII && string(tok) == `"`+methodUpdate+`"`
-			return method
+			if !ok || class != plainASCII || string(tok) != `"`+methodUpdate+`"` {
+				return false
+			}
+			method = true
 		case 1: // params
-			return sc.object(paramsKeys, u.param(&sc))
+			if !u.scanParams(&sc) {
+				return false
+			}
+		default: // id, result and error make it something else
+			return false
 		}
-		return false // id, result and error make it something else
-	})
+	}
 	sc.space()
-	return ok && sc.i == len(b) && method && u.update != nil
+	return !w.bad && sc.i == len(b) && method && u.update != nil
 }
 
-// param reads the value of paramsKeys[k].
-func (u *fastUpdate) param(sc *jscan) func(k int) bool {
-	return func(k int) bool {
-		if k == 0 { // sessionId
+func (u *fastUpdate) scanParams(sc *jscan) bool {
+	w := sc.walk(paramsKeys)
+	for w.next() {
+		if w.k == 0 { // sessionId
 			tok, class, ok := sc.str()
 			if !ok || class != plainASCII {
 				return false
 			}
 			u.sid = tok[1 : len(tok)-1]
-			return true
+			continue
 		}
 		// update
 		if sc.peek() != '{' {
 			return false
 		}
 		start := sc.i
-		if !sc.object(updateKeys, func(k int) bool { return u.updateField(sc, k) }) {
+		if !u.scanUpdate(sc) {
 			return false
 		}
 		u.update = sc.b[start:sc.i]
-		return true
 	}
+	return !w.bad
 }
 
-// updateField reads the value of updateKeys[k].
-func (u *fastUpdate) updateField(sc *jscan, k int) bool {
-	switch {
-	case k == 0: // sessionUpdate
-		tok, class, ok := sc.str()
-		if !ok || class != plainASCII {
-			return false
+func (u *fastUpdate) scanUpdate(sc *jscan) bool {
+	w := sc.walk(updateKeys)
+	for w.next() {
+		switch k := w.k; {
+		case k == 0: // sessionUpdate
+			tok, class, ok := sc.str()
+			if !ok || class != plainASCII {
+				return false
+			}
+			u.typ = tok[1 : len(tok)-1]
+		case k == 1: // content
+			if sc.peek() != '{' {
+				if !sc.value(0) {
+					return false
+				}
+				continue
+			}
+			u.content = true
+			if !u.scanContent(sc) {
+				return false
+			}
+		case k < 6: // toolCallId, title, kind, status
+			switch sc.peek() {
+			case 'n':
+				if !sc.value(0) {
+					return false
+				}
+				continue
+			case '"':
+			default:
+				u.tool.odd = true
+				if !sc.value(0) {
+					return false
+				}
+				continue
+			}
+			tok, class, ok := sc.str()
+			if !ok {
+				return false
+			}
+			if !reencodesAsIs(tok, class) {
+				u.tool.odd = true
+			}
+			u.tool.strs[k-2] = tok
+		default: // rawInput, rawOutput, locations
+			sc.space()
+			start := sc.i
+			sc.ws = false
+			if !sc.value(0) {
+				return false
+			}
+			u.tool.raws[k-6] = sc.b[start:sc.i]
+			u.tool.loose[k-6] = sc.ws
 		}
-		u.typ = tok[1 : len(tok)-1]
-	case k == 1: // content
-		if sc.peek() != '{' {
-			return sc.value(0)
+	}
+	return !w.bad
+}
+
+func (u *fastUpdate) scanContent(sc *jscan) bool {
+	w := sc.walk(contentKeys)
+	for w.next() {
+		if w.k == 0 { // type
+			tok, class, ok := sc.str()
+			if !ok || class != plainASCII {
+				return false
+			}
+			u.contentType = tok[1 : len(tok)-1]
+			continue
 		}
-		u.content = true
-		return sc.object(contentKeys, func(k int) bool { return u.contentField(sc, k) })
-	case k < 6: // toolCallId, title, kind, status
+		// text
 		switch sc.peek() {
 		case 'n':
-			return sc.value(0)
+			if !sc.value(0) {
+				return false
+			}
 		case '"':
-		default:
-			u.tool.odd = true
-			return sc.value(0)
-		}
-		tok, class, ok := sc.str()
-		if !ok {
+			tok, class, ok := sc.str()
+			if !ok {
+				return false
+			}
+			u.text, u.textPlain = tok, class == plainASCII
+		default: // a type error in the general path
 			return false
 		}
-		if !reencodesAsIs(tok, class) {
-			u.tool.odd = true
-		}
-		u.tool.strs[k-2] = tok
-	default: // rawInput, rawOutput, locations
-		sc.space()
-		start := sc.i
-		sc.ws = false
-		if !sc.value(0) {
-			return false
-		}
-		u.tool.raws[k-6] = sc.b[start:sc.i]
-		u.tool.loose[k-6] = sc.ws
 	}
-	return true
-}
-
-// contentField reads the value of contentKeys[k].
-func (u *fastUpdate) contentField(sc *jscan, k int) bool {
-	if k == 0 { // type
-		tok, class, ok := sc.str()
-		if !ok || class != plainASCII {
-			return false
-		}
-		u.contentType = tok[1 : len(tok)-1]
-		return true
-	}
-	// text
-	switch sc.peek() {
-	case 'n':
-		return sc.value(0)
-	case '"':
-		tok, class, ok := sc.str()
-		if !ok {
-			return false
-		}
-		u.text, u.textPlain = tok, class == plainASCII
-		return true
-	}
-	return false // a type error in the general path
+	return !w.bad
 }
 
 // toolCall maps a tool call update of type typ. The fields never share

@@ -69,27 +69,49 @@ func (sc *jscan) open() bool {
 	return true
 }
 
-// object walks the object at sc. For a member whose key is one of names,
-// exactly, it calls read with the key's index, and read consumes the
-// value; other members are skipped, validated. It fails on a key that is
-// not plain ASCII, on a name repeated, on a key that matches a name only
-// when case is ignored (encoding/json would take it for the name), and
-// when read fails. names holds at most 32 keys.
-func (sc *jscan) object(names []string, read func(k int) bool) bool {
-	var seen uint32
-	if !sc.open() {
-		return false
-	}
-	for first := true; ; first = false {
-		key, more, ok := sc.member(first)
+// objWalk walks the members of one object whose keys the fast path reads
+// (names, at most 32), for a loop of the form
+//
+//	w := sc.walk(names)
+//	for w.next() {
+//		switch w.k { ... } // read the value of names[w.k]
+//	}
+//	if w.bad { ... }
+//
+// next stops at each member whose key is one of names, exactly, and skips
+// (validating) the others. It fails, setting bad, on a key that is not
+// plain ASCII, on a name repeated, on a key that matches a name only when
+// case is ignored (encoding/json would take it for the name), and on
+// invalid JSON.
+type objWalk struct {
+	sc    *jscan
+	names []string
+	seen  uint32
+	first bool
+	k     int  // the current member's index in names
+	bad   bool // the object is not one the fast path reads
+}
+
+// walk opens the object at sc.
+func (sc *jscan) walk(names []string) objWalk {
+	return objWalk{sc: sc, names: names, first: true, bad: !sc.open()}
+}
+
+// next moves to the next member the caller reads; false at the end of the
+// object, or when bad.
+func (w *objWalk) next() bool {
+	for !w.bad {
+		key, more, ok := w.sc.member(w.first)
+		w.first = false
 		if !ok {
+			w.bad = true
 			return false
 		}
 		if !more {
-			return true
+			return false
 		}
 		k := -1
-		for i, n := range names {
+		for i, n := range w.names {
 			if string(key) == n {
 				k = i
 				break
@@ -97,18 +119,16 @@ func (sc *jscan) object(names []string, read func(k int) bool) bool {
 		}
 		switch {
 		case k < 0:
-			if foldsTo(key, names) || !sc.value(0) {
-				return false
-			}
-		case seen&(1<<k) != 0:
-			return false
+			w.bad = foldsTo(key, w.names) || !w.sc.value(0)
+		case w.seen&(1<<k) != 0:
+			w.bad = true
 		default:
-			seen |= 1 << k
-			if !read(k) {
-				return false
-			}
+			w.seen |= 1 << k
+			w.k = k
+			return true
 		}
 	}
+	return false
 }
 
 // foldsTo reports whether key matches one of names when case is ignored,

@@ -414,7 +414,7 @@ func (st *state) changeOffer(sid string, c *offerChange) {
 }
 
 // feed applies f and makes the sink calls it asks for, under sinkMu.
-func (s *Session) feed(f fact) effects {
+func (s *Session) feed(f fact) {
 	s.sinkMu.Lock()
 	defer s.sinkMu.Unlock()
 	e := s.apply(f)
@@ -430,7 +430,6 @@ func (s *Session) feed(f fact) effects {
 			s.sink.Usage(e.usage)
 		}
 	}
-	return e
 }
 
 // emitLocked hands m to the sink; sinkMu must be held.
