@@ -8,12 +8,41 @@
 // the raw update type decides the event, unknown fields survive byte-exact,
 // and a fast agent can never overflow the SDK's notification queue.
 //
+// The parts: the wire (wire.go) reads stdout, routes each line (updates it
+// maps itself, through the fast path of fastpath.go when it can, and
+// everything else goes to the SDK), taps the requests the SDK writes to
+// stdin, and keeps those in flight to know what each response answers. It
+// states what it learns as facts to apply (state.go), the only writer of
+// the session state, which Run (session.go, settings.go), Cancel and the
+// permission handler (client.go) feed with their own steps.
+//
+// Phases. The conversation's phase moves only forward, but for a load's
+// replay:
+//
+//	idle --Run--> setup --session/load sent--> replay --load answered--> setup
+//	setup --start recorded--> started --prompt sent--> turn --answered--> over
+//	started, turn --Run's prompt call returned--> over
+//	idle, setup, replay --setup failed, or start not recorded--> noSession
+//
+// Updates are held in idle and setup, and released in order when the start
+// is recorded; they are dropped in replay (history) and noSession, and
+// reach the sink from started on. Permission requests are decided in turn
+// only. Two things sit beside the phase, because they come in any phase
+// and what the phase reached must stay known after them: the end of the
+// stream (open, then draining once stdout has ended: no new handler work,
+// updates dropped; then closed once Done is closing: no sink calls), and
+// cancelled, Cancel's request, whose meaning the phase decides (abort the
+// setup, cancel the turn, or nothing).
+//
 // Concurrency: a Session has two goroutines of its own, the stdout reader
 // (which also finishes the session and closes Done) and a worker that sends
 // session/cancel; the SDK adds its own, and runs each agent request on a
 // goroutine. Sink calls come from the reader, from Run and from permission
-// handlers, one at a time under sinkMu. Lock order: sinkMu before mu; no
-// I/O under mu, and nothing but the sink call under sinkMu.
+// handlers, one at a time under sinkMu. Lock order: sinkMu before mu; the
+// wire's lock of requests in flight is a leaf, taken under neither. sinkMu
+// is held around a fact that may reach the sink and the sink calls that
+// fact asks for, so that sink calls keep the facts' order; mu is held by
+// apply and by short reads of the state, with no I/O and no call out.
 package acpsession
 
 import (
@@ -35,14 +64,14 @@ const (
 	Thought
 )
 
-// Sink receives what the session observes. Calls are made one at a time, in
-// the order the agent sent what they describe.
 // ErrWithdrawn is what a Sink's Event returns for a permission event it
 // recorded as cancelled instead of the decision it was given: the task is
 // being stopped, and no approval may go out after that. The session then
 // answers the request cancelled.
 var ErrWithdrawn = errors.New("permission decision withdrawn: the task is stopping")
 
+// Sink receives what the session observes. Calls are made one at a time, in
+// the order the agent sent what they describe.
 type Sink interface {
 	// Text appends streamed text; the sink coalesces it.
 	Text(kind TextKind, text string)

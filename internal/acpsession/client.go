@@ -3,7 +3,6 @@ package acpsession
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 
 	acp "github.com/coder/acp-go-sdk"
@@ -26,21 +25,15 @@ var cancelledOutcome = acp.RequestPermissionResponse{
 // records nothing.
 func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
 	s := c.s
-	s.mu.Lock()
-	if s.st.closing {
+	e := s.apply(factPermissionAsked{sid: string(req.SessionId), toolID: string(req.ToolCall.ToolCallId)})
+	if !e.admitted {
 		// The agent's stdout has ended: nobody reads this answer, and no
 		// sink call may follow Done.
-		s.mu.Unlock()
 		return cancelledOutcome, nil
 	}
-	inTurn := s.st.turn == turnActive && string(req.SessionId) == s.st.sid
-	cancelled := s.st.cancelled
-	modes := s.st.offer.modeIDs()
-	announced := s.st.kinds[string(req.ToolCall.ToolCallId)]
-	s.st.inflight++
-	s.mu.Unlock()
-	defer s.handlerDone()
-	if !inTurn {
+	defer s.apply(factPermissionDone{})
+	cancelled, modes, announced := e.cancelled, e.modes, e.announced
+	if !e.inTurn {
 		return cancelledOutcome, nil
 	}
 
@@ -90,11 +83,7 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 		return cancelledOutcome, nil
 	}
 	if err != nil {
-		s.mu.Lock()
-		if s.st.recordErr == nil {
-			s.st.recordErr = fmt.Errorf("permission decision could not be recorded: %w", err)
-		}
-		s.mu.Unlock()
+		s.apply(factRecordFailed{err: err})
 		s.Cancel()
 		return cancelledOutcome, nil
 	}
@@ -104,16 +93,6 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 	return acp.RequestPermissionResponse{Outcome: acp.RequestPermissionOutcome{
 		Selected: &acp.RequestPermissionOutcomeSelected{Outcome: "selected", OptionId: acp.PermissionOptionId(*f.OptionID)},
 	}}, nil
-}
-
-func (s *Session) handlerDone() {
-	s.mu.Lock()
-	s.st.inflight--
-	if s.st.inflight == 0 && s.st.idle != nil {
-		close(s.st.idle)
-		s.st.idle = nil
-	}
-	s.mu.Unlock()
 }
 
 // SessionUpdate is reached only by a session/update sent as a request: the

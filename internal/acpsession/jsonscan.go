@@ -69,6 +69,79 @@ func (sc *jscan) open() bool {
 	return true
 }
 
+// objWalk walks the members of one object whose keys the fast path reads
+// (names, at most 32), for a loop of the form
+//
+//	w := sc.walk(names)
+//	for w.next() {
+//		switch w.k { ... } // read the value of names[w.k]
+//	}
+//	if w.bad { ... }
+//
+// next stops at each member whose key is one of names, exactly, and skips
+// (validating) the others. It fails, setting bad, on a key that is not
+// plain ASCII, on a name repeated, on a key that matches a name only when
+// case is ignored (encoding/json would take it for the name), and on
+// invalid JSON.
+type objWalk struct {
+	sc    *jscan
+	names []string
+	seen  uint32
+	first bool
+	k     int  // the current member's index in names
+	bad   bool // the object is not one the fast path reads
+}
+
+// walk opens the object at sc.
+func (sc *jscan) walk(names []string) objWalk {
+	return objWalk{sc: sc, names: names, first: true, bad: !sc.open()}
+}
+
+// next moves to the next member the caller reads; false at the end of the
+// object, or when bad.
+func (w *objWalk) next() bool {
+	for !w.bad {
+		key, more, ok := w.sc.member(w.first)
+		w.first = false
+		if !ok {
+			w.bad = true
+			return false
+		}
+		if !more {
+			return false
+		}
+		k := -1
+		for i, n := range w.names {
+			if string(key) == n {
+				k = i
+				break
+			}
+		}
+		switch {
+		case k < 0:
+			w.bad = foldsTo(key, w.names) || !w.sc.value(0)
+		case w.seen&(1<<k) != 0:
+			w.bad = true
+		default:
+			w.seen |= 1 << k
+			w.k = k
+			return true
+		}
+	}
+	return false
+}
+
+// foldsTo reports whether key matches one of names when case is ignored,
+// as encoding/json matches keys to fields.
+func foldsTo(key []byte, names []string) bool {
+	for _, n := range names {
+		if bytes.EqualFold(key, []byte(n)) {
+			return true
+		}
+	}
+	return false
+}
+
 // member reads the next member's key (contents, printable ASCII without
 // escapes, else it fails) and its colon; more is false at the object's
 // closing brace, which it consumes.

@@ -109,10 +109,10 @@ func (h *updateHead) textKind() (TextKind, bool) {
 	return 0, false
 }
 
-// MapUpdate maps one session update (the "update" object of a
+// mapUpdate maps one session update (the "update" object of a
 // session/update notification) by its raw sessionUpdate type. It is pure;
 // the result may share memory with raw.
-func MapUpdate(raw []byte) (Mapped, error) {
+func mapUpdate(raw []byte) (Mapped, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
 		return Mapped{}, errNotObject
@@ -213,48 +213,26 @@ func isTypeError(err error) bool {
 	return errors.As(err, &te)
 }
 
-// fields encodes the tool call's fields as ToolCallFields encodes (no HTML
-// escaping), from the values as sent: the strings are written as they
-// came (the scan checked that encoding/json would write them so), raw
-// values are compacted, and raw_input and raw_output are truncated as
-// TruncateRaw does.
-func (t *toolSpans) fields() json.RawMessage {
-	n := 64
-	for _, s := range t.strs {
-		n += len(s) + 16
-	}
-	for _, r := range t.raws {
-		n += len(r) + 16
-	}
-	b := make([]byte, 0, n)
-	b = append(b, `{"tool_call_id":`...)
-	if id := t.strs[0]; id != nil {
-		b = append(b, id...)
-	} else {
-		b = append(b, `""`...)
-	}
-	for i, name := range [...]string{`,"title":`, `,"kind":`, `,"status":`} {
-		if s := t.strs[i+1]; s != nil {
-			b = append(b, name...)
-			b = append(b, s...)
+// toolKind returns the id and kind a tool call update announces, if it
+// announces a kind: a permission request that leaves its kind out is then
+// judged by it too.
+func toolKind(m Mapped) (id, kind string) {
+	switch f := m.Fields.(type) {
+	case ToolCallFields:
+		if f.Kind != nil {
+			return f.ToolCallID, *f.Kind
+		}
+	case json.RawMessage:
+		if m.EventType != EventToolCall && m.EventType != EventToolCallUpdate || !bytes.Contains(f, []byte(`"kind":`)) {
+			return "", ""
+		}
+		var t struct {
+			ID   string `json:"tool_call_id"`
+			Kind string `json:"kind"`
+		}
+		if json.Unmarshal(f, &t) == nil {
+			return t.ID, t.Kind
 		}
 	}
-	for i, name := range [...]string{`,"raw_input":`, `,"raw_output":`, `,"locations":`} {
-		r := t.raws[i]
-		if r == nil {
-			continue
-		}
-		b = append(b, name...)
-		switch {
-		case i < 2 && len(r) > MaxRawChars:
-			b = append(b, TruncateRaw(r)...)
-		case t.loose[i]:
-			buf := bytes.NewBuffer(b)
-			_ = json.Compact(buf, r) // r was validated by the scan
-			b = buf.Bytes()
-		default:
-			b = append(b, r...)
-		}
-	}
-	return append(b, '}')
+	return "", ""
 }

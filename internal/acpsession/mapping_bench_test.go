@@ -20,7 +20,7 @@ var benchUpdates = []struct{ name, update string }{
 	{"unknown", `{"sessionUpdate":"x_vendor_status","state":"busy","detail":{"queue":3}}`},
 }
 
-// BenchmarkMapUpdate is the pure update → event mapping (MapUpdate), per
+// BenchmarkMapUpdate is the pure update → event mapping (mapUpdate), per
 // update type.
 func BenchmarkMapUpdate(b *testing.B) {
 	for _, u := range benchUpdates {
@@ -29,7 +29,7 @@ func BenchmarkMapUpdate(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := MapUpdate(raw); err != nil {
+				if _, err := mapUpdate(raw); err != nil {
 					b.Fatal(err)
 				}
 			}

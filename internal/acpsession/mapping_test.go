@@ -91,7 +91,7 @@ func TestMapUpdate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := MapUpdate([]byte(tc.update))
+			got, err := mapUpdate([]byte(tc.update))
 			if tc.wantErr {
 				require.Error(t, err)
 				return
@@ -130,8 +130,7 @@ func TestMapUpdate(t *testing.T) {
 // for driving handleLine directly.
 func newBareSession(sink Sink) *Session {
 	s := &Session{sink: sink, log: slog.New(slog.DiscardHandler)}
-	s.st.started, s.st.sid = true, "s"
-	s.st.pending = map[string]outRequest{}
+	s.st.phase, s.st.sid = phaseStarted, "s"
 	pr, pw := io.Pipe()
 	_ = pr.Close()
 	s.sdkIn = pw // forwards fail at once: nothing is forwarded here
@@ -184,7 +183,7 @@ func FuzzMapUpdate(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := MapUpdate(b)
+		m, err := mapUpdate(b)
 		if err != nil {
 			return
 		}

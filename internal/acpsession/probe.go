@@ -57,7 +57,7 @@ func (p *Probe) Result() (ProbeResult, error) {
 	p.rmu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.st.started {
+	if !p.st.started() {
 		if runErr == nil {
 			runErr = errors.New("the agent did not open a session")
 		}

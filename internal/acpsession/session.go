@@ -1,16 +1,12 @@
 package acpsession
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -23,12 +19,18 @@ var (
 	ErrCancelledBeforePrompt = errors.New("cancelled before the prompt")
 	// ErrLineTooLong: the agent wrote a line the protocol reader refuses.
 	ErrLineTooLong = errors.New("agent wrote a stdout line over 10 MiB")
-	// ErrConnectionClosed: the agent's stdout ended before the turn did.
-	ErrConnectionClosed = errors.New("agent connection ended before the turn ended")
+	// ErrConnectionClosed: the session ended because the connection to the
+	// agent closed or broke: its stdout ended, or a write to its stdin
+	// failed. Run's errors wrap it with what was under way; a caller tells an
+	// agent that went away from one that answered with an error by it
+	// (errors.Is), never by the error's text.
+	ErrConnectionClosed = errors.New("agent connection ended")
 	// ErrCannotLoad: a resume was asked of an agent without loadSession.
 	ErrCannotLoad = errors.New("agent cannot load sessions")
 
-	errSinkClosed = errors.New("sink closed")
+	errSinkClosed  = errors.New("sink closed")
+	errRunTwice    = errors.New("acpsession: Run called twice")
+	errStreamEnded = errors.New("stdout ended before Run")
 )
 
 // maxLine is the longest stdout line accepted, its line ending included:
@@ -42,67 +44,6 @@ const (
 	methodCancelRequest = "$/cancel_request"
 )
 
-type turnPhase int
-
-const (
-	turnBefore turnPhase = iota // prompt not sent
-	turnActive                  // prompt sent, not answered
-	turnOver                    // prompt answered, or Run gave up on it
-)
-
-// outRequest is a request we wrote to the agent, kept until its response.
-type outRequest struct {
-	method string
-	modeID string // session/set_mode
-}
-
-// promptAnswer is the prompt response as the reader saw it.
-type promptAnswer struct {
-	answered   bool
-	stopReason string
-	errText    string // JSON-RPC error object, when the agent failed the turn
-	errCode    int    // its code
-}
-
-// heldUpdate is an update read before the session start was recorded.
-// Every one is held, without a bound: they are the agent's messages and
-// tool calls, which the ledger keeps without a cap once the session exists
-// (intent 0009), and holding them costs no more memory than recording them
-// would. The wait is bounded by the new or load request's timeout.
-type heldUpdate struct {
-	sid string
-	m   Mapped
-}
-
-// state is everything mu guards.
-type state struct {
-	sid       string // this session's id, once known
-	started   bool   // SessionStarted recorded: updates go to the sink
-	holding   bool   // updates are held until started
-	held      []heldUpdate
-	replaying bool // session/load sent, not answered: updates are history
-	pending   map[string]outRequest
-	offer     offer
-	kinds     map[string]string      // tool call id -> the kind its updates announced
-	init      acp.InitializeResponse // the agent's answer to initialize
-	turn      turnPhase
-	prompt    promptAnswer
-
-	cancelled  bool
-	abortSetup context.CancelCauseFunc
-	failure    error // the stream failed (ErrLineTooLong)
-	// authRefusal is the JSON-RPC error of the agent's auth_required
-	// answer to a setup request, "" until one came.
-	authRefusal string
-	recordErr   error // a permission decision could not be recorded
-
-	ran        bool          // Run was called
-	closing    bool          // stdout ended: no new handler work
-	inflight   int           // permission handlers running
-	idle       chan struct{} // closed when inflight drops to 0 while closing
-	sinkClosed bool          // Done is closing: no more sink calls
-}
-
 // Session is one task's ACP conversation with its agent. Start it with
 // Start, drive it with Run, stop the turn with Cancel, and wait on Done.
 type Session struct {
@@ -115,17 +56,19 @@ type Session struct {
 	sdkIn  *io.PipeWriter // the reader feeds the SDK through this pipe
 	conn   *acp.ClientSideConnection
 
-	cancelTurn     chan struct{} // closed once: session/cancel is wanted
-	cancelTurnOnce sync.Once
-	promptSent     chan struct{} // closed when the prompt request is written
-	stopWorker     chan struct{}
-	workerDone     chan struct{}
-	done           chan struct{}
+	pending pending // the wire's requests in flight
 
-	// sinkMu serialises sink calls; it is taken before mu, never after.
+	cancelTurn chan struct{} // closed by the first Cancel: session/cancel is wanted
+	promptSent chan struct{} // closed when the prompt request is written
+	stopWorker chan struct{}
+	workerDone chan struct{}
+	done       chan struct{}
+
+	// sinkMu serialises sink calls, and the facts that lead to them; it is
+	// taken before mu, never after.
 	sinkMu sync.Mutex
 	mu     sync.Mutex
-	st     state
+	st     state // written only by apply
 }
 
 // Start begins a session over an agent's stdin and stdout: it starts the
@@ -150,10 +93,8 @@ func Start(stdin io.Writer, stdout io.Reader, p Params, sink Sink, logger *slog.
 		stopWorker: make(chan struct{}),
 		workerDone: make(chan struct{}),
 		done:       make(chan struct{}),
+		st:         newState(p.ResumeID),
 	}
-	s.st.pending = make(map[string]outRequest)
-	s.st.holding = true
-	s.st.sid = p.ResumeID
 	pr, pw := io.Pipe()
 	s.sdkIn = pw
 	s.conn = acp.NewClientSideConnection(&client{s: s}, &stdinTap{s: s, w: stdin}, pr)
@@ -175,18 +116,14 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // Cancelled, and Run returns the agent's stop reason; after the turn it does
 // nothing.
 func (s *Session) Cancel() {
-	s.mu.Lock()
-	if s.st.cancelled {
-		s.mu.Unlock()
+	e := s.apply(factCancel{})
+	if !e.first {
 		return
 	}
-	s.st.cancelled = true
-	abort := s.st.abortSetup
-	s.mu.Unlock()
-	if abort != nil {
-		abort(ErrCancelledBeforePrompt)
+	if e.abort != nil {
+		e.abort(ErrCancelledBeforePrompt)
 	}
-	s.cancelTurnOnce.Do(func() { close(s.cancelTurn) })
+	close(s.cancelTurn)
 }
 
 // work is the session's goroutine for sends that must not happen on a
@@ -206,7 +143,7 @@ func (s *Session) work() {
 		return
 	}
 	s.mu.Lock()
-	active := s.st.turn == turnActive
+	active := s.st.phase == phaseTurn
 	sid := s.st.sid
 	s.mu.Unlock()
 	if !active {
@@ -221,24 +158,25 @@ func (s *Session) work() {
 // waits for the turn to end; it returns the agent's stop reason. Run may be
 // called once. Cancelling ctx abandons the session: Run returns ctx's error
 // at once (the SDK then sends session/cancel on its own).
+//
+// An error for which errors.Is(err, ErrConnectionClosed) holds means the
+// agent went away: its stdout ended (Done is then closed) or a write to its
+// stdin failed. ErrLineTooLong, ErrCancelledBeforePrompt, ErrCannotLoad, an
+// *AuthRequiredError and ctx's error are the other ends a caller may tell
+// apart; any other error is the agent's answer or a broken promise of the
+// protocol, with its text.
 func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 	setupCtx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
-	s.mu.Lock()
-	switch {
-	case s.st.ran:
-		s.mu.Unlock()
-		return "", errors.New("acpsession: Run called twice")
-	case s.st.closing:
-		s.mu.Unlock()
+	e := s.apply(factRunStarted{abort: abort})
+	switch e.refuse {
+	case errRunTwice:
+		return "", errRunTwice
+	case errStreamEnded:
 		return "", s.eofErr(ctx, s.connErr("initialize"))
 	}
-	s.st.ran = true
-	s.st.abortSetup = abort
-	cancelled := s.st.cancelled
-	s.mu.Unlock()
-	defer s.endRun()
-	if cancelled {
+	defer s.apply(factRunEnded{})
+	if e.cancelled {
 		return "", ErrCancelledBeforePrompt
 	}
 
@@ -254,32 +192,26 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 		return "", err
 	}
 
-	s.mu.Lock()
-	s.st.abortSetup = nil
-	if s.st.cancelled {
-		s.mu.Unlock()
+	if s.apply(factSetupDone{}).cancelled {
 		return "", ErrCancelledBeforePrompt
 	}
-	s.mu.Unlock()
 
+	// The SDK's call sends the prompt and waits for its end; the answer is
+	// the one the wire saw, before the SDK did (the SDK's own copy of it is
+	// not read). Its error only says why no answer came.
 	_, perr := s.conn.Prompt(ctx, acp.PromptRequest{
 		SessionId: sid,
 		Prompt:    []acp.ContentBlock{acp.TextBlock(s.p.Prompt)},
 	})
-	s.mu.Lock()
-	s.st.turn = turnOver
-	ans, failure, recordErr := s.st.prompt, s.st.failure, s.st.recordErr
-	s.mu.Unlock()
-
-	// The reader saw the response before the SDK did: trust it even when
-	// the SDK reports a disconnect that raced with the response.
+	t := s.apply(factTurnEnded{}).turn
+	ans := t.ans
 	switch {
-	case failure != nil:
-		return "", failure
+	case t.failure != nil:
+		return "", t.failure
 	case perr != nil && ctx.Err() != nil:
 		return "", ctx.Err()
-	case recordErr != nil:
-		return ans.stopReason, recordErr
+	case t.recordErr != nil:
+		return ans.stopReason, t.recordErr
 	case ans.answered && ans.errCode == CodeAuthRequired:
 		return "", s.authRequired("prompt", ans.errText)
 	case ans.answered && ans.errText != "":
@@ -287,11 +219,13 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 	case ans.answered:
 		return ans.stopReason, nil
 	case perr != nil && s.connEnded():
-		return "", s.eofErr(ctx, ErrConnectionClosed)
+		return "", s.eofErr(ctx, errTurnCut)
+	case perr != nil && t.writeErr != nil:
+		return "", &brokenError{msg: "prompt: " + perr.Error(), cause: perr}
 	case perr != nil:
 		return "", fmt.Errorf("prompt: %w", perr)
 	}
-	return "", s.eofErr(ctx, ErrConnectionClosed)
+	return "", s.eofErr(ctx, errTurnCut)
 }
 
 // eofErr returns err, an error caused by the end of the agent's stdout,
@@ -306,15 +240,6 @@ func (s *Session) eofErr(ctx context.Context, err error) error {
 	case <-ctx.Done():
 	}
 	return err
-}
-
-func (s *Session) endRun() {
-	s.mu.Lock()
-	s.st.abortSetup = nil
-	if s.st.turn == turnActive {
-		s.st.turn = turnOver
-	}
-	s.mu.Unlock()
 }
 
 // setup runs initialize and new or load session, and records the start.
@@ -334,9 +259,7 @@ func (s *Session) setup(ctx context.Context) (acp.SessionId, error) {
 	if err != nil {
 		return "", err
 	}
-	s.mu.Lock()
-	s.st.init = init
-	s.mu.Unlock()
+	s.apply(factInitialized{init: init})
 
 	var sid acp.SessionId
 	resumed := s.p.ResumeID != ""
@@ -388,27 +311,17 @@ func (s *Session) startSession(sid string, resumed bool) error {
 	s.sinkMu.Lock()
 	defer s.sinkMu.Unlock()
 	s.mu.Lock()
-	sinkClosed := s.st.sinkClosed
+	sinkClosed := s.st.end == streamClosed
 	s.mu.Unlock()
 	if sinkClosed { // stdout ended right after the answer
 		return errSinkClosed
 	}
 	if err := s.sink.SessionStarted(sid, resumed); err != nil {
-		s.mu.Lock()
-		s.st.holding, s.st.held = false, nil
-		s.mu.Unlock()
+		s.apply(factNoSession{})
 		return fmt.Errorf("session start could not be recorded: %w", err)
 	}
-	s.mu.Lock()
-	s.st.sid = sid
-	s.st.started, s.st.holding = true, false
-	held := s.st.held
-	s.st.held = nil
-	s.mu.Unlock()
-	for _, h := range held {
-		if h.sid == sid {
-			s.emitLocked(h.m)
-		}
+	for _, m := range s.apply(factStarted{sid: sid}).held {
+		s.emitLocked(m)
 	}
 	return nil
 }
@@ -416,14 +329,7 @@ func (s *Session) startSession(sid string, resumed bool) error {
 // stopHolding lets held updates go when setup failed before the start:
 // no session exists to record them in. The log says how many.
 func (s *Session) stopHolding() {
-	s.mu.Lock()
-	n := 0
-	if !s.st.started {
-		n = len(s.st.held)
-		s.st.holding, s.st.held = false, nil
-	}
-	s.mu.Unlock()
-	if n > 0 {
+	if n := s.apply(factNoSession{}).dropped; n > 0 {
 		s.log.Warn("session setup failed: updates sent before it are not recorded", "updates", n)
 	}
 }
@@ -448,7 +354,7 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		}
 	}
 	s.mu.Lock()
-	failure, refusal := s.st.failure, s.st.authRefusal
+	failure, refusal, writeErr := s.st.failure, s.st.authRefusal, s.st.writeErr
 	s.mu.Unlock()
 	switch {
 	case failure != nil:
@@ -466,6 +372,9 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		return fmt.Errorf("agent did not answer %s within %s", name, s.timeout)
 	case s.connEnded():
 		return s.eofErr(ctx, s.connErr(name))
+	case writeErr != nil:
+		// The request never reached the agent: its stdin broke.
+		return &brokenError{msg: (&agentError{request: name, text: err.Error()}).Error(), cause: err}
 	}
 	return &agentError{request: name, text: err.Error()}
 }
@@ -477,8 +386,23 @@ func (s *Session) connErr(request string) error {
 	if failure != nil {
 		return failure
 	}
-	return fmt.Errorf("agent connection ended during %s", request)
+	return fmt.Errorf("%w during %s", ErrConnectionClosed, request)
 }
+
+// errTurnCut is the end of stdout before the prompt was answered.
+var errTurnCut = fmt.Errorf("%w before the turn ended", ErrConnectionClosed)
+
+// brokenError is a request that failed because a write to the agent's stdin
+// failed (the agent closed it, or exited). It reads as the SDK's error did,
+// and is ErrConnectionClosed to errors.Is.
+type brokenError struct {
+	msg   string
+	cause error
+}
+
+func (e *brokenError) Error() string        { return e.msg }
+func (e *brokenError) Unwrap() error        { return e.cause }
+func (e *brokenError) Is(target error) bool { return target == ErrConnectionClosed }
 
 func (s *Session) connEnded() bool {
 	select {
@@ -495,15 +419,7 @@ func (s *Session) finish() {
 	_ = s.sdkIn.Close()
 	<-s.conn.Done()
 
-	s.mu.Lock()
-	s.st.closing = true
-	var idle chan struct{}
-	if s.st.inflight > 0 {
-		idle = make(chan struct{})
-		s.st.idle = idle
-	}
-	s.mu.Unlock()
-	if idle != nil {
+	if idle := s.apply(factStreamEnded{}).idle; idle != nil {
 		<-idle
 	}
 
@@ -512,69 +428,9 @@ func (s *Session) finish() {
 
 	s.sinkMu.Lock()
 	s.sink.Flush()
-	s.mu.Lock()
-	s.st.sinkClosed = true
-	s.mu.Unlock()
+	s.apply(factSinkClosed{})
 	s.sinkMu.Unlock()
 	close(s.done)
-}
-
-// stdinTap notes each request we write to the agent before it is sent, so
-// the reader can match the agent's responses to them.
-type stdinTap struct {
-	s *Session
-	w io.Writer
-}
-
-func (t *stdinTap) Write(b []byte) (int, error) {
-	t.s.noteOutgoing(b)
-	return t.w.Write(b)
-}
-
-// noteOutgoing records one message the SDK is about to write (the SDK
-// writes each message with one Write call).
-func (s *Session) noteOutgoing(b []byte) {
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params struct {
-			ModeID string `json:"modeId"`
-		} `json:"params"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil && !isTypeError(err) {
-		return
-	}
-	if m.Method == "" || len(m.ID) == 0 {
-		return
-	}
-	s.mu.Lock()
-	s.st.pending[idKey(m.ID)] = outRequest{method: m.Method, modeID: m.Params.ModeID}
-	sentPrompt := false
-	switch m.Method {
-	case acp.AgentMethodSessionLoad:
-		s.st.replaying = true
-	case acp.AgentMethodSessionPrompt:
-		if s.st.turn == turnBefore {
-			s.st.turn = turnActive
-			sentPrompt = true
-		}
-	}
-	s.mu.Unlock()
-	if sentPrompt {
-		close(s.promptSent)
-	}
-}
-
-// idKey is a JSON-RPC id as a map key: numbers in a canonical form, so that
-// an agent echoing 3 as 3.0 is still understood.
-func idKey(raw json.RawMessage) string {
-	t := bytes.TrimSpace(raw)
-	if len(t) > 0 && (t[0] == '-' || t[0] >= '0' && t[0] <= '9') {
-		if f, err := strconv.ParseFloat(string(t), 64); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
-			return strconv.FormatInt(int64(f), 10)
-		}
-	}
-	return string(t)
 }
 
 // minLevel drops records below min (the SDK logs an INFO line on close).

@@ -1,14 +1,19 @@
 package acpsession
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -932,4 +937,55 @@ func TestTurnScripts(t *testing.T) {
 		assert.True(t, strings.HasPrefix(err.Error(), `agent failed the prompt: {"code":-32602`), err.Error())
 		assert.Contains(t, err.Error(), "2 actions")
 	})
+}
+
+// breakingStdin fails every write from the first one that carries method,
+// as a pipe whose agent closed its stdin does; the agent itself stays up.
+type breakingStdin struct {
+	w      io.Writer
+	method string
+	mu     sync.Mutex
+	broken bool
+}
+
+func (b *breakingStdin) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.broken || bytes.Contains(p, []byte(`"method":"`+b.method+`"`)) {
+		b.broken = true
+		return 0, &os.PathError{Op: "write", Path: "|1", Err: syscall.EPIPE}
+	}
+	return b.w.Write(p)
+}
+
+// A write to the agent's stdin that fails ends the session as the end of
+// its stdout does: Run's error is ErrConnectionClosed, whatever request
+// the write carried, while the text still says what failed.
+func TestBrokenStdinIsConnectionClosed(t *testing.T) {
+	for _, method := range []string{"initialize", "session/new", "session/prompt"} {
+		t.Run(method, func(t *testing.T) {
+			inR, inW := io.Pipe()
+			outR, outW := io.Pipe()
+			served := make(chan error, 1)
+			cfg := fakeagent.Config{RequestLog: filepath.Join(t.TempDir(), "requests.jsonl"), StateDir: t.TempDir()}
+			go func() {
+				err := fakeagent.Serve(context.Background(), inR, outW, io.Discard, cfg)
+				_ = outW.Close()
+				served <- err
+			}()
+			s := Start(&breakingStdin{w: inW, method: method}, outR, Params{Cwd: "/workspace", Prompt: "hi"}, &recSink{}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+			defer cancel()
+			_, err := s.Run(ctx)
+			require.ErrorIs(t, err, ErrConnectionClosed)
+			assert.Contains(t, err.Error(), "broken pipe")
+			_ = inW.Close()
+			<-served
+			select {
+			case <-s.Done():
+			case <-ctx.Done():
+				t.Fatal("Done did not close after the agent's stdout ended")
+			}
+		})
+	}
 }

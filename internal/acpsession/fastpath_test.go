@@ -151,7 +151,7 @@ func FuzzUnquote(f *testing.F) {
 func TestHeldUpdatesDoNotShareTheLine(t *testing.T) {
 	sink := &rawSink{}
 	s := newBareSession(sink)
-	s.st.started, s.st.holding, s.st.sid = false, true, ""
+	s.st.phase, s.st.sid = phaseIdle, ""
 	var env envelope
 	lines := []string{
 		wrap(`{"sessionUpdate":"x_vendor","a":"before"}`),
