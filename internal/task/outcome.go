@@ -3,7 +3,6 @@ package task
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/store"
@@ -54,19 +53,8 @@ func outcome(x supervisor.Exit, stopRequested bool, lost error) (store.Status, s
 
 // connectionClosed reports whether the conversation failed because the
 // agent's connection closed or broke under it: its stdout ended, or a write
-// to its stdin was refused.
-//
-// It is the one place in this package that reads an error's text, and
-// TestNoOutcomeFromErrorText allows it alone: today acpsession wraps
-// ErrConnectionClosed only when stdout ends mid-prompt, and reports the
-// other cases in words ("agent connection ended during new_session", the
-// SDK's "write |1: broken pipe"). At merge with the acpsession reshaping,
-// which wraps acpsession.ErrConnectionClosed (%w) in every such error from
-// Run, this body becomes errors.Is(err, acpsession.ErrConnectionClosed).
+// to its stdin was refused. acpsession wraps ErrConnectionClosed in every
+// such error.
 func connectionClosed(err error) bool {
-	if errors.Is(err, acpsession.ErrConnectionClosed) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection ended")
+	return errors.Is(err, acpsession.ErrConnectionClosed)
 }

@@ -55,9 +55,9 @@ func TestOutcome(t *testing.T) {
 			status: store.Failed, msg: closed.Error()},
 		{name: "connection closed, exit not seen", exit: supervisor.Exit{Err: closed},
 			status: store.Failed, msg: closed.Error()},
-		{name: "broken pipe", exit: supervisor.Exit{ExitCode: code(1), Err: errors.New("session/prompt: write |1: broken pipe")},
+		{name: "broken pipe", exit: supervisor.Exit{ExitCode: code(1), Err: connErr("session/prompt: write |1: broken pipe")},
 			status: store.Failed, msg: "session/prompt: write |1: broken pipe (the agent exited with code 1)"},
-		{name: "connection ended during setup", exit: supervisor.Exit{Signal: "SIGKILL", Err: errors.New("agent connection ended during new_session")},
+		{name: "connection ended during setup", exit: supervisor.Exit{Signal: "SIGKILL", Err: connErr("agent connection ended during new_session")},
 			status: store.Failed, msg: "agent connection ended during new_session (the agent was killed by SIGKILL)"},
 		{name: "exit seen by the supervisor first",
 			exit:   supervisor.Exit{ExitCode: code(3), Err: &supervisor.ExitError{ExitCode: code(3), Err: closed}},
@@ -86,3 +86,10 @@ func TestOutcome(t *testing.T) {
 		})
 	}
 }
+
+// connErr is an error of acpsession's kind for a connection that closed or
+// broke: its own words, and ErrConnectionClosed by type.
+type connErr string
+
+func (e connErr) Error() string        { return string(e) }
+func (e connErr) Is(target error) bool { return target == acpsession.ErrConnectionClosed }
