@@ -113,7 +113,7 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	if cfg.env != nil {
 		getenv = func(k string) string { return envValue(cfg.env, k) }
 	}
-	svc := task.New(task.Config{Store: store.New(), Agents: reg, Supervisor: sup, Workspace: cfg.dir, Getenv: getenv, Logger: log})
+	svc := task.New(task.Config{Store: store.New(), Agents: reg, Supervisor: sup, Workspace: cfg.dir, Getenv: getenv, Logger: log, Version: buildVersion()})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()

@@ -183,7 +183,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	sup := supervisor.New(supervisor.Config{Env: env.all, Logger: log, Subreaper: true})
 	svc := task.New(task.Config{
 		Store: store.New(), Agents: agents.Default(), Supervisor: sup, Markers: markers,
-		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20,
+		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: buildVersion(),
 		Getenv: func(k string) string { return envValue(env.all, k) },
 	})
 

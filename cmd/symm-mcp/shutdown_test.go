@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -185,4 +186,44 @@ func TestAgentsStartWithDefaultSIGPIPE(t *testing.T) {
 	_, err := fmt.Sscanf(mask, "%x", &bits)
 	require.NoError(t, err)
 	assert.Zero(t, bits&(1<<(uint(syscall.SIGPIPE)-1)), "SIGPIPE is not ignored in the agent (SigIgn %s)", mask)
+}
+
+// The agents hear the server's own version in ACP initialize: the one
+// --version prints, from one place.
+func TestAgentsHearTheServersVersion(t *testing.T) {
+	out, err := exec.Command(binary, "--version").CombinedOutput()
+	require.NoError(t, err)
+	want := strings.TrimSpace(strings.TrimPrefix(string(out), "symm-mcp "))
+
+	ws := t.TempDir()
+	log := filepath.Join(ws, "log.jsonl")
+	cfg, err := json.Marshal(map[string]any{"request_log": log})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(ws, "fake-agent.json"), cfg, 0o644))
+	s := &session{server: startServer(t, agentPath(t), "--no-notify")}
+	s.init(t)
+	res := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": `{"steps":[{"message":"hi"}]}`, "workspace": ws})
+	id := res["task_id"].(string)
+	for done := false; !done; { // each wait_tasks call waits at most 30 s
+		done = s.call(t, "wait_tasks", map[string]any{"task_ids": []string{id}})["reason"] == "terminal"
+	}
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	var seen string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m struct {
+			Method string `json:"method"`
+			Params struct {
+				ClientInfo struct {
+					Name, Version string
+				} `json:"clientInfo"`
+			} `json:"params"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		if m.Method == "initialize" {
+			assert.Equal(t, "symm-mcp", m.Params.ClientInfo.Name)
+			seen = m.Params.ClientInfo.Version
+		}
+	}
+	assert.Equal(t, want, seen)
 }

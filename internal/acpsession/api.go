@@ -127,6 +127,9 @@ type Params struct {
 	// RequestTimeout bounds each request before the prompt
 	// (DefaultRequestTimeout when zero).
 	RequestTimeout time.Duration
+	// ClientVersion is symm-mcp's version, told to the agent in initialize
+	// ("devel" when empty).
+	ClientVersion string
 
 	// Slots, shared by the sessions of a server, bounds how many of their
 	// readers handle lines at once (nil: no bound).

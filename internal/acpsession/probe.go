@@ -35,8 +35,8 @@ func (p *Probe) Run(ctx context.Context) (string, error) {
 
 // StartProbe starts a probe over an agent's stdin and stdout. timeout
 // bounds each request (DefaultRequestTimeout when zero).
-func StartProbe(stdin io.Writer, stdout io.Reader, cwd string, timeout time.Duration, logger *slog.Logger) *Probe {
-	p := Params{Cwd: cwd, RequestTimeout: timeout, probe: true}
+func StartProbe(stdin io.Writer, stdout io.Reader, cwd string, timeout time.Duration, clientVersion string, logger *slog.Logger) *Probe {
+	p := Params{Cwd: cwd, RequestTimeout: timeout, ClientVersion: clientVersion, probe: true}
 	return &Probe{Session: Start(stdin, stdout, p, discard{}, logger)}
 }
 

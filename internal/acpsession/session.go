@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime/debug"
+
 	"sync"
 	"time"
 
@@ -252,7 +252,7 @@ func (s *Session) setup(ctx context.Context) (acp.SessionId, error) {
 				Fs:       acp.FileSystemCapabilities{ReadTextFile: false, WriteTextFile: false},
 				Terminal: false,
 			},
-			ClientInfo: &acp.Implementation{Name: "symm-mcp", Version: version()},
+			ClientInfo: &acp.Implementation{Name: "symm-mcp", Version: cmpOr(s.p.ClientVersion, "devel")},
 		})
 		return err
 	})
@@ -450,9 +450,9 @@ func (m minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h: m.h.WithGroup(name), min: m.min}
 }
 
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+func cmpOr(v, otherwise string) string {
+	if v == "" {
+		return otherwise
 	}
-	return "devel"
+	return v
 }

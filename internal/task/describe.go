@@ -95,7 +95,7 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	id, err := s.cfg.Supervisor.Start(ctx, supervisor.Spec{
 		Argv: launch.Argv, Env: launch.Env, Dir: ws,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
-			probe = acpsession.StartProbe(stdin, stdout, ws, s.cfg.RequestTimeout, s.log.With("describe", agent))
+			probe = acpsession.StartProbe(stdin, stdout, ws, s.cfg.RequestTimeout, s.cfg.Version, s.log.With("describe", agent))
 			return probe
 		},
 	}, sink)

@@ -124,8 +124,10 @@ type Config struct {
 	// StderrCap bounds the encoded stderr events a task keeps; past it the
 	// oldest are dropped and counted. Zero or less keeps everything.
 	StderrCap int64
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// Version is symm-mcp's, told to the agents in ACP initialize.
+	Version string
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Service is the TaskService. Its methods are safe for concurrent use.
@@ -273,7 +275,7 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	params := acpsession.Params{
 		Cwd: ws, Prompt: req.Prompt, ResumeID: req.SessionID,
 		Settings: launch.Settings, Allow: slices.Clone(req.Allow), RequestTimeout: s.cfg.RequestTimeout,
-		Slots: s.slots,
+		ClientVersion: s.cfg.Version, Slots: s.slots,
 	}
 	spec := supervisor.Spec{
 		Argv: launch.Argv, Env: launch.Env, Dir: ws,
