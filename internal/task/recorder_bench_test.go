@@ -10,12 +10,12 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/store"
 )
 
-// benchRecorder is a task's recorder over a store, with no process.
-func benchRecorder(b *testing.B) (*recorder, *store.Store) {
+// benchRecorder is a task's run over a store, with no process.
+func benchRecorder(b *testing.B) (*taskRun, *store.Store) {
 	return benchRecorderWith(b, "p", 0)
 }
 
-func benchRecorderWith(b *testing.B, prompt string, stderrCap int64) (*recorder, *store.Store) {
+func benchRecorderWith(b *testing.B, prompt string, stderrCap int64) (*taskRun, *store.Store) {
 	b.Helper()
 	st := store.New()
 	now := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
@@ -23,10 +23,9 @@ func benchRecorderWith(b *testing.B, prompt string, stderrCap int64) (*recorder,
 	if _, err := st.Create(store.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: prompt}, now); err != nil {
 		b.Fatal(err)
 	}
-	r := &run{done: make(chan struct{})}
-	r.rec = &recorder{s: svc, id: "t", run: r}
-	b.Cleanup(func() { r.rec.Flush() })
-	return r.rec, st
+	r := newTaskRun(svc, "t", nil)
+	b.Cleanup(func() { r.Flush() })
+	return r, st
 }
 
 // BenchmarkRecorder records what the ACP session hands over while an agent

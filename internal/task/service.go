@@ -46,7 +46,7 @@ type Supervisor interface {
 // Ledger is what the service needs of the store: *store.Store, or a
 // wrapper around it (tests inject a failing ledger through one). Every
 // write may fail; a record the service cannot write fails its task, or is
-// logged where the task cannot fail any more (see recorder.lostLocked).
+// logged where the task cannot fail any more (see taskRun.lostLocked).
 type Ledger interface {
 	Create(n store.NewTask, now time.Time) (store.Task, error)
 	Transition(id string, to store.Status, now time.Time, edits ...store.Edit) (store.Task, error)
@@ -137,23 +137,9 @@ type Service struct {
 	slots acpsession.IngestSlots // shared by the tasks' session readers
 
 	mu       sync.Mutex
-	runs     map[string]*run // by task id
+	runs     map[string]*taskRun // by task id
 	shutting bool
 	changed  chan struct{} // closed and replaced whenever a task ends
-}
-
-// run is the orchestration state of one task: its lock, its run id in the
-// supervisor, and the channel closed when it ended.
-type run struct {
-	mu      sync.Mutex // the per-task lock; also orders the task's events
-	started bool
-	id      supervisor.RunID
-	stopped string // source of the requested stop, "" if none
-	// cancelStart cuts short a start not yet under way when a stop is
-	// requested; once the process started, cancelling it does nothing.
-	cancelStart context.CancelFunc
-	done        chan struct{}
-	rec         *recorder // nil once the task is finished
 }
 
 // New returns a Service.
@@ -168,7 +154,7 @@ func New(cfg Config) *Service {
 		cfg.Getenv = os.Getenv
 	}
 	return &Service{
-		cfg: cfg, log: cfg.Logger, runs: make(map[string]*run), changed: make(chan struct{}),
+		cfg: cfg, log: cfg.Logger, runs: make(map[string]*taskRun), changed: make(chan struct{}),
 		slots: acpsession.NewIngestSlots(runtime.GOMAXPROCS(0)),
 	}
 }
@@ -243,9 +229,7 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	}
 	startCtx, cancelStart := context.WithCancel(ctx)
 	defer cancelStart()
-	r := &run{done: make(chan struct{}), cancelStart: cancelStart}
-	rec := &recorder{s: s, id: id, run: r}
-	r.rec = rec
+	r := newTaskRun(s, id, cancelStart)
 	if _, err := s.cfg.Store.Create(store.NewTask{
 		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: req.SessionID,
@@ -263,13 +247,13 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 		return nil, fmt.Errorf("starting task: %w", err)
 	}
 	if shutting {
-		s.failStart(id, r, "the server is shutting down; the task was not started")
+		r.failStart("the server is shutting down; the task was not started")
 		return s.cfg.Store.TaskJSON(id)
 	}
 
 	launch, err := adapter.Launch(areq, s.cfg.Getenv)
 	if err != nil {
-		s.failStart(id, r, err.Error())
+		r.failStart(err.Error())
 		return s.cfg.Store.TaskJSON(id)
 	}
 	params := acpsession.Params{
@@ -280,27 +264,27 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	spec := supervisor.Spec{
 		Argv: launch.Argv, Env: launch.Env, Dir: ws,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
-			return acpsession.Start(stdin, stdout, params, rec, s.log.With("task", id))
+			return acpsession.Start(stdin, stdout, params, r, s.log.With("task", id))
 		},
 	}
 	// A stop requested from here on cancels startCtx: a start not yet under
 	// way does not begin, and the task ends cancelled without a process.
-	runID, err := s.cfg.Supervisor.Start(startCtx, spec, rec)
+	runID, err := s.cfg.Supervisor.Start(startCtx, spec, r)
 	if err != nil {
 		if errors.Is(err, context.Canceled) && ctx.Err() == nil {
-			s.endUnstarted(id, r, store.Cancelled, "")
+			r.endUnstarted(store.Cancelled, "")
 		} else {
-			s.failStart(id, r, err.Error())
+			r.failStart(err.Error())
 		}
 		return s.cfg.Store.TaskJSON(id)
 	}
 
 	r.mu.Lock()
-	r.started, r.id = true, runID
+	r.started, r.runID = true, runID
 	// A cancel or shutdown arrived while the process was starting (the
 	// canceller waits on r.done), or a record was lost meanwhile (the task
 	// has failed): stop here, within the supervisor's bounds.
-	stopNow := r.stopped != "" || (r.rec != nil && r.rec.stopForLostLocked())
+	stopNow := r.stopped != "" || r.stopForLostLocked()
 	r.mu.Unlock()
 	if stopNow {
 		s.cfg.Supervisor.Stop(context.WithoutCancel(ctx), runID)
@@ -319,60 +303,7 @@ func (s *Service) stopRun(id supervisor.RunID) {
 	s.cfg.Supervisor.Stop(ctx, id)
 }
 
-// failStart ends a task that never got a process: an error event, then
-// failed. It records no process_started or process_exited.
-func (s *Service) failStart(id string, r *run, msg string) {
-	s.endUnstarted(id, r, store.Failed, msg)
-}
-
-// endUnstarted ends a task that never got a process: failed, after an
-// error event naming msg, or cancelled (a stop came before the start),
-// unless a record was lost meanwhile: then failed with that loss.
-func (s *Service) endUnstarted(id string, r *run, to store.Status, msg string) {
-	r.mu.Lock()
-	if to == store.Cancelled && r.rec.lost != nil {
-		to, msg = store.Failed, r.rec.lost.Error()
-	}
-	var err error
-	if to == store.Failed {
-		r.rec.errorEventLocked(errorFields{Message: msg})
-		_, err = s.cfg.Store.Transition(id, to, s.cfg.Now(), store.SetError(msg))
-	} else {
-		_, err = s.cfg.Store.Transition(id, to, s.cfg.Now())
-	}
-	// Finished tasks stay in the ledger: the start's cancel func holds the
-	// spawn request's context (and through it the request) for good, and
-	// the recorder is done.
-	r.cancelStart, r.rec = nil, nil
-	r.mu.Unlock()
-	if err != nil {
-		// Nothing is left to fail: the log is the trace.
-		s.log.Error("ending a task that did not start", "task", id, "to", to, "error", msg, "err", err)
-	}
-	s.finished(id, r)
-}
-
-// finished runs after a task's terminal status is recorded: the marker,
-// then the wake-up of waiters.
-func (s *Service) finished(id string, r *run) {
-	s.mu.Lock()
-	shutting := s.shutting
-	s.mu.Unlock()
-	// During shutdown the marker directory is about to be removed: no
-	// marker appears for tasks ended by the shutdown.
-	if s.cfg.Markers != nil && !shutting {
-		if err := s.cfg.Markers.Touch(id); err != nil {
-			s.log.Warn("completion marker", "task", id, "err", err)
-		}
-	}
-	close(r.done)
-	s.mu.Lock()
-	close(s.changed)
-	s.changed = make(chan struct{})
-	s.mu.Unlock()
-}
-
-func (s *Service) lookup(id string) (*run, error) {
+func (s *Service) lookup(id string) (*taskRun, error) {
 	s.mu.Lock()
 	r := s.runs[id]
 	s.mu.Unlock()
@@ -538,7 +469,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 	if err != nil {
 		return nil, err
 	}
-	started, runID, requested := s.requestStop(id, r, "cancel_task")
+	started, runID, requested := r.requestStop("cancel_task")
 	if requested && started {
 		s.cfg.Supervisor.Stop(ctx, runID)
 	}
@@ -548,30 +479,6 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 		return nil, ctx.Err()
 	}
 	return s.cfg.Store.TaskJSON(id)
-}
-
-// requestStop marks a live task as stopping and records task_cancelled
-// once. It reports whether the task was live.
-func (s *Service) requestStop(id string, r *run, source string) (started bool, runID supervisor.RunID, live bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st, err := s.cfg.Store.Status(id)
-	if err != nil || st.Terminal() || r.rec == nil { // rec is let go when the run ended
-		return false, 0, false
-	}
-	if r.stopped == "" {
-		r.stopped = source
-		// A loss here needs no stop of its own: the stop is under way.
-		if err := r.rec.appendLocked("task_cancelled", struct {
-			Source string `json:"source"`
-		}{source}); err != nil {
-			r.rec.lostLocked("task_cancelled event", err)
-		}
-		if r.cancelStart != nil {
-			r.cancelStart()
-		}
-	}
-	return r.started, r.id, true
 }
 
 // WaitResult is wait_tasks' answer.
@@ -630,13 +537,13 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutting = true
-	runs := make(map[string]*run, len(s.runs))
+	runs := make(map[string]*taskRun, len(s.runs))
 	for id, r := range s.runs {
 		runs[id] = r
 	}
 	s.mu.Unlock()
-	for id, r := range runs {
-		s.requestStop(id, r, "shutdown")
+	for _, r := range runs {
+		r.requestStop("shutdown")
 	}
 	err := s.cfg.Supervisor.Shutdown(ctx)
 	for _, r := range runs {

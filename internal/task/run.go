@@ -2,6 +2,7 @@ package task
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,26 +28,36 @@ const (
 // record, and so every reply that carries it, holds the id whole.
 const MaxSessionIDBytes = 4 << 10
 
-// recorder turns what the supervisor and the ACP session observe about one
-// task into events. It is their Sink. Every method takes the task's lock
-// (run.mu), which orders the task's events; under it only in-memory work
-// is done.
+// taskRun is one task from its creation to its end: the task's lock, its
+// run in the supervisor, the stop requested of it, and the recording of
+// what the supervisor and the ACP session observe, whose Sink it is. Its
+// methods are the task's lifecycle: the sink calls while it runs, then
+// exactly one end (Exited, or endUnstarted for a task that never got a
+// process), then finished. Every method takes mu, which also orders the
+// task's events; under it only in-memory work and ledger writes are done.
 //
 // Nothing is lost without a trace: a record the ledger refuses while the
 // run lives fails the task. The first such loss is kept in lost, the run is
-// stopped (after run.mu is released, see unlock) and the outcome names it.
+// stopped (after mu is released, see unlock) and the outcome names it.
 // Where the task can fail no more (the error event of a task already
 // failing, its terminal status) the loss is logged.
-type recorder struct {
-	s   *Service
-	id  string
-	run *run
+type taskRun struct {
+	s    *Service
+	id   string        // the task's id
+	done chan struct{} // closed once the task's end is recorded
 
-	// guarded by run.mu
+	mu      sync.Mutex // the per-task lock; also orders the task's events
+	started bool
+	runID   supervisor.RunID
+	stopped string // source of the requested stop, "" if none
+	// cancelStart cuts short a start not yet under way when a stop is
+	// requested; once the process started, cancelling it does nothing.
+	cancelStart context.CancelFunc
+	ended       bool // the terminal status is recorded
+
 	kind    acpsession.TextKind
 	pending []byte
 	timer   *time.Timer
-	ended   bool
 
 	dropped    store.Dropped // stderr the cap dropped, in all
 	reported   store.Dropped // as the last stderr_dropped event said
@@ -57,13 +68,94 @@ type recorder struct {
 	stopping bool  // the run was asked to stop for lost
 }
 
+func newTaskRun(s *Service, id string, cancelStart context.CancelFunc) *taskRun {
+	return &taskRun{s: s, id: id, done: make(chan struct{}), cancelStart: cancelStart}
+}
+
+// failStart ends a task that never got a process: an error event, then
+// failed. It records no process_started or process_exited.
+func (r *taskRun) failStart(msg string) {
+	r.endUnstarted(store.Failed, msg)
+}
+
+// endUnstarted ends a task that never got a process: failed, after an
+// error event naming msg, or cancelled (a stop came before the start),
+// unless a record was lost meanwhile: then failed with that loss.
+func (r *taskRun) endUnstarted(to store.Status, msg string) {
+	r.mu.Lock()
+	if to == store.Cancelled && r.lost != nil {
+		to, msg = store.Failed, r.lost.Error()
+	}
+	var err error
+	if to == store.Failed {
+		r.errorEventLocked(errorFields{Message: msg})
+		_, err = r.s.cfg.Store.Transition(r.id, to, r.s.cfg.Now(), store.SetError(msg))
+	} else {
+		_, err = r.s.cfg.Store.Transition(r.id, to, r.s.cfg.Now())
+	}
+	// Finished tasks stay in the ledger: the start's cancel func holds the
+	// spawn request's context (and through it the request) for good.
+	r.ended, r.cancelStart = true, nil
+	r.mu.Unlock()
+	if err != nil {
+		// Nothing is left to fail: the log is the trace.
+		r.s.log.Error("ending a task that did not start", "task", r.id, "to", to, "error", msg, "err", err)
+	}
+	r.finished()
+}
+
+// finished runs after a task's terminal status is recorded: the marker,
+// then the wake-up of waiters.
+func (r *taskRun) finished() {
+	s := r.s
+	s.mu.Lock()
+	shutting := s.shutting
+	s.mu.Unlock()
+	// During shutdown the marker directory is about to be removed: no
+	// marker appears for tasks ended by the shutdown.
+	if s.cfg.Markers != nil && !shutting {
+		if err := s.cfg.Markers.Touch(r.id); err != nil {
+			s.log.Warn("completion marker", "task", r.id, "err", err)
+		}
+	}
+	close(r.done)
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// requestStop marks a live task as stopping and records task_cancelled
+// once. It reports whether the task was live.
+func (r *taskRun) requestStop(source string) (started bool, runID supervisor.RunID, live bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, err := r.s.cfg.Store.Status(r.id)
+	if err != nil || st.Terminal() || r.ended {
+		return false, 0, false
+	}
+	if r.stopped == "" {
+		r.stopped = source
+		// A loss here needs no stop of its own: the stop is under way.
+		if err := r.appendLocked("task_cancelled", struct {
+			Source string `json:"source"`
+		}{source}); err != nil {
+			r.lostLocked("task_cancelled event", err)
+		}
+		if r.cancelStart != nil {
+			r.cancelStart()
+		}
+	}
+	return r.started, r.runID, true
+}
+
 // droppedInterval is how often, at most, a stderr_dropped event is recorded
 // while a flood goes on; the last count is recorded when the process exits.
 const droppedInterval = time.Second
 
 var (
-	_ supervisor.Sink = (*recorder)(nil)
-	_ acpsession.Sink = (*recorder)(nil)
+	_ supervisor.Sink = (*taskRun)(nil)
+	_ acpsession.Sink = (*taskRun)(nil)
 )
 
 type errorFields struct {
@@ -96,8 +188,8 @@ func (fe *fieldEncoder) encode(fields any) ([]byte, error) {
 }
 
 // record appends one event, encoding its fields unless they come encoded;
-// the store copies the bytes. run.mu is held.
-func (r *recorder) record(typ string, fields any) error {
+// the store copies the bytes. mu is held.
+func (r *taskRun) record(typ string, fields any) error {
 	var b []byte
 	switch f := fields.(type) {
 	case nil:
@@ -117,8 +209,8 @@ func (r *recorder) record(typ string, fields any) error {
 	return err
 }
 
-// appendLocked records one event after any pending text. run.mu is held.
-func (r *recorder) appendLocked(typ string, fields any) error {
+// appendLocked records one event after any pending text. mu is held.
+func (r *taskRun) appendLocked(typ string, fields any) error {
 	r.flushLocked()
 	return r.record(typ, fields)
 }
@@ -126,8 +218,8 @@ func (r *recorder) appendLocked(typ string, fields any) error {
 // lostLocked notes a record the ledger refused (what names it: "stderr
 // event"). The first loss fails the task; each is logged, the first at
 // once, the later ones in all when the run ends, so a failing ledger
-// cannot flood the log. run.mu is held.
-func (r *recorder) lostLocked(what string, err error) {
+// cannot flood the log. mu is held.
+func (r *taskRun) lostLocked(what string, err error) {
 	if r.lost != nil {
 		r.lostMore++
 		return
@@ -138,20 +230,20 @@ func (r *recorder) lostLocked(what string, err error) {
 
 // stopForLostLocked reports, once, that the run must be stopped because a
 // record was lost: only once the run has a process (Spawn stops one that
-// lost a record while it started) and until it ended. run.mu is held.
-func (r *recorder) stopForLostLocked() bool {
-	if r.lost == nil || r.stopping || !r.run.started || r.ended {
+// lost a record while it started) and until it ended. mu is held.
+func (r *taskRun) stopForLostLocked() bool {
+	if r.lost == nil || r.stopping || !r.started || r.ended {
 		return false
 	}
 	r.stopping = true
 	return true
 }
 
-// unlock releases run.mu and then, if a record was just lost, asks the
+// unlock releases mu and then, if a record was just lost, asks the
 // supervisor to stop the run: never under the lock.
-func (r *recorder) unlock() {
-	stop, id := r.stopForLostLocked(), r.run.id
-	r.run.mu.Unlock()
+func (r *taskRun) unlock() {
+	stop, id := r.stopForLostLocked(), r.runID
+	r.mu.Unlock()
 	if stop {
 		r.s.stopRun(id)
 	}
@@ -166,7 +258,7 @@ func textType(k acpsession.TextKind) string {
 
 // flushLocked records pending text as events of at most MaxTextEvent bytes,
 // cut at character boundaries.
-func (r *recorder) flushLocked() {
+func (r *taskRun) flushLocked() {
 	if r.timer != nil {
 		r.timer.Stop()
 		r.timer = nil
@@ -195,8 +287,8 @@ func (r *recorder) flushLocked() {
 }
 
 // Text implements acpsession.Sink.
-func (r *recorder) Text(kind acpsession.TextKind, text string) {
-	r.run.mu.Lock()
+func (r *taskRun) Text(kind acpsession.TextKind, text string) {
+	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
 		return
@@ -215,8 +307,8 @@ func (r *recorder) Text(kind acpsession.TextKind, text string) {
 }
 
 // Flush implements acpsession.Sink.
-func (r *recorder) Flush() {
-	r.run.mu.Lock()
+func (r *taskRun) Flush() {
+	r.mu.Lock()
 	defer r.unlock()
 	r.flushLocked()
 }
@@ -224,8 +316,8 @@ func (r *recorder) Flush() {
 // Event implements acpsession.Sink. An event that cannot be recorded
 // fails the task; the error also goes back to the session, which fails
 // its turn when a permission decision could not be recorded.
-func (r *recorder) Event(typ string, fields any) error {
-	r.run.mu.Lock()
+func (r *taskRun) Event(typ string, fields any) error {
+	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
 		return fmt.Errorf("task %s has ended", r.id)
@@ -233,7 +325,7 @@ func (r *recorder) Event(typ string, fields any) error {
 	f, isPermission := fields.(acpsession.PermissionFields)
 	// Once a stop is requested, no decision but cancelled goes out: the
 	// session learns of the stop a moment later, from the supervisor.
-	if isPermission && r.run.stopped != "" && f.Decision != permission.Cancelled {
+	if isPermission && r.stopped != "" && f.Decision != permission.Cancelled {
 		f.Decision, f.OptionID = permission.Cancelled, nil
 		if err := r.appendLocked(typ, f); err != nil {
 			r.lostLocked("permission decision", err)
@@ -253,8 +345,8 @@ func (r *recorder) Event(typ string, fields any) error {
 }
 
 // SessionStarted implements acpsession.Sink.
-func (r *recorder) SessionStarted(id string, resumed bool) error {
-	r.run.mu.Lock()
+func (r *taskRun) SessionStarted(id string, resumed bool) error {
+	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
 		return fmt.Errorf("task %s has ended", r.id)
@@ -278,11 +370,11 @@ func (r *recorder) SessionStarted(id string, resumed bool) error {
 }
 
 // Usage implements acpsession.Sink.
-func (r *recorder) Usage(raw json.RawMessage) {
+func (r *taskRun) Usage(raw json.RawMessage) {
 	if !json.Valid(raw) {
 		return
 	}
-	r.run.mu.Lock()
+	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
 		return
@@ -295,8 +387,8 @@ func (r *recorder) Usage(raw json.RawMessage) {
 // ProcessStarted implements supervisor.Sink. It is called from within
 // Supervisor.Start: a record lost here is acted on by Spawn once Start
 // returned.
-func (r *recorder) ProcessStarted(pid int, argv []string) {
-	r.run.mu.Lock()
+func (r *taskRun) ProcessStarted(pid int, argv []string) {
+	r.mu.Lock()
 	defer r.unlock()
 	if err := r.appendLocked("process_started", struct {
 		PID  int      `json:"pid"`
@@ -310,7 +402,7 @@ func (r *recorder) ProcessStarted(pid int, argv []string) {
 }
 
 // Stderr implements supervisor.Sink.
-func (r *recorder) Stderr(text string, part, parts int) {
+func (r *taskRun) Stderr(text string, part, parts int) {
 	type piece struct {
 		Text  string `json:"text"`
 		Part  int    `json:"part,omitempty"`
@@ -320,7 +412,7 @@ func (r *recorder) Stderr(text string, part, parts int) {
 	if parts > 1 {
 		p.Part, p.Parts = part, parts
 	}
-	r.run.mu.Lock()
+	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
 		return
@@ -353,7 +445,7 @@ func (r *recorder) Stderr(text string, part, parts int) {
 // changed since the last report: in the task, and as a stderr_dropped
 // event. Not once per dropped line: updating the task re-encodes its
 // record, prompt included.
-func (r *recorder) reportDroppedLocked(now time.Time) {
+func (r *taskRun) reportDroppedLocked(now time.Time) {
 	if r.dropped == r.reported {
 		return
 	}
@@ -368,14 +460,14 @@ func (r *recorder) reportDroppedLocked(now time.Time) {
 
 // Exited implements supervisor.Sink: pending text, then the error that
 // explains a failure, process_exited, and the terminal status_changed.
-func (r *recorder) Exited(x supervisor.Exit) {
-	r.run.mu.Lock()
+func (r *taskRun) Exited(x supervisor.Exit) {
+	r.mu.Lock()
 	// What the run still holds goes to the ledger before the outcome is
 	// decided: a record lost now fails the task too.
 	r.flushLocked()
 	r.reportDroppedLocked(r.s.cfg.Now())
 	lost := r.lost
-	status, msg := outcome(x, r.run.stopped != "", lost)
+	status, msg := outcome(x, r.stopped != "", lost)
 	if msg != "" {
 		f := errorFields{Message: msg}
 		if ae := (*acpsession.AuthRequiredError)(nil); x.CleanupErr == nil && lost == nil && errors.As(x.Err, &ae) {
@@ -417,15 +509,15 @@ func (r *recorder) Exited(x supervisor.Exit) {
 	r.ended = true
 	// Finished tasks stay in the ledger: let go of what only a live run needs.
 	r.pending = nil
-	r.run.cancelStart, r.run.rec = nil, nil
-	r.run.mu.Unlock()
-	r.s.finished(r.id, r.run)
+	r.cancelStart = nil
+	r.mu.Unlock()
+	r.finished()
 }
 
 // errorEventLocked records the error event of a failing task. A loss here
 // is only logged: the task fails anyway, and its record's error field
-// carries the message. run.mu is held.
-func (r *recorder) errorEventLocked(f errorFields) {
+// carries the message. mu is held.
+func (r *taskRun) errorEventLocked(f errorFields) {
 	if err := r.appendLocked("error", f); err != nil {
 		r.s.log.Error("the error event of a failing task could not be recorded", "task", r.id, "error", f.Message, "err", err)
 	}
