@@ -47,7 +47,6 @@ package acpsession
 
 import (
 	"encoding/json"
-	"errors"
 	"time"
 )
 
@@ -64,21 +63,28 @@ const (
 	Thought
 )
 
-// ErrWithdrawn is what a Sink's Event returns for a permission event it
-// recorded as cancelled instead of the decision it was given: the task is
-// being stopped, and no approval may go out after that. The session then
-// answers the request cancelled.
-var ErrWithdrawn = errors.New("permission decision withdrawn: the task is stopping")
-
 // Sink receives what the session observes. Calls are made one at a time, in
-// the order the agent sent what they describe.
+// the order the agent sent what they describe. Each method that returns an
+// error reports that what it was given could not be recorded.
 type Sink interface {
 	// Text appends streamed text; the sink coalesces it.
 	Text(kind TextKind, text string)
-	// Event records an event of the given type. fields is encoded as a JSON
-	// object (a struct or map) whose keys become the event's fields.
-	// An error means the event could not be recorded.
-	Event(typ string, fields any) error
+	// ToolCall records a tool_call event, or a tool_call_update event when
+	// update is set. fields is the event's fields as one compact JSON
+	// object (ToolCallFields' encoding), encoded once from the agent's line.
+	ToolCall(update bool, fields json.RawMessage) error
+	// Plan records a plan event.
+	Plan(f PlanFields) error
+	// AgentUpdate records an agent_update event: an update the session
+	// does not map, kept whole.
+	AgentUpdate(f AgentUpdateFields) error
+	// Permission records the decision the session made on a permission
+	// request and returns the decision as recorded, which is what the
+	// agent is answered: the sink may record a request as cancelled
+	// instead (its task is being stopped, and no approval may go out after
+	// that). An error means the decision could not be recorded; the
+	// session then answers cancelled and fails its turn.
+	Permission(f PermissionFields) (recorded PermissionFields, err error)
 	// SessionStarted records the agent's session id.
 	SessionStarted(id string, resumed bool) error
 	// Usage keeps the latest usage the agent reported (raw JSON).

@@ -12,8 +12,13 @@ var benchLines = map[string][]byte{
 
 type nopSink struct{}
 
-func (nopSink) Text(TextKind, string)             {}
-func (nopSink) Event(string, any) error           { return nil }
+func (nopSink) Text(TextKind, string)                {}
+func (nopSink) ToolCall(bool, json.RawMessage) error { return nil }
+func (nopSink) Plan(PlanFields) error                { return nil }
+func (nopSink) AgentUpdate(AgentUpdateFields) error  { return nil }
+func (nopSink) Permission(f PermissionFields) (PermissionFields, error) {
+	return f, nil
+}
 func (nopSink) SessionStarted(string, bool) error { return nil }
 func (nopSink) Usage(json.RawMessage)             {}
 func (nopSink) Flush()                            {}

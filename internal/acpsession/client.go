@@ -2,7 +2,6 @@ package acpsession
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	acp "github.com/coder/acp-go-sdk"
@@ -77,11 +76,8 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 	}
 
 	s.sinkMu.Lock()
-	err := s.sink.Event(EventPermission, f)
+	f, err := s.sink.Permission(f)
 	s.sinkMu.Unlock()
-	if errors.Is(err, ErrWithdrawn) {
-		return cancelledOutcome, nil
-	}
 	if err != nil {
 		s.apply(factRecordFailed{err: err})
 		s.Cancel()

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rawSink records what reaches it byte for byte as the task recorder
+// rawSink records what reaches it byte for byte as the task's run
 // stores it: json.RawMessage fields as they are, other fields encoded
 // without HTML escaping.
 type rawSink struct{ calls []string }
@@ -20,7 +20,7 @@ func (r *rawSink) Text(kind TextKind, text string) {
 	r.calls = append(r.calls, "text "+string(rune('0'+kind))+" "+string(b))
 }
 
-func (r *rawSink) Event(typ string, fields any) error {
+func (r *rawSink) event(typ string, fields any) error {
 	b, ok := fields.(json.RawMessage)
 	if !ok {
 		var buf bytes.Buffer
@@ -33,6 +33,19 @@ func (r *rawSink) Event(typ string, fields any) error {
 	}
 	r.calls = append(r.calls, "event "+typ+" "+string(b))
 	return nil
+}
+
+func (r *rawSink) ToolCall(update bool, fields json.RawMessage) error {
+	if update {
+		return r.event(EventToolCallUpdate, fields)
+	}
+	return r.event(EventToolCall, fields)
+}
+
+func (r *rawSink) Plan(f PlanFields) error               { return r.event(EventPlan, f) }
+func (r *rawSink) AgentUpdate(f AgentUpdateFields) error { return r.event(EventAgentUpdate, f) }
+func (r *rawSink) Permission(f PermissionFields) (PermissionFields, error) {
+	return f, r.event(EventPermission, f)
 }
 
 func (r *rawSink) SessionStarted(string, bool) error { return nil }

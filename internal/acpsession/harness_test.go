@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
 )
 
@@ -50,6 +51,7 @@ type recSink struct {
 
 	eventErr func(typ string) error
 	startErr error
+	withdraw bool // Permission records and returns every decision as cancelled
 
 	mu    sync.Mutex
 	calls []sinkCall
@@ -74,9 +76,9 @@ func (r *recSink) Text(kind TextKind, text string) {
 	r.add(sinkCall{Kind: "text", TextKind: kind, Text: text})
 }
 
-// Event encodes fields as a store should to keep agent_update data
+// event encodes fields as a store should to keep agent_update data
 // byte-exact: without HTML escaping.
-func (r *recSink) Event(typ string, fields any) error {
+func (r *recSink) event(typ string, fields any) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -91,6 +93,25 @@ func (r *recSink) Event(typ string, fields any) error {
 	}
 	r.add(sinkCall{Kind: "event", Type: typ, Fields: b})
 	return nil
+}
+
+func (r *recSink) ToolCall(update bool, fields json.RawMessage) error {
+	if update {
+		return r.event(EventToolCallUpdate, fields)
+	}
+	return r.event(EventToolCall, fields)
+}
+
+func (r *recSink) Plan(f PlanFields) error               { return r.event(EventPlan, f) }
+func (r *recSink) AgentUpdate(f AgentUpdateFields) error { return r.event(EventAgentUpdate, f) }
+
+// Permission records f, or, when the sink withdraws decisions, f as
+// cancelled, and returns what it recorded.
+func (r *recSink) Permission(f PermissionFields) (PermissionFields, error) {
+	if r.withdraw {
+		f.Decision, f.OptionID = permission.Cancelled, nil
+	}
+	return f, r.event(EventPermission, f)
 }
 
 func (r *recSink) SessionStarted(id string, resumed bool) error {

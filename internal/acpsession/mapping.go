@@ -9,7 +9,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/permission"
 )
 
-// Event types this package records through Sink.Event.
+// Event types of what this package hands to its Sink.
 const (
 	EventToolCall       = "tool_call"
 	EventToolCallUpdate = "tool_call_update"
@@ -235,4 +235,17 @@ func toolKind(m Mapped) (id, kind string) {
 		}
 	}
 	return "", ""
+}
+
+// encodeFields encodes an event's fields as the ledger stores them:
+// without HTML escaping (events are data, and agents' text is full of <
+// and >), with no trailing newline.
+func encodeFields(fields any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(fields); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

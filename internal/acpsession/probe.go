@@ -129,8 +129,13 @@ func (r ProbeResult) Available(st Setting) bool {
 // discard is the probe's sink: a probe records nothing.
 type discard struct{}
 
-func (discard) Text(TextKind, string)             {}
-func (discard) Event(string, any) error           { return nil }
+func (discard) Text(TextKind, string)                {}
+func (discard) ToolCall(bool, json.RawMessage) error { return nil }
+func (discard) Plan(PlanFields) error                { return nil }
+func (discard) AgentUpdate(AgentUpdateFields) error  { return nil }
+func (discard) Permission(f PermissionFields) (PermissionFields, error) {
+	return f, nil
+}
 func (discard) SessionStarted(string, bool) error { return nil }
 func (discard) Usage(json.RawMessage)             {}
 func (discard) Flush()                            {}

@@ -474,12 +474,7 @@ func TestPermissionNotRecorded(t *testing.T) {
 // is stopping) gets the request answered cancelled, and the turn goes on
 // without an error; stopping it is the supervisor's part.
 func TestPermissionWithdrawn(t *testing.T) {
-	sink := &recSink{eventErr: func(typ string) error {
-		if typ == EventPermission {
-			return ErrWithdrawn
-		}
-		return nil
-	}}
+	sink := &recSink{withdraw: true}
 	h := startHarness(t, fakeagent.Config{}, Params{
 		Allow:  []string{"execute"},
 		Prompt: script(t, steps(obj{"permission": obj{"tool_call_id": "t1", "kind": "execute", "report": true}})),

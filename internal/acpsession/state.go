@@ -444,8 +444,28 @@ func (s *Session) emitLocked(m Mapped) {
 		s.sink.Usage(m.Usage)
 	}
 	if m.EventType != "" {
-		if err := s.sink.Event(m.EventType, m.Fields); err != nil {
+		if err := s.record(m); err != nil {
 			s.log.Warn("session update could not be recorded", "type", m.EventType, "err", err)
 		}
 	}
+}
+
+// record hands the event of m to the sink method of its type; sinkMu must
+// be held.
+func (s *Session) record(m Mapped) error {
+	switch f := m.Fields.(type) {
+	case json.RawMessage: // the fast path's tool call fields
+		return s.sink.ToolCall(m.EventType == EventToolCallUpdate, f)
+	case ToolCallFields:
+		b, err := encodeFields(f)
+		if err != nil {
+			return err
+		}
+		return s.sink.ToolCall(m.EventType == EventToolCallUpdate, b)
+	case PlanFields:
+		return s.sink.Plan(f)
+	case AgentUpdateFields:
+		return s.sink.AgentUpdate(f)
+	}
+	return fmt.Errorf("%s event: fields of type %T", m.EventType, m.Fields)
 }

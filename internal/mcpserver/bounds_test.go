@@ -138,8 +138,8 @@ func TestPagesPutPagingFirst(t *testing.T) {
 	l := newLedger(t)
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
-	for i := range 50 {
-		require.NoError(t, sink.Event("plan", map[string]any{"entries": strings.Repeat("e", 2000), "i": i}))
+	for range 50 {
+		require.NoError(t, sink.Plan(acpsession.PlanFields{Entries: fieldsJSON(t, strings.Repeat("e", 2000))}))
 	}
 	w := newRawClient(t, l.svc)
 	for name, args := range map[string]map[string]any{
@@ -187,12 +187,12 @@ func TestEventsMaxBytes(t *testing.T) {
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
 	const each = 2000
-	for i := range 1500 {
-		require.NoError(t, sink.Event("plan", map[string]any{"entries": strings.Repeat("e", each), "i": i}))
+	for range 1500 {
+		require.NoError(t, sink.Plan(acpsession.PlanFields{Entries: fieldsJSON(t, strings.Repeat("e", each))}))
 	}
 	big := strings.Repeat("é", 60000) // 120 KB of text, over the default bound
-	require.NoError(t, sink.Event("plan", map[string]any{"entries": big}))
-	require.NoError(t, sink.Event("plan", map[string]any{"entries": "after"}))
+	require.NoError(t, sink.Plan(acpsession.PlanFields{Entries: fieldsJSON(t, big)}))
+	require.NoError(t, sink.Plan(acpsession.PlanFields{Entries: fieldsJSON(t, "after")}))
 	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
 
 	full := func(t *testing.T, p rawPage, bound int) {

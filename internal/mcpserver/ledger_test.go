@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -252,7 +253,7 @@ func TestTaskLifecycle(t *testing.T) {
 	require.NoError(t, sink.SessionStarted("sess-1", false))
 	sink.Text(acpsession.Message, "hello ")
 	sink.Text(acpsession.Message, "world")
-	require.NoError(t, sink.Event("tool_call", map[string]any{"tool_call_id": "t1", "title": "read <file>"}))
+	require.NoError(t, sink.ToolCall(false, fieldsJSON(t, map[string]any{"tool_call_id": "t1", "title": "read <file>"})))
 	sink.Text(acpsession.Thought, "hmm")
 	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
 
@@ -366,11 +367,11 @@ func TestPagingThroughMCP(t *testing.T) {
 	sink := run.Sink.(acpsession.Sink)
 	const n = 3000
 	for i := range n {
-		typ := "tool_call_update"
 		if i%3 == 0 {
-			typ = "plan"
+			require.NoError(t, sink.Plan(acpsession.PlanFields{Entries: fieldsJSON(t, i)}))
+			continue
 		}
-		require.NoError(t, sink.Event(typ, map[string]any{"i": i}))
+		require.NoError(t, sink.ToolCall(true, fieldsJSON(t, map[string]any{"i": i})))
 	}
 	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
 
@@ -427,7 +428,7 @@ func TestPagesStayBounded(t *testing.T) {
 	sink := run.Sink.(acpsession.Sink)
 	big := strings.Repeat(`"quoted" `, 20000) // 180 KB of text that escapes
 	for range 8 {
-		require.NoError(t, sink.Event("tool_call_update", map[string]any{"raw_output": big}))
+		require.NoError(t, sink.ToolCall(true, fieldsJSON(t, map[string]any{"raw_output": big})))
 	}
 	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
 	var after float64
@@ -574,11 +575,13 @@ func TestNoApprovalAfterTheStop(t *testing.T) {
 		t.Fatal("the stop did not reach the supervisor")
 	}
 	opt := "allow-1"
-	err := sink.Event(acpsession.EventPermission, acpsession.PermissionFields{
+	recorded, err := sink.Permission(acpsession.PermissionFields{
 		ToolCallID: "t1", Kind: "read", Decision: permission.AllowOnce, OptionID: &opt,
 		Options: []permission.Option{{ID: opt, Kind: permission.AllowOnce}},
 	})
-	assert.ErrorIs(t, err, acpsession.ErrWithdrawn)
+	require.NoError(t, err)
+	assert.Equal(t, permission.Cancelled, recorded.Decision, "the decision is withdrawn")
+	assert.Nil(t, recorded.OptionID)
 	close(release)
 	select {
 	case out := <-cancelled:
@@ -684,3 +687,14 @@ func TestConcurrentCallers(t *testing.T) {
 }
 
 func writeFile(path string) error { return os.WriteFile(path, []byte("x"), 0o644) }
+
+// fieldsJSON encodes an event's fields as the ACP session hands them over:
+// compact, without HTML escaping.
+func fieldsJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	require.NoError(t, enc.Encode(v))
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}

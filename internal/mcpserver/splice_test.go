@@ -35,8 +35,8 @@ func TestSplicedRepliesMatchTheSDKs(t *testing.T) {
 	require.NoError(t, sink.SessionStarted("sess-1", false))
 	for i := range 300 {
 		sink.Text(acpsession.Message, strings.Repeat(trickyText, i%7+1))
-		require.NoError(t, sink.Event("tool_call", map[string]any{"tool_call_id": trickyText, "title": trickyText,
-			"raw_input": map[string]any{"path": trickyText, "n": i}}))
+		require.NoError(t, sink.ToolCall(false, fieldsJSON(t, map[string]any{"tool_call_id": trickyText, "title": trickyText,
+			"raw_input": map[string]any{"path": trickyText, "n": i}})))
 	}
 	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
 

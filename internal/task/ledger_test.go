@@ -144,7 +144,7 @@ func requireFailedWith(t *testing.T, r *rig, logs *logRecords, id, reason string
 	assert.Equal(t, id, rec["task"])
 }
 
-// sessionSink is the recorder as the ACP session sees it.
+// sessionSink is the task's run as the ACP session sees it.
 func sessionSink(run *tasktest.Run) acpsession.Sink { return run.Sink.(acpsession.Sink) }
 
 // Every record the service cannot write fails its task, with the record
@@ -188,14 +188,14 @@ func TestLostRecordFailsTheTask(t *testing.T) {
 			reason: "agent_message event could not be recorded" + why},
 		{name: "tool call", fail: []string{acpsession.EventToolCall},
 			drive: func(t *testing.T, _ *rig, _ string, run *tasktest.Run) {
-				err := sessionSink(run).Event(acpsession.EventToolCall, json.RawMessage(`{"tool_call_id":"tc-1"}`))
+				err := sessionSink(run).ToolCall(false, json.RawMessage(`{"tool_call_id":"tc-1"}`))
 				assert.ErrorIs(t, err, errInjected, "the session hears of it too")
 			},
 			reason: acpsession.EventToolCall + " event could not be recorded" + why},
 		{name: "permission decision", fail: []string{acpsession.EventPermission},
 			drive: func(t *testing.T, _ *rig, _ string, run *tasktest.Run) {
 				opt := "allow"
-				err := sessionSink(run).Event(acpsession.EventPermission, acpsession.PermissionFields{
+				_, err := sessionSink(run).Permission(acpsession.PermissionFields{
 					ToolCallID: "tc-1", Kind: "read", Decision: permission.AllowOnce, OptionID: &opt})
 				assert.ErrorIs(t, err, errInjected, "the session fails its turn with it")
 			},

@@ -45,7 +45,7 @@ func BenchmarkRecorder(b *testing.B) {
 		rec, _ := benchRecorder(b)
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := rec.Event(acpsession.EventToolCallUpdate, fields); err != nil {
+			if err := rec.ToolCall(true, fields); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -56,7 +56,7 @@ func BenchmarkRecorder(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			if i++; i%10 == 0 {
-				if err := rec.Event(acpsession.EventToolCallUpdate, fields); err != nil {
+				if err := rec.ToolCall(true, fields); err != nil {
 					b.Fatal(err)
 				}
 				continue
@@ -74,7 +74,7 @@ func BenchmarkEvents(b *testing.B) {
 	fields := json.RawMessage(`{"tool_call_id":"tc-9","status":"completed"}`)
 	const n = 1_000_000
 	for range n - 1 {
-		if err := rec.Event(acpsession.EventToolCallUpdate, fields); err != nil {
+		if err := rec.ToolCall(true, fields); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -313,35 +313,58 @@ func (r *taskRun) Flush() {
 	r.flushLocked()
 }
 
-// Event implements acpsession.Sink. An event that cannot be recorded
-// fails the task; the error also goes back to the session, which fails
-// its turn when a permission decision could not be recorded.
-func (r *taskRun) Event(typ string, fields any) error {
+// ToolCall implements acpsession.Sink.
+func (r *taskRun) ToolCall(update bool, fields json.RawMessage) error {
+	if update {
+		return r.event(acpsession.EventToolCallUpdate, fields)
+	}
+	return r.event(acpsession.EventToolCall, fields)
+}
+
+// Plan implements acpsession.Sink.
+func (r *taskRun) Plan(f acpsession.PlanFields) error {
+	return r.event(acpsession.EventPlan, f)
+}
+
+// AgentUpdate implements acpsession.Sink.
+func (r *taskRun) AgentUpdate(f acpsession.AgentUpdateFields) error {
+	return r.event(acpsession.EventAgentUpdate, f)
+}
+
+// event records one event the session observed. An event that cannot be
+// recorded fails the task; the error also goes back to the session.
+func (r *taskRun) event(typ string, fields any) error {
 	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
 		return fmt.Errorf("task %s has ended", r.id)
 	}
-	f, isPermission := fields.(acpsession.PermissionFields)
-	// Once a stop is requested, no decision but cancelled goes out: the
-	// session learns of the stop a moment later, from the supervisor.
-	if isPermission && r.stopped != "" && f.Decision != permission.Cancelled {
-		f.Decision, f.OptionID = permission.Cancelled, nil
-		if err := r.appendLocked(typ, f); err != nil {
-			r.lostLocked("permission decision", err)
-			return err
-		}
-		return acpsession.ErrWithdrawn
-	}
 	if err := r.appendLocked(typ, fields); err != nil {
-		if isPermission {
-			r.lostLocked("permission decision", err) // as the session says it
-		} else {
-			r.lostLocked(typ+" event", err)
-		}
+		r.lostLocked(typ+" event", err)
 		return err
 	}
 	return nil
+}
+
+// Permission implements acpsession.Sink. Once a stop is requested, no
+// decision but cancelled goes out: the session learns of the stop a moment
+// later, from the supervisor, so the decision is recorded, and answered,
+// as cancelled. A decision that cannot be recorded fails the task, and the
+// session fails its turn with the error.
+func (r *taskRun) Permission(f acpsession.PermissionFields) (acpsession.PermissionFields, error) {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.ended {
+		return f, fmt.Errorf("task %s has ended", r.id)
+	}
+	if r.stopped != "" && f.Decision != permission.Cancelled {
+		f.Decision, f.OptionID = permission.Cancelled, nil
+	}
+	if err := r.appendLocked(acpsession.EventPermission, f); err != nil {
+		r.lostLocked("permission decision", err) // as the session says it
+		return f, err
+	}
+	return f, nil
 }
 
 // SessionStarted implements acpsession.Sink.

@@ -3,7 +3,7 @@
 // agent's process to the supervisor and its conversation to an ACP session,
 // and records what comes back as events.
 //
-// Lock order: Service.mu, then a run's mu, then the store's own locks.
+// Lock order: Service.mu, then a taskRun's mu, then the store's own locks.
 // Neither lock is held across supervisor calls, marker I/O or waiting.
 package task
 
