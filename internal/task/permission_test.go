@@ -1,4 +1,4 @@
-package mcpserver
+package task
 
 import (
 	"fmt"
@@ -164,7 +164,7 @@ func withoutEnvelope(e map[string]any) map[string]any {
 // checks every permission event field by field against the README's rule,
 // what the agent received, and the rule's properties on what was decided.
 func TestPermissionMatrix(t *testing.T) {
-	r := newRig(t, rigOptions{})
+	r := newAgentRig(t, agentRigOptions{})
 	type matrixTask struct {
 		name, ws, id string
 		allow        []string
@@ -174,14 +174,14 @@ func TestPermissionMatrix(t *testing.T) {
 	var tasks []*matrixTask
 	for _, al := range permAllows {
 		for _, set := range permOptionSets {
-			mt := &matrixTask{name: al.name + "/" + set.name, ws: workspace(t, nil), allow: al.allow, asks: permAsks()}
+			mt := &matrixTask{name: al.name + "/" + set.name, ws: agentWorkspace(t, nil), allow: al.allow, asks: permAsks()}
 			var steps []map[string]any
 			for i, a := range mt.asks {
 				opts := rotate(set.opts, i)
 				mt.opts = append(mt.opts, opts)
 				steps = append(steps, permStep(a, opts))
 			}
-			mt.id = r.spawn(t, map[string]any{"prompt": script(steps...), "workspace": mt.ws, "allow": al.allow})
+			mt.id = r.spawn(t, SpawnRequest{Prompt: script(steps...), Workspace: mt.ws, Allow: al.allow})
 			tasks = append(tasks, mt)
 		}
 	}
@@ -250,15 +250,15 @@ func TestPermissionMatrix(t *testing.T) {
 // cancelled and leave no event, though allow lists their kind and the
 // one-time allow is offered; the request in the turn is decided.
 func TestPermissionOutsideTheTurn(t *testing.T) {
-	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{
+	r := newAgentRig(t, agentRigOptions{})
+	ws := agentWorkspace(t, map[string]any{
 		"new_session_steps": []any{map[string]any{"permission": map[string]any{"tool_call_id": "before-turn", "kind": "read"}}},
 	})
 	prompt := script(
 		map[string]any{"permission": map[string]any{"tool_call_id": "other-session", "kind": "read"}, "session_id": "someone-else"},
 		map[string]any{"permission": map[string]any{"tool_call_id": "in-turn", "kind": "read"}},
 	)
-	id := r.spawn(t, map[string]any{"prompt": prompt, "workspace": ws, "allow": permission.Kinds})
+	id := r.spawn(t, SpawnRequest{Prompt: prompt, Workspace: ws, Allow: permission.Kinds})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 
 	events := r.events(t, id, "permission")
