@@ -25,6 +25,13 @@ var wantAuthMethods = []any{
 	map[string]any{"id": "tui", "name": "Terminal login", "description": nil},
 }
 
+// modelSelect offers a model select so that a model choice shows on the
+// wire as session/set_config_option.
+var modelSelect = []any{
+	map[string]any{"id": "model", "name": "Model", "type": "select", "currentValue": "a",
+		"options": []any{map[string]any{"value": "a", "name": "A"}, map[string]any{"value": "b", "name": "B"}}},
+}
+
 // TestAuthRequiredFailsTheTask: whichever request the agent answers with
 // ACP's auth_required, the task fails with an error naming the agent's
 // auth methods, and its error event lists them.
@@ -43,7 +50,7 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 		{name: "prompt", method: "session/prompt",
 			sent: []string{"initialize", "session/new", "session/prompt"}},
 		{name: "set_config_option", method: "session/set_config_option",
-			cfg:  map[string]any{"config_options": resumeOptions},
+			cfg:  map[string]any{"config_options": modelSelect},
 			args: map[string]any{"model": "b"},
 			sent: []string{"initialize", "session/new", "session/set_config_option"}},
 		{name: "load_session", method: "session/load",

@@ -1,4 +1,4 @@
-package mcpserver
+package task
 
 import (
 	"encoding/json"
@@ -24,10 +24,10 @@ var resumeOptions = []any{
 
 // firstSession runs a task that creates a session in ws and returns the
 // task's id and the session id.
-func firstSession(t *testing.T, r *rig, ws string, args map[string]any) (string, string) {
+func firstSession(t *testing.T, r *agentRig, ws string, req SpawnRequest) (string, string) {
 	t.Helper()
-	args["workspace"] = ws
-	id := r.spawn(t, args)
+	req.Workspace = ws
+	id := r.spawn(t, req)
 	got := r.wait(t, id)
 	require.Equal(t, "succeeded", got["status"], got["error"])
 	sid, ok := got["session_id"].(string)
@@ -55,15 +55,15 @@ func rewriteFake(t *testing.T, ws string, cfg map[string]any) {
 }
 
 func TestResumeLoadsTheSessionInANewProcess(t *testing.T) {
-	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{"load_session": true})
+	r := newAgentRig(t, agentRigOptions{})
+	ws := agentWorkspace(t, map[string]any{"load_session": true})
 	// The agent keeps this prompt and its reply, "ok: remember the word
 	// pelican", as the session's history.
-	first, sid := firstSession(t, r, ws, map[string]any{"prompt": "remember the word pelican"})
+	first, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "remember the word pelican"})
 	before := len(requests(t, ws))
 
-	out := call(t, r.cs, "spawn_task", map[string]any{"agent": "fake", "prompt": "what was the word?", "workspace": ws, "session_id": sid})
-	assert.Equal(t, sid, out["session_id"], "spawn_task's reply carries the session id at once")
+	out := r.spawnRecord(t, SpawnRequest{Prompt: "what was the word?", Workspace: ws, SessionID: sid})
+	assert.Equal(t, sid, out["session_id"], "Spawn's record carries the session id at once")
 	second := out["task_id"].(string)
 	got := r.wait(t, second)
 	require.Equal(t, "succeeded", got["status"], got["error"])
@@ -111,7 +111,7 @@ func TestResumeLoadsTheSessionInANewProcess(t *testing.T) {
 }
 
 func TestResumeFailures(t *testing.T) {
-	r := newRig(t, rigOptions{requestTimeout: 500 * time.Millisecond})
+	r := newAgentRig(t, agentRigOptions{requestTimeout: 500 * time.Millisecond})
 	mayNotExist := func(id string) string {
 		return fmt.Sprintf("session %q could not be loaded: it may not exist for this agent or workspace", id)
 	}
@@ -127,8 +127,8 @@ func TestResumeFailures(t *testing.T) {
 			name: "agent cannot load sessions",
 			setup: func(t *testing.T) (string, string) {
 				// The session exists, but this agent does not advertise loading.
-				ws := workspace(t, map[string]any{"load_session": true})
-				_, sid := firstSession(t, r, ws, map[string]any{"prompt": "hello"})
+				ws := agentWorkspace(t, map[string]any{"load_session": true})
+				_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "hello"})
 				rewriteFake(t, ws, map[string]any{})
 				return ws, sid
 			},
@@ -137,15 +137,15 @@ func TestResumeFailures(t *testing.T) {
 		{
 			name: "unknown id",
 			setup: func(t *testing.T) (string, string) {
-				return workspace(t, map[string]any{"load_session": true}), "fake-00000000deadbeef"
+				return agentWorkspace(t, map[string]any{"load_session": true}), "fake-00000000deadbeef"
 			},
 			want: mayNotExist("fake-00000000deadbeef"), loads: true,
 		},
 		{
 			name: "rejected id",
 			setup: func(t *testing.T) (string, string) {
-				ws := workspace(t, map[string]any{"load_session": true})
-				_, sid := firstSession(t, r, ws, map[string]any{"prompt": "hello"})
+				ws := agentWorkspace(t, map[string]any{"load_session": true})
+				_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "hello"})
 				rewriteFake(t, ws, map[string]any{"load_session": true, "reject_load": true})
 				return ws, sid
 			},
@@ -155,17 +155,17 @@ func TestResumeFailures(t *testing.T) {
 			name: "session of another workspace",
 			setup: func(t *testing.T) (string, string) {
 				state := t.TempDir()
-				ws := workspace(t, map[string]any{"load_session": true, "state_dir": state})
-				_, sid := firstSession(t, r, ws, map[string]any{"prompt": "hello"})
-				return workspace(t, map[string]any{"load_session": true, "state_dir": state}), sid
+				ws := agentWorkspace(t, map[string]any{"load_session": true, "state_dir": state})
+				_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "hello"})
+				return agentWorkspace(t, map[string]any{"load_session": true, "state_dir": state}), sid
 			},
 			loads: true,
 		},
 		{
 			name: "load_session times out",
 			setup: func(t *testing.T) (string, string) {
-				ws := workspace(t, map[string]any{"load_session": true})
-				_, sid := firstSession(t, r, ws, map[string]any{"prompt": "hello"})
+				ws := agentWorkspace(t, map[string]any{"load_session": true})
+				_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "hello"})
 				rewriteFake(t, ws, map[string]any{"load_session": true, "hang_in": "load_session"})
 				return ws, sid
 			},
@@ -180,7 +180,7 @@ func TestResumeFailures(t *testing.T) {
 				want = mayNotExist(sid)
 			}
 			before := len(requests(t, ws))
-			out := call(t, r.cs, "spawn_task", map[string]any{"agent": "fake", "prompt": "again", "workspace": ws, "session_id": sid})
+			out := r.spawnRecord(t, SpawnRequest{Prompt: "again", Workspace: ws, SessionID: sid})
 			assert.Equal(t, sid, out["session_id"])
 			id := out["task_id"].(string)
 			got := r.wait(t, id)
@@ -210,9 +210,9 @@ func TestResumeFailures(t *testing.T) {
 // task that created the session are not sent again when a later task
 // resumes it; the later task's own choices are.
 func TestResumeAppliesOnlyThisCallsChoices(t *testing.T) {
-	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{"load_session": true, "config_options": resumeOptions})
-	_, sid := firstSession(t, r, ws, map[string]any{"prompt": "first", "model": "b", "effort": "high"})
+	r := newAgentRig(t, agentRigOptions{})
+	ws := agentWorkspace(t, map[string]any{"load_session": true, "config_options": resumeOptions})
+	_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "first", Model: "b", Effort: "high"})
 	setOptions := func(log []map[string]any) []map[string]any {
 		var out []map[string]any
 		for _, l := range log {
@@ -227,20 +227,16 @@ func TestResumeAppliesOnlyThisCallsChoices(t *testing.T) {
 		"the first task applied its choices")
 
 	for _, tc := range []struct {
-		name string
-		args map[string]any
-		want []map[string]any
+		name   string
+		effort string
+		want   []map[string]any
 	}{
-		{"no choices", map[string]any{}, nil},
-		{"effort only", map[string]any{"effort": "low"}, []map[string]any{{"configId": "effort", "value": "low"}}},
+		{"no choices", "", nil},
+		{"effort only", "low", []map[string]any{{"configId": "effort", "value": "low"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(requests(t, ws))
-			args := map[string]any{"prompt": "again", "workspace": ws, "session_id": sid}
-			for k, v := range tc.args {
-				args[k] = v
-			}
-			id := r.spawn(t, args)
+			id := r.spawn(t, SpawnRequest{Prompt: "again", Workspace: ws, SessionID: sid, Effort: tc.effort})
 			got := r.wait(t, id)
 			require.Equal(t, "succeeded", got["status"], got["error"])
 			assert.Nil(t, got["model"])
