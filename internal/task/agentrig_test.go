@@ -124,7 +124,16 @@ func agentWorkspace(t *testing.T, cfg map[string]any) string {
 
 // script encodes a turn script as the prompt.
 func script(steps ...map[string]any) string {
-	b, _ := json.Marshal(map[string]any{"steps": steps})
+	return scriptWith(nil, steps...)
+}
+
+// scriptWith is script with more fields beside the steps.
+func scriptWith(extra map[string]any, steps ...map[string]any) string {
+	s := map[string]any{"steps": steps}
+	for k, v := range extra {
+		s[k] = v
+	}
+	b, _ := json.Marshal(s)
 	return string(b)
 }
 
