@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
-	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
@@ -297,52 +295,8 @@ func TestTaskLifecycle(t *testing.T) {
 	assert.Equal(t, before["cursor"], after["cursor"])
 }
 
-func TestOutcomes(t *testing.T) {
-	cases := []struct {
-		name      string
-		exit      supervisor.Exit
-		status    string
-		errorText string
-	}{
-		{"end_turn", supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"}, "succeeded", ""},
-		{"max_tokens", supervisor.Exit{ExitCode: zero(), StopReason: "max_tokens"}, "failed", `stop reason "max_tokens"`},
-		{"refusal", supervisor.Exit{ExitCode: zero(), StopReason: "refusal"}, "failed", `stop reason "refusal"`},
-		{"agent cancelled on its own", supervisor.Exit{ExitCode: zero(), StopReason: "cancelled"}, "failed", `stop reason "cancelled"`},
-		{"exited early", supervisor.Exit{ExitCode: ptrInt(3), Err: fmt.Errorf("agent exited with code 3 before ending its turn")}, "failed", "code 3"},
-		{"cleanup failed", supervisor.Exit{ExitCode: zero(), StopReason: "end_turn", CleanupErr: fmt.Errorf("process group 7 still has members")}, "failed", "still has members"},
-		{"stopped", supervisor.Exit{ExitCode: zero(), StopReason: "end_turn", Stopped: true}, "cancelled", ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			l := newLedger(t)
-			id, run := l.spawn(t, nil)
-			run.End(c.exit)
-			got := call(t, l.cs, "get_task", map[string]any{"task_id": id})
-			assert.Equal(t, c.status, got["status"])
-			ev := call(t, l.cs, "get_events", map[string]any{"task_id": id, "event_types": []string{"error"}})
-			if c.errorText == "" {
-				assert.Nil(t, got["error"])
-				assert.Empty(t, ev["events"])
-				return
-			}
-			assert.Contains(t, got["error"], c.errorText)
-			require.Len(t, ev["events"], 1, "every failed ending records an error event")
-			assert.Contains(t, ev["events"].([]any)[0].(map[string]any)["message"], c.errorText)
-		})
-	}
-}
-
-func ptrInt(v int) *int { return &v }
-
-func TestStartFailure(t *testing.T) {
-	l := newLedger(t)
-	l.sup.StartErr = fmt.Errorf(`executable "codex-acp" not found in the absolute entries of PATH`)
-	out := call(t, l.cs, "spawn_task", map[string]any{"agent": "codex", "prompt": "p", "workspace": l.ws})
-	assert.Equal(t, "failed", out["status"])
-	assert.Contains(t, out["error"], "not found")
-	ev := call(t, l.cs, "get_events", map[string]any{"task_id": out["task_id"]})
-	assert.Equal(t, []string{"task_created", "status_changed", "error", "status_changed"}, eventTypes(ev["events"].([]any)))
-}
+// The outcomes, start failures, cancel, shutdown and stop races are tested
+// against the service in internal/task.
 
 func TestOpencodeConfigNotAnObjectFailsBeforeLaunch(t *testing.T) {
 	sup := tasktest.New()
@@ -512,148 +466,6 @@ func TestListNewestFirst(t *testing.T) {
 		ids[i], ids[j] = ids[j], ids[i]
 	}
 	assert.Equal(t, ids, listed)
-}
-
-func TestCancelRunningTask(t *testing.T) {
-	l := newLedger(t)
-	id, _ := l.spawn(t, nil)
-	out := call(t, l.cs, "cancel_task", map[string]any{"task_id": id})
-	assert.Equal(t, "cancelled", out["status"])
-	ev := call(t, l.cs, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_cancelled"}})
-	require.Len(t, ev["events"], 1)
-	assert.Equal(t, "cancel_task", ev["events"].([]any)[0].(map[string]any)["source"])
-	// Again: unchanged, no second task_cancelled.
-	out = call(t, l.cs, "cancel_task", map[string]any{"task_id": id})
-	assert.Equal(t, "cancelled", out["status"])
-	ev = call(t, l.cs, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_cancelled"}})
-	assert.Len(t, ev["events"], 1)
-}
-
-func TestShutdownCancelsAndRefuses(t *testing.T) {
-	l := newLedger(t)
-	id, _ := l.spawn(t, nil)
-	require.NoError(t, l.svc.Shutdown(context.Background()))
-	got := call(t, l.cs, "get_task", map[string]any{"task_id": id})
-	assert.Equal(t, "cancelled", got["status"])
-	ev := call(t, l.cs, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_cancelled"}})
-	require.Len(t, ev["events"], 1)
-	assert.Equal(t, "shutdown", ev["events"].([]any)[0].(map[string]any)["source"])
-
-	out := call(t, l.cs, "spawn_task", map[string]any{"agent": "codex", "prompt": "p", "workspace": l.ws})
-	assert.Equal(t, "failed", out["status"])
-	assert.Contains(t, out["error"], "shutting down")
-}
-
-// TestNoApprovalAfterTheStop: once task_cancelled is recorded, a
-// permission decision the session makes before it hears of the stop is
-// recorded, and answered, as cancelled.
-func TestNoApprovalAfterTheStop(t *testing.T) {
-	l := newLedger(t)
-	id, run := l.spawn(t, map[string]any{"allow": []string{"read"}})
-	sink := run.Sink.(acpsession.Sink)
-	stopping := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	l.sup.BeforeStop = func(context.Context, *tasktest.Run) {
-		once.Do(func() {
-			close(stopping)
-			<-release
-		})
-	}
-	cancelled := make(chan map[string]any, 1)
-	go func() {
-		res, err := l.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "cancel_task", Arguments: map[string]any{"task_id": id}})
-		out := map[string]any{}
-		if err == nil {
-			_ = json.Unmarshal([]byte(text(res)), &out)
-		}
-		cancelled <- out
-	}()
-	select {
-	case <-stopping:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the stop did not reach the supervisor")
-	}
-	opt := "allow-1"
-	recorded, err := sink.Permission(acpsession.PermissionFields{
-		ToolCallID: "t1", Kind: "read", Decision: permission.AllowOnce, OptionID: &opt,
-		Options: []permission.Option{{ID: opt, Kind: permission.AllowOnce}},
-	})
-	require.NoError(t, err)
-	assert.Equal(t, permission.Cancelled, recorded.Decision, "the decision is withdrawn")
-	assert.Nil(t, recorded.OptionID)
-	close(release)
-	select {
-	case out := <-cancelled:
-		assert.Equal(t, "cancelled", out["status"])
-	case <-time.After(10 * time.Second):
-		t.Fatal("cancel_task did not return")
-	}
-	events := call(t, l.cs, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_cancelled", "permission"}})["events"].([]any)
-	require.Len(t, events, 2)
-	assert.Equal(t, "task_cancelled", events[0].(map[string]any)["type"])
-	perm := events[1].(map[string]any)
-	assert.Equal(t, "cancelled", perm["decision"], "recorded as answered: cancelled")
-	assert.Nil(t, perm["option_id"])
-}
-
-// TestStopBeforeTheProcessStarts cancels a task, by cancel_task and by
-// shutdown, while its start is not yet under way: it ends cancelled from
-// starting, with no process events and no error.
-func TestStopBeforeTheProcessStarts(t *testing.T) {
-	for _, by := range []string{"cancel_task", "shutdown"} {
-		t.Run(by, func(t *testing.T) {
-			l := newLedger(t)
-			entered := make(chan struct{}, 1)
-			l.sup.BeforeStart = func(ctx context.Context) {
-				entered <- struct{}{}
-				select {
-				case <-ctx.Done():
-				case <-time.After(10 * time.Second):
-				}
-			}
-			spawned := make(chan map[string]any, 1)
-			go func() {
-				res, err := l.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "spawn_task",
-					Arguments: map[string]any{"agent": "codex", "prompt": "p", "workspace": l.ws}})
-				if err != nil {
-					spawned <- map[string]any{"error": err.Error()}
-					return
-				}
-				var out map[string]any
-				_ = json.Unmarshal([]byte(text(res)), &out)
-				spawned <- out
-			}()
-			select {
-			case <-entered:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the start did not begin")
-			}
-			tasks := call(t, l.cs, "list_tasks", map[string]any{})["tasks"].([]any)
-			require.Len(t, tasks, 1)
-			id := tasks[0].(map[string]any)["task_id"].(string)
-			assert.Equal(t, "starting", tasks[0].(map[string]any)["status"])
-
-			if by == "cancel_task" {
-				out := call(t, l.cs, "cancel_task", map[string]any{"task_id": id})
-				assert.Equal(t, "cancelled", out["status"])
-			} else {
-				require.NoError(t, l.svc.Shutdown(context.Background()))
-			}
-			select {
-			case out := <-spawned:
-				assert.Equal(t, "cancelled", out["status"], "spawn_task returns the cancelled task: %v", out)
-				assert.Nil(t, out["error"])
-			case <-time.After(10 * time.Second):
-				t.Fatal("spawn_task did not return")
-			}
-			events := call(t, l.cs, "get_events", map[string]any{"task_id": id})["events"].([]any)
-			assert.Equal(t, []string{"task_created", "status_changed", "task_cancelled", "status_changed"}, eventTypes(events))
-			assert.Equal(t, by, events[2].(map[string]any)["source"])
-			assert.Equal(t, "starting", events[3].(map[string]any)["from"])
-			assert.Equal(t, "cancelled", events[3].(map[string]any)["to"])
-		})
-	}
 }
 
 func TestConcurrentCallers(t *testing.T) {
