@@ -1,6 +1,0 @@
-//go:build race
-
-package mcpserver
-
-// raceEnabled: the race detector slows the server about tenfold.
-const raceEnabled = true
