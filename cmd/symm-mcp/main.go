@@ -126,7 +126,12 @@ func agentEnv(path string, base []string, prog string, stderr io.Writer) (agentE
 		fmt.Fprintf(stderr, "%s: --env-file: %v%s\n", prog, err, hint)
 		return agentEnvironment{}, 2
 	}
-	return agentEnvironment{all: envfile.Overlay(base, vars), vars: vars}, 0
+	all, err := supervisor.MergeEnv(base, vars)
+	if err != nil { // envfile.Read checked every entry; kept for safety
+		fmt.Fprintf(stderr, "%s: --env-file: %v\n", prog, err)
+		return agentEnvironment{}, 2
+	}
+	return agentEnvironment{all: all, vars: vars}, 0
 }
 
 // envNames lists the names of NAME=VALUE entries, never their values.

@@ -295,18 +295,7 @@ func testAgent(t *testing.T, a agentCase) {
 	// Short: unix socket paths under HOME must stay short.
 	r.home, err = os.MkdirTemp("", "e2e-"+a.name+"-")
 	require.NoError(t, err)
-	defer func() {
-		if ended := killByHome(r.home); len(ended) > 0 {
-			note(a.name, "ended after the run, by HOME: %s", strings.Join(ended, ", "))
-		}
-		// SIGKILL is not instant: poll the process table, with a deadline.
-		deadline := time.Now().Add(10 * time.Second)
-		for len(byHome(r.home)) > 0 && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		assert.Empty(t, byHome(r.home), "processes left with HOME=%s", r.home)
-		_ = os.RemoveAll(r.home)
-	}()
+	defer endHome(t, r.home, func(format string, args ...any) { note(a.name, format, args...) })
 	r.ws = filepath.Join(r.home, "workspace")
 	bin := filepath.Join(r.home, "bin")
 	for _, d := range []string{r.ws, bin, filepath.Join(r.home, "tmp"), filepath.Join(r.home, "notify")} {
@@ -781,6 +770,23 @@ func groupMembers(pgid int) []string {
 
 // killByHome ends every process whose environment has HOME=home, and
 // names them: processes that escaped their group (cline's hub daemon).
+// endHome ends what a run left running under home (a detached daemon is
+// outside every process group), checks that nothing is left, and removes
+// home.
+func endHome(t *testing.T, home string, note func(format string, args ...any)) {
+	if ended := killByHome(home); len(ended) > 0 {
+		note("ended after the run, by HOME: %s", strings.Join(ended, ", "))
+	}
+	// SIGKILL is not instant, and these processes are not our children, so
+	// there is nothing to wait on: poll the process table, with a deadline.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(byHome(home)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.Empty(t, byHome(home), "processes left with HOME=%s", home)
+	_ = os.RemoveAll(home)
+}
+
 func killByHome(home string) []string {
 	var ended []string
 	for _, pid := range byHome(home) {

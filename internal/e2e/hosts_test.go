@@ -295,17 +295,7 @@ func testHost(t *testing.T, hc hostCase) {
 	var err error
 	h.home, err = os.MkdirTemp("", "e2e-"+hc.name+"-")
 	require.NoError(t, err)
-	defer func() {
-		if ended := killByHome(h.home); len(ended) > 0 {
-			h.note("ended after the run, by HOME: %s", strings.Join(ended, ", "))
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for len(byHome(h.home)) > 0 && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		assert.Empty(t, byHome(h.home), "processes left with HOME=%s", h.home)
-		_ = os.RemoveAll(h.home)
-	}()
+	defer endHome(t, h.home, h.note)
 	h.ws = filepath.Join(h.home, "workspace")
 	h.bin = filepath.Join(h.home, "bin")
 	h.gopath = filepath.Join(h.home, "go")

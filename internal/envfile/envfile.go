@@ -24,7 +24,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strings"
 )
 
 // MaxSize bounds the file: an environment larger than this would not fit
@@ -132,22 +131,4 @@ func validName(name []byte) bool {
 		}
 	}
 	return true
-}
-
-// Overlay returns base with vars' values: a name in both keeps its place
-// in base and takes its value from vars; names only in vars follow, in
-// their order. Entries of base without "=" are kept as they are.
-func Overlay(base, vars []string) []string {
-	out := make([]string, 0, len(base)+len(vars))
-	at := make(map[string]int, len(base)+len(vars))
-	for _, kv := range append(base[:len(base):len(base)], vars...) {
-		name, _, _ := strings.Cut(kv, "=")
-		if i, ok := at[name]; ok {
-			out[i] = kv
-			continue
-		}
-		at[name] = len(out)
-		out = append(out, kv)
-	}
-	return out
 }

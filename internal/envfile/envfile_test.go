@@ -27,7 +27,7 @@ func TestParse(t *testing.T) {
 		{"CRLF line ends", "A=1\r\nB=2\r\n", []string{"A=1", "B=2"}},
 		{"no final newline", "A=1\nB=2", []string{"A=1", "B=2"}},
 		{"names", "_=1\na_B9=2\n", []string{"_=1", "a_B9=2"}},
-		{"a name twice: both, in order (Overlay keeps the last)", "A=1\nA=2\n", []string{"A=1", "A=2"}},
+		{"a name twice: both, in order (the merge keeps the last)", "A=1\nA=2\n", []string{"A=1", "A=2"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,12 +121,4 @@ func TestReadChecksTheFile(t *testing.T) {
 		assert.Equal(t, 2, le.Line)
 		assert.False(t, errors.Is(err, ErrInsecure))
 	})
-}
-
-func TestOverlay(t *testing.T) {
-	base := []string{"HOME=/h", "PATH=/usr/bin", "KEY=server", "ODD"}
-	got := Overlay(base, []string{"KEY=file", "NEW=1", "PATH=/opt/bin:/usr/bin", "NEW=2"})
-	assert.Equal(t, []string{"HOME=/h", "PATH=/opt/bin:/usr/bin", "KEY=file", "ODD", "NEW=2"}, got)
-	assert.Equal(t, []string{"HOME=/h", "PATH=/usr/bin", "KEY=server", "ODD"}, base, "base is not changed")
-	assert.Equal(t, base, Overlay(base, nil))
 }

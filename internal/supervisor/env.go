@@ -10,9 +10,11 @@ import (
 // over it, and only the absolute entries of its PATH (see LookPath, which
 // searches the same entries).
 
-// mergeEnv returns base with over's values: a key present in both keeps its
-// place and takes over's value; no key appears twice.
-func mergeEnv(base, over []string) ([]string, error) {
+// MergeEnv returns base with over's values: a key present in both keeps its
+// place and takes over's value; keys only in over follow, in their order;
+// no key appears twice. Entries of base are kept as they are; an entry of
+// over that is not KEY=VALUE is an error. base is not changed.
+func MergeEnv(base, over []string) ([]string, error) {
 	out := make([]string, 0, len(base)+len(over))
 	at := make(map[string]int, len(base)+len(over))
 	add := func(kv string) {

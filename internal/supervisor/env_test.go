@@ -7,7 +7,7 @@ import (
 )
 
 func TestMergeEnv(t *testing.T) {
-	got, err := mergeEnv(
+	got, err := MergeEnv(
 		[]string{"A=1", "PATH=/bin", "B=2", "A=3"},
 		[]string{"PATH=/x", "C=4", "B=5"},
 	)
@@ -19,9 +19,27 @@ func TestMergeEnv(t *testing.T) {
 		t.Errorf("mergeEnv = %q, want %q", got, want)
 	}
 	for _, bad := range []string{"NOEQUALS", "=value"} {
-		if _, err := mergeEnv(nil, []string{bad}); err == nil {
-			t.Errorf("mergeEnv accepted %q", bad)
+		if _, err := MergeEnv(nil, []string{bad}); err == nil {
+			t.Errorf("MergeEnv accepted %q", bad)
 		}
+	}
+
+	// What --env-file overlays: base entries keep their place, odd ones
+	// included, and base is not changed.
+	base := []string{"HOME=/h", "PATH=/usr/bin", "KEY=server", "ODD"}
+	got, err = MergeEnv(base, []string{"KEY=file", "NEW=1", "PATH=/opt/bin:/usr/bin", "NEW=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"HOME=/h", "PATH=/opt/bin:/usr/bin", "KEY=file", "ODD", "NEW=2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("MergeEnv = %q, want %q", got, want)
+	}
+	if !slices.Equal(base, []string{"HOME=/h", "PATH=/usr/bin", "KEY=server", "ODD"}) {
+		t.Errorf("base changed: %q", base)
+	}
+	if got, _ := MergeEnv(base, nil); !slices.Equal(got, base) {
+		t.Errorf("MergeEnv(base, nil) = %q", got)
 	}
 }
 

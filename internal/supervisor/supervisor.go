@@ -121,7 +121,7 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec, sink Sink) (RunID, er
 	if err != nil {
 		return 0, err
 	}
-	env, err := mergeEnv(s.env, spec.Env)
+	env, err := MergeEnv(s.env, spec.Env)
 	if err != nil {
 		return 0, err
 	}
