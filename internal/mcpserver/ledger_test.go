@@ -189,6 +189,7 @@ func TestErrorCodes(t *testing.T) {
 		{"spawn_task", map[string]any{"agent": "codex", "prompt": "p", "workspace": file}, "invalid_request: "},
 		{"spawn_task", map[string]any{"agent": "codex", "prompt": "p", "workspace": "relative/dir"}, "invalid_request: "},
 		{"spawn_task", map[string]any{"agent": "cursor", "prompt": "p", "effort": "high"}, "invalid_request: "},
+		{"spawn_task", map[string]any{"agent": "opencode", "prompt": "p", "effort": "high"}, "invalid_request: "},
 		{"spawn_task", map[string]any{"agent": "codex", "prompt": "  "}, "invalid_request: "},
 		{"describe_agent", map[string]any{"agent": "nope"}, "unknown_agent: "},
 		{"get_task", map[string]any{"task_id": "nope"}, "task_not_found: "},

@@ -144,7 +144,8 @@ func TestUndescribedRawJSONIsRefused(t *testing.T) {
 
 // TestOutputSchemasHoldWhatIsStored validates real replies against the
 // published output schemas: the event and usage schemas are true of what
-// the ledger stores.
+// the ledger stores, the describe_agent schema of what the Service
+// describes.
 func TestOutputSchemasHoldWhatIsStored(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
@@ -177,6 +178,13 @@ func TestOutputSchemasHoldWhatIsStored(t *testing.T) {
 	assert.NotNil(t, task["usage"], "the agent reported usage")
 	page := check("get_events", map[string]any{"task_id": id})
 	assert.NotEmpty(t, page["events"])
+	// describe_agent's answer as a client reads it; what it holds is
+	// tested against the Service in internal/task.
+	d := check("describe_agent", map[string]any{"agent": "fake", "workspace": ws})
+	assert.Nil(t, d["error"])
+	assert.Equal(t, "fake", d["agent"])
+	assert.NotNil(t, d["version"])
+	assert.Equal(t, []any{}, d["auth_methods"], "a list, never null")
 
 	// And a reply that breaks the schema is caught: the validation above
 	// is not vacuous.

@@ -17,6 +17,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/notify"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
@@ -46,15 +47,17 @@ var agentTimeouts = supervisor.Timeouts{
 // agentRig is a Service wired as in production, with the fake agent on PATH
 // under every agent's executable name.
 type agentRig struct {
-	svc *Service
-	sup *supervisor.Supervisor
-	bin string
+	svc     *Service
+	sup     *supervisor.Supervisor
+	bin     string
+	markers *notify.Markers // nil unless agentRigOptions.markers
 }
 
 type agentRigOptions struct {
 	requestTimeout time.Duration
 	timeouts       *supervisor.Timeouts
 	stderrCap      int64
+	markers        bool // completion markers in a private directory
 }
 
 func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
@@ -71,12 +74,24 @@ func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
 	}
 	sup := supervisor.New(supervisor.Config{Env: env, Timeouts: timeouts, Subreaper: true})
 	r := &agentRig{sup: sup, bin: bin}
-	r.svc = New(Config{
+	cfg := Config{
 		Store: store.New(), Agents: agents.NewRegistry(adapters...), Supervisor: sup,
 		Workspace: t.TempDir(), RequestTimeout: o.requestTimeout, StderrCap: o.stderrCap,
 		Getenv: func(k string) string { return lookupEnv(env, k) },
+	}
+	if o.markers {
+		uid := os.Geteuid()
+		r.markers = notify.Open(notify.Config{Base: filepath.Join(t.TempDir(), "markers"), UID: &uid})
+		require.True(t, r.markers.Enabled())
+		cfg.Markers = r.markers
+	}
+	r.svc = New(cfg)
+	t.Cleanup(func() {
+		require.NoError(t, r.svc.Shutdown(context.Background()))
+		if r.markers != nil {
+			_ = r.markers.Close()
+		}
 	})
-	t.Cleanup(func() { require.NoError(t, r.svc.Shutdown(context.Background())) })
 	return r
 }
 

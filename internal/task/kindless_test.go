@@ -1,4 +1,4 @@
-package mcpserver
+package task
 
 import (
 	"testing"
@@ -11,8 +11,8 @@ import (
 // the kind its tool call announced too: allowing "other" does not allow an
 // announced "execute".
 func TestKindlessRequestIsJudgedByTheAnnouncedKind(t *testing.T) {
-	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	r := newAgentRig(t, agentRigOptions{})
+	ws := agentWorkspace(t, nil)
 	options := []any{
 		map[string]any{"id": "y", "name": "Yes", "kind": "allow_once"},
 		map[string]any{"id": "n", "name": "No", "kind": "reject_once"},
@@ -24,7 +24,7 @@ func TestKindlessRequestIsJudgedByTheAnnouncedKind(t *testing.T) {
 		{"permission": map[string]any{"tool_call_id": "patch", "title": "apply_patch", "options": options}},
 		{"permission": map[string]any{"tool_call_id": "unannounced", "title": "?", "options": options}},
 	}
-	id := r.spawn(t, map[string]any{"prompt": script(steps...), "workspace": ws, "allow": []string{"other"}})
+	id := r.spawn(t, SpawnRequest{Prompt: script(steps...), Workspace: ws, Allow: []string{"other"}})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 	perms := r.events(t, id, "permission")
 	require.Len(t, perms, 3)

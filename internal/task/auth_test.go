@@ -1,4 +1,4 @@
-package mcpserver
+package task
 
 import (
 	"os"
@@ -36,11 +36,11 @@ var modelSelect = []any{
 // ACP's auth_required, the task fails with an error naming the agent's
 // auth methods, and its error event lists them.
 func TestAuthRequiredFailsTheTask(t *testing.T) {
-	r := newRig(t, rigOptions{})
+	r := newAgentRig(t, agentRigOptions{})
 	tests := []struct {
 		name    string
-		method  string // refused with auth_required
-		args    map[string]any
+		method  string       // refused with auth_required
+		req     SpawnRequest // model, session id
 		cfg     map[string]any
 		methods []any // the auth methods the error lists
 		sent    []string
@@ -51,11 +51,11 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 			sent: []string{"initialize", "session/new", "session/prompt"}},
 		{name: "set_config_option", method: "session/set_config_option",
 			cfg:  map[string]any{"config_options": modelSelect},
-			args: map[string]any{"model": "b"},
+			req:  SpawnRequest{Model: "b"},
 			sent: []string{"initialize", "session/new", "session/set_config_option"}},
 		{name: "load_session", method: "session/load",
 			cfg:  map[string]any{"load_session": true},
-			args: map[string]any{"session_id": "fake-0123"},
+			req:  SpawnRequest{SessionID: "fake-0123"},
 			sent: []string{"initialize", "session/load"}},
 		{name: "initialize", method: "initialize", methods: []any{},
 			sent: []string{"initialize"}},
@@ -66,12 +66,10 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 			for k, v := range tc.cfg {
 				cfg[k] = v
 			}
-			ws := workspace(t, cfg)
-			args := map[string]any{"prompt": "hello", "workspace": ws}
-			for k, v := range tc.args {
-				args[k] = v
-			}
-			id := r.spawn(t, args)
+			ws := agentWorkspace(t, cfg)
+			req := tc.req
+			req.Prompt, req.Workspace = "hello", ws
+			id := r.spawn(t, req)
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			msg, _ := got["error"].(string)
@@ -94,8 +92,8 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 	}
 
 	t.Run("an agent that lists none", func(t *testing.T) {
-		ws := workspace(t, map[string]any{"auth_required_in": []string{"new_session"}})
-		id := r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws})
+		ws := agentWorkspace(t, map[string]any{"auth_required_in": []string{"new_session"}})
+		id := r.spawn(t, SpawnRequest{Prompt: "hello", Workspace: ws})
 		got := r.wait(t, id)
 		assert.Equal(t, "failed", got["status"])
 		assert.Contains(t, got["error"], "in answer to new_session); it lists no auth methods; symm-mcp does not authenticate agents")
@@ -105,8 +103,8 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 	})
 
 	t.Run("another error carries no auth methods", func(t *testing.T) {
-		ws := workspace(t, map[string]any{"auth_methods": fakeAuthMethods, "fail_in": map[string]string{"session/new": "Authentication required"}})
-		id := r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws})
+		ws := agentWorkspace(t, map[string]any{"auth_methods": fakeAuthMethods, "fail_in": map[string]string{"session/new": "Authentication required"}})
+		id := r.spawn(t, SpawnRequest{Prompt: "hello", Workspace: ws})
 		got := r.wait(t, id)
 		assert.Equal(t, "failed", got["status"])
 		assert.NotContains(t, got["error"], "auth_required", "only the ACP code counts, never the agent's words")
@@ -120,29 +118,29 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 // from initialize, also when the agent then refuses session/new because it
 // wants them used, and an empty list when it lists none.
 func TestDescribeAgentShowsAuthMethods(t *testing.T) {
-	r := newRig(t, rigOptions{})
+	r := newAgentRig(t, agentRigOptions{})
 	t.Run("listed", func(t *testing.T) {
-		ws := workspace(t, map[string]any{"auth_methods": fakeAuthMethods})
-		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "fake", "workspace": ws})
+		ws := agentWorkspace(t, map[string]any{"auth_methods": fakeAuthMethods})
+		d := r.describe(t, "fake", ws)
 		assert.Nil(t, d["error"])
 		assert.Equal(t, wantAuthMethods, d["auth_methods"])
 	})
 	t.Run("listed and required", func(t *testing.T) {
-		ws := workspace(t, map[string]any{"auth_methods": fakeAuthMethods, "auth_required_in": []string{"new_session"}})
-		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "fake", "workspace": ws})
+		ws := agentWorkspace(t, map[string]any{"auth_methods": fakeAuthMethods, "auth_required_in": []string{"new_session"}})
+		d := r.describe(t, "fake", ws)
 		assert.Contains(t, d["error"], `agent requires authentication (ACP auth_required in answer to new_session); its auth methods: "login" (Log in)`)
 		assert.Equal(t, wantAuthMethods, d["auth_methods"])
 		assert.Nil(t, d["version"])
 	})
 	t.Run("none", func(t *testing.T) {
-		ws := workspace(t, nil)
-		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "fake", "workspace": ws})
+		ws := agentWorkspace(t, nil)
+		d := r.describe(t, "fake", ws)
 		assert.Nil(t, d["error"])
 		assert.Equal(t, []any{}, d["auth_methods"])
 	})
 	t.Run("not on PATH", func(t *testing.T) {
 		require.NoError(t, os.Remove(filepath.Join(r.bin, "cursor-agent")))
-		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "cursor", "workspace": workspace(t, nil)})
+		d := r.describe(t, "cursor", agentWorkspace(t, nil))
 		assert.NotNil(t, d["error"])
 		assert.Equal(t, []any{}, d["auth_methods"])
 	})

@@ -1,4 +1,4 @@
-package mcpserver
+package task
 
 import (
 	"testing"
@@ -12,8 +12,8 @@ import (
 // A request whose options name the agent's modes changes the mode, whatever
 // kind it claims: it is never granted, even with every kind allowed.
 func TestModeSwitchUnderAnotherKindIsNotGranted(t *testing.T) {
-	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{
+	r := newAgentRig(t, agentRigOptions{})
+	ws := agentWorkspace(t, map[string]any{
 		"modes": map[string]any{"current": "plan", "available": []any{
 			map[string]any{"id": "plan", "name": "Plan"}, map[string]any{"id": "default", "name": "Default"}}},
 	})
@@ -25,7 +25,7 @@ func TestModeSwitchUnderAnotherKindIsNotGranted(t *testing.T) {
 			map[string]any{"id": "ok", "name": "Yes", "kind": "allow_once"},
 			map[string]any{"id": "no", "name": "No", "kind": "reject_once"}}}},
 	}
-	id := r.spawn(t, map[string]any{"prompt": script(steps...), "workspace": ws, "allow": permission.Kinds})
+	id := r.spawn(t, SpawnRequest{Prompt: script(steps...), Workspace: ws, Allow: permission.Kinds})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 	perms := r.events(t, id, "permission")
 	require.Len(t, perms, 2)

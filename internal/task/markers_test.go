@@ -1,4 +1,4 @@
-package mcpserver
+package task
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,13 +16,13 @@ import (
 // notify_path (by its agent, say) neither blocks cancel_task nor takes
 // the marker's place: the marker is a regular file when the reply comes.
 func TestFIFOAtNotifyPathDoesNotHangCancel(t *testing.T) {
-	r := newRig(t, rigOptions{markers: true})
-	out := call(t, r.cs, "spawn_task", map[string]any{
-		"agent": "fake", "prompt": script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}),
-		"workspace": workspace(t, nil),
+	r := newAgentRig(t, agentRigOptions{markers: true})
+	out := r.spawnRecord(t, SpawnRequest{
+		Prompt:    script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}),
+		Workspace: agentWorkspace(t, nil),
 	})
 	id, p := out["task_id"].(string), out["notify_path"].(string)
-	waitForEvent(t, r, id, "agent_message")
+	r.waitForEvent(t, id, "agent_message")
 	require.NoError(t, syscall.Mkfifo(p, 0o600))
 	// Should the open block after all, a reader lets it go so that the
 	// test can end.
@@ -35,18 +34,19 @@ func TestFIFOAtNotifyPathDoesNotHangCancel(t *testing.T) {
 		}
 	})
 
-	done := make(chan *mcp.CallToolResult, 1)
+	type cancelled struct {
+		rec []byte
+		err error
+	}
+	done := make(chan cancelled, 1)
 	go func() {
-		res, err := r.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "cancel_task", Arguments: map[string]any{"task_id": id}})
-		if err != nil {
-			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
-		}
-		done <- res
+		rec, err := r.svc.Cancel(context.Background(), id)
+		done <- cancelled{rec, err}
 	}()
 	select {
-	case res := <-done:
-		require.False(t, res.IsError, "cancel_task: %s", text(res))
-		assert.Contains(t, text(res), `"status":"cancelled"`)
+	case c := <-done:
+		require.NoError(t, c.err, "cancel_task")
+		assert.Equal(t, "cancelled", decode(t, c.rec)["status"])
 	case <-time.After(20 * time.Second):
 		t.Fatal("cancel_task did not return: the marker's write blocked on the FIFO")
 	}

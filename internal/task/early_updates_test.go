@@ -1,4 +1,4 @@
-package mcpserver
+package task
 
 import (
 	"strconv"
@@ -14,11 +14,11 @@ import (
 // (They were held up to 10,000, and the rest dropped without a count.)
 func TestUpdatesBeforeTheSessionAreAllRecorded(t *testing.T) {
 	const n = 12_000
-	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{
+	r := newAgentRig(t, agentRigOptions{})
+	ws := agentWorkspace(t, map[string]any{
 		"new_session_steps": []any{map[string]any{"flood": map[string]any{"n": n, "tool_call_update_every": 1}}},
 	})
-	id := r.spawn(t, map[string]any{"prompt": script(map[string]any{"message": "in turn"}), "workspace": ws})
+	id := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"message": "in turn"}), Workspace: ws})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 
 	events := r.events(t, id)

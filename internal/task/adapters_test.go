@@ -1,6 +1,7 @@
-package mcpserver
+package task
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -17,11 +18,12 @@ import (
 // The adapters against their agents' true offers: the fake agent, launched
 // under each agent's executable name, offers what the real agent offered
 // after session/new (testdata/agents, captured by scripts/capture-offers;
-// cursor's is written by hand).
+// cursor's is written by hand). They were
+// tested through the MCP layer; what they show is the Service's.
 
-// offer is the fake agent's config impersonating an agent's captured
-// offer, as a map the tests can change before workspace writes it.
-func offer(t *testing.T, agent string) map[string]any {
+// agentOffer is the fake agent's config impersonating an agent's captured
+// offer, as a map the tests can change before agentWorkspace writes it.
+func agentOffer(t *testing.T, agent string) map[string]any {
 	t.Helper()
 	cfg, err := fakeagent.OfferConfigDir(filepath.Join("..", "..", "testdata", "agents", agent))
 	require.NoError(t, err)
@@ -32,15 +34,15 @@ func offer(t *testing.T, agent string) map[string]any {
 	return m
 }
 
-// options returns the offer's config options.
-func options(m map[string]any) []any {
+// offerOptions returns the offer's config options.
+func offerOptions(m map[string]any) []any {
 	opts, _ := m["config_options"].([]any)
 	return opts
 }
 
-// option returns the offer's config option id, or nil.
-func option(m map[string]any, id string) map[string]any {
-	for _, o := range options(m) {
+// offerOption returns the offer's config option id, or nil.
+func offerOption(m map[string]any, id string) map[string]any {
+	for _, o := range offerOptions(m) {
 		if o := o.(map[string]any); o["id"] == id {
 			return o
 		}
@@ -51,7 +53,7 @@ func option(m map[string]any, id string) map[string]any {
 // withoutOption removes config option id from the offer.
 func withoutOption(m map[string]any, id string) map[string]any {
 	var kept []any
-	for _, o := range options(m) {
+	for _, o := range offerOptions(m) {
 		if o.(map[string]any)["id"] != id {
 			kept = append(kept, o)
 		}
@@ -62,7 +64,7 @@ func withoutOption(m map[string]any, id string) map[string]any {
 
 // withOption adds a config option to the offer.
 func withOption(m map[string]any, o map[string]any) map[string]any {
-	m["config_options"] = append(options(m), o)
+	m["config_options"] = append(offerOptions(m), o)
 	return m
 }
 
@@ -78,7 +80,7 @@ func withoutValue(m map[string]any, value string) map[string]any {
 		}
 		modes["available"] = kept
 	}
-	for _, o := range options(m) {
+	for _, o := range offerOptions(m) {
 		o := o.(map[string]any)
 		vals, ok := o["options"].([]any)
 		if !ok {
@@ -95,8 +97,8 @@ func withoutValue(m map[string]any, value string) map[string]any {
 	return m
 }
 
-// values lists a select option's value ids.
-func values(o map[string]any) []any {
+// optionValues lists a select option's value ids.
+func optionValues(o map[string]any) []any {
 	var out []any
 	for _, v := range o["options"].([]any) {
 		out = append(out, v.(map[string]any)["value"])
@@ -152,25 +154,25 @@ const (
 // agent's offer, the exact ACP calls made before the prompt, in order, and
 // the failure that names a missing pin or an unoffered value.
 func TestAdaptersAgainstRealOffers(t *testing.T) {
-	r := newRig(t, rigOptions{})
+	r := newAgentRig(t, agentRigOptions{})
 	setup := []string{"initialize", "session/new"}
 	tests := []struct {
 		name  string
 		agent string
 		offer func(map[string]any) map[string]any // changes to the captured offer
-		args  map[string]any
-		calls []string // after initialize and session/new
-		error string   // "" when the task succeeds
-		argv  []string // the process's argv, when checked
+		req   SpawnRequest                        // allow, model, effort
+		calls []string                            // after initialize and session/new
+		error string                              // "" when the task succeeds
+		argv  []string                            // the process's argv, when checked
 	}{
 		// claude_code: starts in auto; the mode lives in modes and the select "mode".
-		{name: "claude pins default", agent: "claude_code", args: map[string]any{"allow": []string{"read"}},
+		{name: "claude pins default", agent: "claude_code", req: SpawnRequest{Allow: []string{"read"}},
 			calls: []string{"set_mode default", "set_config_option mode=default", "session/prompt"}},
-		{name: "claude model and effort", agent: "claude_code", args: map[string]any{"model": "sonnet", "effort": "high"},
+		{name: "claude model and effort", agent: "claude_code", req: SpawnRequest{Model: "sonnet", Effort: "high"},
 			calls: []string{"set_config_option model=sonnet", "set_config_option effort=high", "set_mode default", "set_config_option mode=default", "session/prompt"}},
-		{name: "claude effort value not offered", agent: "claude_code", args: map[string]any{"effort": "turbo"},
+		{name: "claude effort value not offered", agent: "claude_code", req: SpawnRequest{Effort: "turbo"},
 			error: `value "turbo" is not offered for setting "effort"`},
-		{name: "claude model value not offered", agent: "claude_code", args: map[string]any{"model": "gpt-5"},
+		{name: "claude model value not offered", agent: "claude_code", req: SpawnRequest{Model: "gpt-5"},
 			error: `value "gpt-5" is not offered for setting "model"`},
 		{name: "claude without the default mode", agent: "claude_code", offer: func(m map[string]any) map[string]any { return withoutValue(m, "default") },
 			error: `value "default" is not offered for setting "mode"`},
@@ -178,18 +180,18 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 		// codex 2.6.0: offers no reasoning_effort and no thought_level option.
 		{name: "codex pins read-only", agent: "codex",
 			calls: []string{"set_mode read-only", "set_config_option mode=read-only", "session/prompt"}},
-		{name: "codex model", agent: "codex", args: map[string]any{"model": "gpt-6.1-sol"},
+		{name: "codex model", agent: "codex", req: SpawnRequest{Model: "gpt-6.1-sol"},
 			calls: []string{"set_config_option model=gpt-6.1-sol", "set_mode read-only", "set_config_option mode=read-only", "session/prompt"}},
-		{name: "codex effort is not offered", agent: "codex", args: map[string]any{"model": "gpt-6.1-sol", "effort": "high"},
+		{name: "codex effort is not offered", agent: "codex", req: SpawnRequest{Model: "gpt-6.1-sol", Effort: "high"},
 			calls: []string{"set_config_option model=gpt-6.1-sol"}, error: `setting "reasoning_effort" is not offered`},
-		{name: "codex model ids with effort baked in are not its model values", agent: "codex", args: map[string]any{"model": "m[medium]"},
+		{name: "codex model ids with effort baked in are not its model values", agent: "codex", req: SpawnRequest{Model: "m[medium]"},
 			error: `value "m[medium]" is not offered for setting "model"`},
-		{name: "codex effort through a thought_level option", agent: "codex", args: map[string]any{"effort": "high"},
+		{name: "codex effort through a thought_level option", agent: "codex", req: SpawnRequest{Effort: "high"},
 			offer: func(m map[string]any) map[string]any {
 				return withOption(m, selectOption("thinking", "thought_level", "low", "low", "high"))
 			},
 			calls: []string{"set_config_option thinking=high", "set_mode read-only", "set_config_option mode=read-only", "session/prompt"}},
-		{name: "codex effort prefers reasoning_effort", agent: "codex", args: map[string]any{"effort": "high"},
+		{name: "codex effort prefers reasoning_effort", agent: "codex", req: SpawnRequest{Effort: "high"},
 			offer: func(m map[string]any) map[string]any {
 				withOption(m, selectOption("thinking", "thought_level", "low", "low", "high"))
 				return withOption(m, selectOption("reasoning_effort", "", "low", "low", "high"))
@@ -204,16 +206,16 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 		{name: "copilot from autopilot", agent: "copilot",
 			offer: func(m map[string]any) map[string]any {
 				m["modes"].(map[string]any)["current"] = copilotAutopilot
-				option(m, "mode")["currentValue"] = copilotAutopilot
-				option(m, "allow_all")["currentValue"] = "on"
+				offerOption(m, "mode")["currentValue"] = copilotAutopilot
+				offerOption(m, "allow_all")["currentValue"] = "on"
 				return m
 			},
 			calls: []string{"set_mode " + copilotAgent, "set_config_option mode=" + copilotAgent, "set_config_option allow_all=off", "session/prompt"}},
-		{name: "copilot model not offered", agent: "copilot", args: map[string]any{"model": "gpt-5"},
+		{name: "copilot model not offered", agent: "copilot", req: SpawnRequest{Model: "gpt-5"},
 			error: `setting "model" is not offered`},
-		{name: "copilot effort not offered", agent: "copilot", args: map[string]any{"effort": "low"},
+		{name: "copilot effort not offered", agent: "copilot", req: SpawnRequest{Effort: "low"},
 			error: `setting "reasoning_effort" is not offered`},
-		{name: "copilot with a model option", agent: "copilot", args: map[string]any{"model": "b"},
+		{name: "copilot with a model option", agent: "copilot", req: SpawnRequest{Model: "b"},
 			offer: func(m map[string]any) map[string]any {
 				return withOption(m, selectOption("model", "model", "a", "a", "b"))
 			},
@@ -224,7 +226,7 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 			error: `value "agent" is not offered for setting "mode"`},
 
 		// cline: effort is a launch flag; auto_approve a boolean.
-		{name: "cline model, effort flag and auto_approve", agent: "cline", args: map[string]any{"model": "gpt-4o", "effort": "high"},
+		{name: "cline model, effort flag and auto_approve", agent: "cline", req: SpawnRequest{Model: "gpt-4o", Effort: "high"},
 			argv:  []string{"cline", "--acp", "--thinking=high"},
 			calls: []string{"set_config_option model=gpt-4o", "set_config_option auto_approve=false (boolean)", "session/prompt"}},
 		{name: "cline plain", agent: "cline", argv: []string{"cline", "--acp"},
@@ -238,31 +240,29 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 			error: `value "false" is not offered for setting "auto_approve"`},
 
 		// cursor (hand-written offer): agent only when edit is allowed.
-		{name: "cursor with edit", agent: "cursor", args: map[string]any{"allow": []string{"read", "edit"}},
+		{name: "cursor with edit", agent: "cursor", req: SpawnRequest{Allow: []string{"read", "edit"}},
 			calls: []string{"set_mode agent", "session/prompt"}},
-		{name: "cursor without edit", agent: "cursor", args: map[string]any{"allow": []string{"read", "execute"}, "model": "model-a"},
+		{name: "cursor without edit", agent: "cursor", req: SpawnRequest{Allow: []string{"read", "execute"}, Model: "model-a"},
 			calls: []string{"set_config_option model=model-a", "set_mode plan", "session/prompt"}},
 		{name: "cursor without plan", agent: "cursor", offer: func(m map[string]any) map[string]any { return withoutValue(m, "plan") },
 			error: `value "plan" is not offered for setting "mode"`},
 
 		// opencode: no modes, only the select "mode".
-		{name: "opencode pins build", agent: "opencode", args: map[string]any{"model": "local/m"},
+		{name: "opencode pins build", agent: "opencode", req: SpawnRequest{Model: "local/m"},
 			calls: []string{"set_config_option model=local/m", "set_config_option mode=build", "session/prompt"}},
 		{name: "opencode without a mode option", agent: "opencode", offer: func(m map[string]any) map[string]any { return withoutOption(m, "mode") },
 			error: `setting "mode" is not offered`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := offer(t, tc.agent)
+			cfg := agentOffer(t, tc.agent)
 			if tc.offer != nil {
 				cfg = tc.offer(cfg)
 			}
-			ws := workspace(t, cfg)
-			args := map[string]any{"agent": tc.agent, "prompt": "p", "workspace": ws}
-			for k, v := range tc.args {
-				args[k] = v
-			}
-			id := r.spawn(t, args)
+			ws := agentWorkspace(t, cfg)
+			req := tc.req
+			req.Agent, req.Prompt, req.Workspace = tc.agent, "p", ws
+			id := r.spawn(t, req)
 			got := r.wait(t, id)
 			calls := acpCalls(t, ws)
 			require.GreaterOrEqual(t, len(calls), 2, "%v", calls)
@@ -292,9 +292,11 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 
 	t.Run("effort is refused for cursor and opencode", func(t *testing.T) {
 		for _, agent := range []string{"cursor", "opencode"} {
-			msg := callErr(t, r.cs, "spawn_task", map[string]any{"agent": agent, "prompt": "p", "effort": "high"})
-			assert.Contains(t, msg, "invalid_request: ")
-			assert.Contains(t, msg, "effort")
+			_, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: agent, Prompt: "p", Effort: "high"})
+			var te *Error
+			require.ErrorAs(t, err, &te)
+			assert.Equal(t, InvalidRequest, te.Code)
+			assert.Contains(t, te.Message, "effort")
 		}
 	})
 }
@@ -307,30 +309,57 @@ func toStrings(v []any) []string {
 	return out
 }
 
+// describe runs Describe and returns describe_agent's answer.
+func (r *agentRig) describe(t *testing.T, agent, ws string) map[string]any {
+	t.Helper()
+	b, err := r.svc.Describe(context.Background(), agent, ws)
+	require.NoError(t, err)
+	return decode(t, b)
+}
+
 // TestOpencodeConfigurationReachesNoAgent: a non-object
 // OPENCODE_CONFIG_CONTENT fails the task before launch, and describe_agent,
 // naming the variable.
 func TestOpencodeConfigurationReachesNoAgent(t *testing.T) {
 	t.Setenv(agents.OpencodeConfigVar, `["not an object"]`)
-	r := newRig(t, rigOptions{})
-	ws := workspace(t, offer(t, "opencode"))
-	out := call(t, r.cs, "spawn_task", map[string]any{"agent": "opencode", "prompt": "p", "workspace": ws})
+	r := newAgentRig(t, agentRigOptions{})
+	ws := agentWorkspace(t, agentOffer(t, "opencode"))
+	out := r.spawnRecord(t, SpawnRequest{Agent: "opencode", Prompt: "p", Workspace: ws})
 	assert.Equal(t, "failed", out["status"])
 	assert.Contains(t, out["error"], "OPENCODE_CONFIG_CONTENT must hold a JSON object")
-	assert.Equal(t, []string{"task_created", "status_changed", "error", "status_changed"}, typesOf(r.events(t, out["task_id"].(string))))
+	assert.Equal(t, []string{"task_created", "status_changed", "error", "status_changed"}, types(r.events(t, out["task_id"].(string))))
 	assert.Empty(t, requests(t, ws), "no agent was launched")
 
-	d := call(t, r.cs, "describe_agent", map[string]any{"agent": "opencode", "workspace": ws})
+	d := r.describe(t, "opencode", ws)
 	assert.Contains(t, d["error"], "OPENCODE_CONFIG_CONTENT must hold a JSON object")
 	assert.Nil(t, d["version"])
 	assert.Empty(t, requests(t, ws), "describe_agent launched nothing either")
+}
+
+// TestOpencodeConfigNotAnObjectFailsBeforeLaunch: the same, against the
+// fake supervisor: nothing is started.
+func TestOpencodeConfigNotAnObjectFailsBeforeLaunch(t *testing.T) {
+	r := newRig(t, func(c *Config) {
+		c.Getenv = func(k string) string {
+			if k == agents.OpencodeConfigVar {
+				return `["not", "an", "object"]`
+			}
+			return ""
+		}
+	})
+	b, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: "opencode", Prompt: "p"})
+	require.NoError(t, err)
+	out := decode(t, b)
+	assert.Equal(t, "failed", out["status"])
+	assert.Contains(t, out["error"], agents.OpencodeConfigVar)
+	assert.Empty(t, r.sup.Started, "nothing was launched")
 }
 
 // TestDescribeAgentAgainstRealOffers: describe_agent under each of the six
 // names reports the agent's version, resume support, model and effort
 // offers and whether each pin is available, and creates no task.
 func TestDescribeAgentAgainstRealOffers(t *testing.T) {
-	r := newRig(t, rigOptions{})
+	r := newAgentRig(t, agentRigOptions{})
 	str := func(s string) *string { return &s }
 	type offerWant struct {
 		current *string
@@ -347,37 +376,37 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 		{agent: "claude_code", version: "0.101.0",
 			model:  &offerWant{str("default"), []any{"default", "opus", "fable", "sonnet", "haiku"}},
 			effort: &offerWant{str("default"), []any{"default", "low", "medium", "high", "xhigh", "max"}},
-			pins:   []any{pin("mode", "default", true)}},
+			pins:   []any{wantPin("mode", "default", true)}},
 		{agent: "codex", version: "2.6.0",
 			model: &offerWant{current: str("m")},
-			pins:  []any{pin("mode", "read-only", true)},
-			auth: []any{auth("api-key", "API Key", "Use an API key to authenticate"),
-				auth("chat-gpt", "ChatGPT", "Use ChatGPT to authenticate")}},
+			pins:  []any{wantPin("mode", "read-only", true)},
+			auth: []any{authMethod("api-key", "API Key", "Use an API key to authenticate"),
+				authMethod("chat-gpt", "ChatGPT", "Use ChatGPT to authenticate")}},
 		{agent: "copilot", version: "1.0.102",
-			pins: []any{pin("mode", "agent", true), pin("allow_all", "off", true)},
-			auth: []any{auth("copilot-login", "Log in with Copilot CLI", "Run `copilot login` in the terminal")}},
+			pins: []any{wantPin("mode", "agent", true), wantPin("allow_all", "off", true)},
+			auth: []any{authMethod("copilot-login", "Log in with Copilot CLI", "Run `copilot login` in the terminal")}},
 		{agent: "cline", version: "3.0.65",
 			model:  &offerWant{str("gpt-4o"), []any{"gpt-4o"}},
 			effort: &offerWant{nil, []any{"none", "low", "medium", "high", "xhigh"}},
-			pins:   []any{pin("auto_approve", "false", true)},
-			auth: []any{auth("cline", "Sign in with Cline", nil), auth("cline-pass", "Sign in with ClinePass", nil),
-				auth("openai-codex", "Sign in with ChatGPT Subscription", nil)}},
+			pins:   []any{wantPin("auto_approve", "false", true)},
+			auth: []any{authMethod("cline", "Sign in with Cline", nil), authMethod("cline-pass", "Sign in with ClinePass", nil),
+				authMethod("openai-codex", "Sign in with ChatGPT Subscription", nil)}},
 		{agent: "cursor", version: "handwritten",
 			model: &offerWant{str("auto"), []any{"auto", "model-a", "model-b"}},
-			pins:  []any{pin("mode", "plan", true), pin("mode", "agent", true)}},
+			pins:  []any{wantPin("mode", "plan", true), wantPin("mode", "agent", true)}},
 		{agent: "opencode", version: "1.18.33",
 			model: &offerWant{current: str("local/m")},
-			pins:  []any{pin("mode", "build", true)},
-			auth:  []any{auth("opencode-login", "Login with opencode", "Run `opencode auth login` in the terminal")}},
+			pins:  []any{wantPin("mode", "build", true)},
+			auth:  []any{authMethod("opencode-login", "Login with opencode", "Run `opencode auth login` in the terminal")}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.agent, func(t *testing.T) {
-			cfg := offer(t, tc.agent)
+			cfg := agentOffer(t, tc.agent)
 			if tc.model != nil && tc.model.values == nil {
-				tc.model.values = values(option(cfg, "model"))
+				tc.model.values = optionValues(offerOption(cfg, "model"))
 			}
-			ws := workspace(t, cfg)
-			d := call(t, r.cs, "describe_agent", map[string]any{"agent": tc.agent, "workspace": ws})
+			ws := agentWorkspace(t, cfg)
+			d := r.describe(t, tc.agent, ws)
 			assert.Nil(t, d["error"])
 			assert.Equal(t, tc.agent, d["agent"])
 			assert.Equal(t, tc.version, d["version"])
@@ -405,40 +434,43 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 			assert.Equal(t, []string{"initialize", "session/new"}, methods(requests(t, ws)), "describe stops after session/new")
 		})
 	}
-	assert.Empty(t, call(t, r.cs, "list_tasks", map[string]any{})["tasks"], "describe_agent creates no task")
+	list, err := r.svc.ListTasks(ListRequest{})
+	require.NoError(t, err)
+	assert.Empty(t, list.Tasks, "describe_agent creates no task")
 
 	t.Run("a pin the agent does not offer is unavailable", func(t *testing.T) {
-		ws := workspace(t, withoutOption(offer(t, "copilot"), "allow_all"))
-		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "copilot", "workspace": ws})
+		ws := agentWorkspace(t, withoutOption(agentOffer(t, "copilot"), "allow_all"))
+		d := r.describe(t, "copilot", ws)
 		assert.Nil(t, d["error"])
-		assert.Equal(t, []any{pin("mode", "agent", true), pin("allow_all", "off", false)}, d["pins"])
+		assert.Equal(t, []any{wantPin("mode", "agent", true), wantPin("allow_all", "off", false)}, d["pins"])
 	})
 	t.Run("the session/new error, such as a login the agent needs", func(t *testing.T) {
-		cfg := offer(t, "codex")
+		cfg := agentOffer(t, "codex")
 		cfg["fail_in"] = map[string]any{"session/new": "Authentication required"}
-		ws := workspace(t, cfg)
-		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "codex", "workspace": ws})
+		ws := agentWorkspace(t, cfg)
+		d := r.describe(t, "codex", ws)
 		assert.Contains(t, d["error"], "Authentication required")
 		assert.Nil(t, d["version"])
 		assert.Nil(t, d["model"])
 	})
 	t.Run("ACP auth_required in session/new names the auth methods", func(t *testing.T) {
-		cfg := offer(t, "codex")
+		cfg := agentOffer(t, "codex")
 		cfg["auth_required_in"] = []string{"session/new"}
-		ws := workspace(t, cfg)
-		d := call(t, r.cs, "describe_agent", map[string]any{"agent": "codex", "workspace": ws})
+		ws := agentWorkspace(t, cfg)
+		d := r.describe(t, "codex", ws)
 		assert.Contains(t, d["error"], `its auth methods: "api-key" (API Key), "chat-gpt" (ChatGPT)`)
 		assert.Len(t, d["auth_methods"], 2)
 		assert.Nil(t, d["version"])
 	})
 }
 
-// auth is one auth method as describe_agent shows it.
-func auth(id, name string, description any) map[string]any {
+// authMethod is one auth method as describe_agent shows it.
+func authMethod(id, name string, description any) map[string]any {
 	return map[string]any{"id": id, "name": name, "description": description}
 }
 
-func pin(setting, value string, available bool) map[string]any {
+// wantPin is one pin as describe_agent shows it.
+func wantPin(setting, value string, available bool) map[string]any {
 	return map[string]any{"setting": setting, "value": value, "available": available}
 }
 
@@ -452,11 +484,11 @@ func agentExecutable(t *testing.T, agent string) string {
 // TestDescribeAgentMissingExecutable: an agent not on PATH is described by
 // an error naming its executable, and nothing else.
 func TestDescribeAgentMissingExecutable(t *testing.T) {
-	r := newRig(t, rigOptions{})
+	r := newAgentRig(t, agentRigOptions{})
 	for _, a := range agents.DefaultAdapters() {
 		t.Run(a.Name, func(t *testing.T) {
 			require.NoError(t, os.Remove(filepath.Join(r.bin, a.Executable)))
-			d := call(t, r.cs, "describe_agent", map[string]any{"agent": a.Name})
+			d := r.describe(t, a.Name, "")
 			assert.Contains(t, d["error"], fmt.Sprintf("%q not found", a.Executable))
 			assert.Nil(t, d["path"])
 			for _, k := range []string{"version", "can_resume", "model", "effort"} {
