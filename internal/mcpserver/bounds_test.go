@@ -258,120 +258,23 @@ func TestEventsMaxBytes(t *testing.T) {
 // character would show.
 var huge = strings.Repeat("é", 9<<20/2)
 
-// TestOversizeUpdatesAreCapped: whatever an agent sends, an event stores
-// at most 1 MiB; a larger field becomes a preview with truncated and
-// length, and every page can be read and paged past.
-func TestOversizeUpdatesAreCapped(t *testing.T) {
-	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
-		{"plan": []map[string]any{{"content": huge, "priority": "high", "status": "pending"}}},
-		{"raw_update": map[string]any{"sessionUpdate": "mystery_update", "blob": huge}},
-		{"raw_update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]any{"type": "image", "mimeType": "image/png", "data": huge}}},
-		{"tool_call": map[string]any{"toolCallId": "t1", "title": huge, "kind": "read", "status": "pending"}},
-		{"message": huge},
-		{"message": "done"},
-	}}})
-	id := r.spawn(t, map[string]any{"prompt": "go", "workspace": ws})
-	require.Equal(t, "succeeded", r.wait(t, id)["status"])
-
-	events := allRawEvents(t, r.cs, id)
-	byType := map[string][]map[string]any{}
-	var text strings.Builder
-	for _, raw := range events {
-		require.LessOrEqual(t, len(raw), store.MaxEventBytes, "%.200s", raw)
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(raw, &m))
-		typ := m["type"].(string)
-		byType[typ] = append(byType[typ], m)
-		if typ == "agent_message" {
-			text.WriteString(m["text"].(string))
-		}
-	}
-	preview := func(t *testing.T, v any) {
-		t.Helper()
-		p, ok := v.(map[string]any)
-		require.True(t, ok, "a preview, not %T", v)
-		assert.Equal(t, true, p["truncated"])
-		s := p["preview"].(string)
-		assert.True(t, utf8.ValidString(s))
-		assert.Equal(t, store.PreviewChars, utf8.RuneCountInString(s))
-		assert.Greater(t, p["length"].(float64), float64(len(huge)/2), "length counts the whole field's characters")
-	}
-	require.Len(t, byType["plan"], 1)
-	preview(t, byType["plan"][0]["entries"])
-	var updates []string
-	for _, u := range byType["agent_update"] {
-		updates = append(updates, u["update_type"].(string))
-		if u["update_type"] == "mystery_update" || u["update_type"] == "agent_message_chunk" {
-			preview(t, u["data"])
-		}
-	}
-	assert.Subset(t, updates, []string{"mystery_update", "agent_message_chunk"})
-	require.Len(t, byType["tool_call"], 1)
-	tc := byType["tool_call"][0]
-	preview(t, tc["title"])
-	assert.Equal(t, "t1", tc["tool_call_id"], "small fields stay as they were")
-	assert.Equal(t, "read", tc["kind"])
-	assert.Equal(t, huge+"done", text.String(), "message text is kept whole, in events of at most 64 KiB")
-}
-
-// TestLargePromptIsPreviewed: a prompt over 64 KiB goes whole to the agent,
-// and every task record carries its first 500 characters with its length
-// and SHA-256; a small prompt is returned as it is, with no new field.
-func TestLargePromptIsPreviewed(t *testing.T) {
-	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{{"message": "read it"}}}})
+// TestLargePromptReplyIsSmall: spawn_task's reply to a prompt over
+// 64 KiB stays small and carries the prompt's preview, length and SHA-256
+// (every record does, and the agent gets the whole prompt: tested against
+// the Service in internal/task).
+func TestLargePromptReplyIsSmall(t *testing.T) {
+	l := newLedger(t)
 	prompt := "ab" + huge
 	sum := sha256.Sum256([]byte(prompt))
-	want := map[string]any{
-		"prompt":           string([]rune(prompt)[:store.PromptPreviewChars]),
-		"prompt_length":    float64(utf8.RuneCountInString(prompt)),
-		"prompt_sha256":    hex.EncodeToString(sum[:]),
-		"prompt_truncated": true,
-	}
-	check := func(t *testing.T, tool string, rec map[string]any) {
-		t.Helper()
-		for k, v := range want {
-			assert.Equal(t, v, rec[k], "%s: %s", tool, k)
-		}
-	}
-	w := newRawClient(t, r.svc)
-	line, txt := w.toolText(t, "spawn_task", map[string]any{"agent": "fake", "prompt": prompt, "workspace": ws})
+	w := newRawClient(t, l.svc)
+	line, txt := w.toolText(t, "spawn_task", map[string]any{"agent": "codex", "prompt": prompt, "workspace": l.ws})
 	assert.Less(t, len(line), 64<<10, "the reply is small")
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal([]byte(txt), &rec))
-	check(t, "spawn_task", rec)
-	id := rec["task_id"].(string)
-	check(t, "get_task", r.wait(t, id))
-	check(t, "cancel_task", call(t, r.cs, "cancel_task", map[string]any{"task_id": id}))
-	check(t, "resolve_task", call(t, r.cs, "resolve_task", map[string]any{"task_id": id, "resolution": "accepted"}))
-	for _, s := range call(t, r.cs, "list_tasks", map[string]any{})["tasks"].([]any) {
-		assert.NotContains(t, s, "prompt", "summaries carry no prompt")
-	}
-
-	var got []string
-	for _, req := range requests(t, ws) {
-		if req["method"] != "session/prompt" {
-			continue
-		}
-		for _, b := range req["params"].(map[string]any)["prompt"].([]any) {
-			got = append(got, b.(map[string]any)["text"].(string))
-		}
-	}
-	require.Len(t, got, 1)
-	gotSum := sha256.Sum256([]byte(got[0]))
-	assert.Equal(t, want["prompt_sha256"], hex.EncodeToString(gotSum[:]), "the agent received the whole prompt")
-	assert.Equal(t, len(prompt), len(got[0]))
-
-	t.Run("small prompt unchanged", func(t *testing.T) {
-		small := strings.Repeat("é", store.MaxPromptBytes/2) // exactly 64 KiB
-		id := r.spawn(t, map[string]any{"prompt": small, "workspace": ws})
-		rec := r.wait(t, id)
-		assert.Equal(t, small, rec["prompt"])
-		for _, k := range []string{"prompt_length", "prompt_sha256", "prompt_truncated"} {
-			assert.NotContains(t, rec, k)
-		}
-	})
+	assert.Equal(t, string([]rune(prompt)[:store.PromptPreviewChars]), rec["prompt"])
+	assert.Equal(t, float64(utf8.RuneCountInString(prompt)), rec["prompt_length"])
+	assert.Equal(t, hex.EncodeToString(sum[:]), rec["prompt_sha256"])
+	assert.Equal(t, true, rec["prompt_truncated"])
 }
 
 // TestListTasksPages: list_tasks pages newest first with limit and an
@@ -469,52 +372,6 @@ func TestListTasksPages(t *testing.T) {
 		}
 		msg := callErr(t, l.cs, "list_tasks", map[string]any{"limit": 0})
 		assert.Contains(t, msg, "validating")
-	})
-}
-
-// TestAgentReportsIntoRecordsAreBounded: what an agent reports into the
-// task record (usage, an error message, its session id) cannot make the
-// record large: a large usage is kept as a preview, an error is cut after
-// 1,000 characters (its error event keeps more), an outsized session id
-// is refused.
-func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
-	r := newRig(t, rigOptions{})
-	small := func(t *testing.T, id string) map[string]any {
-		t.Helper()
-		res, err := r.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "get_task", Arguments: map[string]any{"task_id": id}})
-		require.NoError(t, err)
-		assert.Less(t, len(text(res)), 64<<10, "the record is small")
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal([]byte(text(res)), &rec))
-		return rec
-	}
-	t.Run("usage", func(t *testing.T) {
-		ws := workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
-			{"raw_update": map[string]any{"sessionUpdate": "usage_update", "used": 1, "size": 2, "blob": huge}},
-		}}})
-		id := r.spawn(t, map[string]any{"prompt": "go", "workspace": ws})
-		require.Equal(t, "succeeded", r.wait(t, id)["status"])
-		u, ok := small(t, id)["usage"].(map[string]any)
-		require.True(t, ok)
-		assert.Equal(t, true, u["truncated"])
-		assert.Greater(t, u["length"].(float64), float64(len(huge)/2))
-	})
-	t.Run("error", func(t *testing.T) {
-		ws := workspace(t, map[string]any{"fail_in": map[string]any{"session/prompt": huge}})
-		id := r.spawn(t, map[string]any{"prompt": "go", "workspace": ws})
-		require.Equal(t, "failed", r.wait(t, id)["status"])
-		msg := small(t, id)["error"].(string)
-		assert.Contains(t, msg, "[cut: the message has ")
-		assert.LessOrEqual(t, utf8.RuneCountInString(msg), store.MaxErrorChars+100)
-		errs := r.events(t, id, "error")
-		require.NotEmpty(t, errs)
-	})
-	t.Run("session id", func(t *testing.T) {
-		l := newLedger(t)
-		id, run := l.spawn(t, nil)
-		err := run.Sink.(acpsession.Sink).SessionStarted(strings.Repeat("s", task.MaxSessionIDBytes+1), false)
-		require.Error(t, err)
-		assert.Nil(t, call(t, l.cs, "get_task", map[string]any{"task_id": id})["session_id"])
 	})
 }
 

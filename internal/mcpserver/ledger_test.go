@@ -296,25 +296,9 @@ func TestTaskLifecycle(t *testing.T) {
 	assert.Equal(t, before["cursor"], after["cursor"])
 }
 
-// The outcomes, start failures, cancel, shutdown and stop races are tested
-// against the service in internal/task.
-
-func TestOpencodeConfigNotAnObjectFailsBeforeLaunch(t *testing.T) {
-	sup := tasktest.New()
-	ws := t.TempDir()
-	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: sup, Workspace: ws,
-		Getenv: func(k string) string {
-			if k == agents.OpencodeConfigVar {
-				return `["not", "an", "object"]`
-			}
-			return ""
-		}})
-	cs := connect(t, svc)
-	out := call(t, cs, "spawn_task", map[string]any{"agent": "opencode", "prompt": "p"})
-	assert.Equal(t, "failed", out["status"])
-	assert.Contains(t, out["error"], agents.OpencodeConfigVar)
-	assert.Empty(t, sup.Started, "nothing was launched")
-}
+// The outcomes, start failures, cancel, shutdown, stop races, the opencode
+// configuration and waits that end with their context are tested against
+// the service in internal/task.
 
 func TestPagingThroughMCP(t *testing.T) {
 	l := newLedger(t)
@@ -431,24 +415,6 @@ func TestWaitTasks(t *testing.T) {
 			t.Fatal("wait_tasks did not wake")
 		}
 	})
-}
-
-func TestWaitEndsWhenTheClientGoesAway(t *testing.T) {
-	l := newLedger(t)
-	id, _ := l.spawn(t, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := l.svc.Wait(ctx, []string{id}, 30*time.Second)
-		errc <- err
-	}()
-	cancel()
-	select {
-	case err := <-errc:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(10 * time.Second):
-		t.Fatal("wait did not end with its context")
-	}
 }
 
 func TestListNewestFirst(t *testing.T) {

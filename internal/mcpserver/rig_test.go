@@ -68,16 +68,11 @@ var testTimeouts = supervisor.Timeouts{
 type rig struct {
 	svc     *task.Service
 	cs      *mcp.ClientSession
-	sup     *supervisor.Supervisor
 	markers *notify.Markers
-	bin     string
 }
 
 type rigOptions struct {
-	requestTimeout time.Duration
-	timeouts       *supervisor.Timeouts
-	markers        bool
-	stderrCap      int64
+	markers bool
 }
 
 func newRig(t *testing.T, o rigOptions) *rig {
@@ -88,16 +83,11 @@ func newRig(t *testing.T, o rigOptions) *rig {
 		require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
 	}
 	env := append(withoutEnv(os.Environ(), "PATH", fakeagent.ConfigEnv), "PATH="+bin)
-	timeouts := testTimeouts
-	if o.timeouts != nil {
-		timeouts = *o.timeouts
-	}
-	sup := supervisor.New(supervisor.Config{Env: env, Timeouts: timeouts, Subreaper: true})
-	r := &rig{sup: sup, bin: bin}
+	sup := supervisor.New(supervisor.Config{Env: env, Timeouts: testTimeouts, Subreaper: true})
+	r := &rig{}
 	cfg := task.Config{
 		Store: store.New(), Agents: agents.NewRegistry(adapters...), Supervisor: sup,
-		Workspace: t.TempDir(), RequestTimeout: o.requestTimeout, StderrCap: o.stderrCap,
-		Getenv: func(k string) string { return lookupEnv(env, k) },
+		Workspace: t.TempDir(), Getenv: func(k string) string { return lookupEnv(env, k) },
 	}
 	if o.markers {
 		uid := os.Geteuid()
