@@ -5,7 +5,7 @@
 // at an unused loopback port, sends initialize and session/new as symm-mcp
 // does, and writes the raw result objects to
 // testdata/agents/<agent>/initialize.json and new_session.json. Unit tests drive each adapter against these offers
-// through the fake agent (internal/mcpserver/adapters_test.go).
+// through the fake agent (internal/task/adapters_test.go).
 //
 //	scripts/install-agents.sh && go run ./scripts/capture-offers
 //	go run ./scripts/capture-offers -agents codex,cline -bare
