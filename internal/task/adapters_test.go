@@ -18,8 +18,7 @@ import (
 // The adapters against their agents' true offers: the fake agent, launched
 // under each agent's executable name, offers what the real agent offered
 // after session/new (testdata/agents, captured by scripts/capture-offers;
-// cursor's is written by hand). They were
-// tested through the MCP layer; what they show is the Service's.
+// cursor's is written by hand).
 
 // agentOffer is the fake agent's config impersonating an agent's captured
 // offer, as a map the tests can change before agentWorkspace writes it.
