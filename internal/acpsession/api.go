@@ -104,14 +104,19 @@ type Setting struct {
 	// Category, when no id matched, selects the first config option of this
 	// category (e.g. "thought_level").
 	Category string
-	// Mode makes the setting a session mode too: it is set with
-	// session/set_mode when the agent lists modes, and through a config
-	// option as well when one matches.
+	// Mode makes the setting a session mode: it is set through a config
+	// option (ConfigIDs, else Category, else the option of category
+	// "mode") when one offers the value, else with session/set_mode when
+	// the agent lists the mode. ACP's v2 draft removes set_mode, so the
+	// option is preferred when both are offered.
 	Mode bool
 	// Value is the select value or mode id. An offered id equal to Value, or
 	// ending in "#"+Value, matches.
 	Value string
-	// Bool is set for a boolean config option; Value is then unused.
+	// Bool is set for a boolean setting; Value is then unused. A boolean
+	// config option takes it as is; a select that renders it takes the
+	// value id "false", "off" or "disabled" (for false) or "true", "on" or
+	// "enabled" (for true), case ignored.
 	Bool *bool
 	// Pin marks an adapter pin: it must be in force in the agent's final
 	// answer before the prompt is sent.

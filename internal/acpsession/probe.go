@@ -84,7 +84,7 @@ func (p *Probe) AuthMethods() []AuthMethod {
 // the values it accepts, from the config option that would carry it, else
 // from the session modes. ok is false when the agent offers neither.
 func (r ProbeResult) Offered(st Setting) (current *string, values []string, ok bool) {
-	if opt := r.offer.find(st.ConfigIDs, st.Category); opt != nil {
+	if opt := r.offer.find(st.ConfigIDs, st.category()); opt != nil {
 		values = opt.values()
 		if opt.Type == "boolean" {
 			values = []string{"false", "true"}
@@ -110,20 +110,8 @@ func (r ProbeResult) Offered(st Setting) (current *string, values []string, ok b
 // Available reports whether the agent offers a setting with its value, as
 // Run would need to apply it.
 func (r ProbeResult) Available(st Setting) bool {
-	if st.Mode && r.offer.hasModes {
-		if _, ok := matchID(r.offer.modes, st.Value); ok && st.Bool == nil {
-			return true
-		}
-	}
-	opt := r.offer.find(st.ConfigIDs, st.Category)
-	if opt == nil {
-		return false
-	}
-	if st.Bool != nil {
-		return opt.Type == "boolean"
-	}
-	_, ok := matchID(opt.values(), st.Value)
-	return ok && opt.Type != "boolean"
+	a, _ := resolve(&r.offer, st)
+	return a.modeID != "" || a.optionID != ""
 }
 
 // discard is the probe's sink: a probe records nothing.
