@@ -85,13 +85,34 @@ type Sink interface {
 	// that). An error means the decision could not be recorded; the
 	// session then answers cancelled and fails its turn.
 	Permission(f PermissionFields) (recorded PermissionFields, err error)
-	// SessionStarted records the agent's session id.
-	SessionStarted(id string, resumed bool) error
-	// Usage keeps the latest usage the agent reported (raw JSON).
-	Usage(raw json.RawMessage)
+	// SessionStarted records the agent's session id, and how an earlier
+	// session was taken up (ResumedBy "" for a new one).
+	SessionStarted(id string, by ResumedBy) error
+	// Usage records one usage report of the agent (a usage event) and
+	// keeps its figures as the latest.
+	Usage(f UsageFields) error
+	// Title keeps the session's title as the agent last named it.
+	Title(c TitleChange) error
+	// SessionClosed records the agent's answer to session/close: ok, or
+	// the error message. It is never a failure of the task.
+	SessionClosed(ok bool, message string) error
 	// Flush records pending text now (turn end).
 	Flush()
 }
+
+// ResumedBy says how a task took up an earlier session.
+type ResumedBy string
+
+// How a session was taken up.
+const (
+	// NewSession: no earlier session; session/new made one.
+	NewSession ResumedBy = ""
+	// ResumedByResume: session/resume, which replays no history (the agent
+	// advertised sessionCapabilities.resume).
+	ResumedByResume ResumedBy = "resume"
+	// ResumedByLoad: session/load, whose replayed history is dropped.
+	ResumedByLoad ResumedBy = "load"
+)
 
 // Setting is one session setting to apply before the prompt: a caller's
 // choice (model, effort) or an adapter's pin.
@@ -129,8 +150,12 @@ type Params struct {
 	Cwd string
 	// Prompt is sent as one text block.
 	Prompt string
-	// ResumeID, when set, loads that session instead of creating one.
+	// ResumeID, when set, takes up that session (session/resume when the
+	// agent offers it, else session/load) instead of creating one.
 	ResumeID string
+	// KeepOpen: no session/close, even when the agent offers it (an agent
+	// whose closed sessions no longer resume).
+	KeepOpen bool
 	// Settings are applied in order: caller choices first, then pins.
 	Settings []Setting
 	// Allow lists the ACP tool kinds approved for this task.

@@ -697,8 +697,8 @@ func TestUpdateMapping(t *testing.T) {
 		}
 	}
 	require.Len(t, usages, 2)
-	assert.Equal(t, `{"sessionUpdate":"usage_update","used":10,"size":100,"_meta":{"x":1}}`, usages[0])
-	assert.JSONEq(t, `{"inputTokens":5,"outputTokens":7,"totalTokens":12}`, usages[1], "the prompt result's usage")
+	assert.Equal(t, `{"source":"usage_update","context":{"used":10,"size":100}}`, usages[0])
+	assert.JSONEq(t, `{"source":"prompt_response","input_tokens":5,"output_tokens":7,"total_tokens":12}`, usages[1], "the prompt result's usage")
 	assert.NotContains(t, h.logs.String(), "level=ERROR")
 	assert.NotContains(t, h.logs.String(), "level=WARN")
 }
@@ -754,6 +754,7 @@ func TestUpdatesAroundTheTurn(t *testing.T) {
 		"flush", // the prompt response
 		"text:late",
 		"event:session_info_update",
+		"title", // read from it
 		"flush", // EOF
 	}, kinds)
 	assert.Empty(t, h.sink.events(EventToolCall), "other sessions' updates are dropped")

@@ -339,7 +339,7 @@ func (s *Session) observeResponse(env *envelope) {
 		s.apply(factAuthRefused{text: string(env.Error)})
 	}
 	switch req.method {
-	case acp.AgentMethodSessionNew, acp.AgentMethodSessionLoad:
+	case acp.AgentMethodSessionNew, acp.AgentMethodSessionLoad, acp.AgentMethodSessionResume:
 		var r struct {
 			SessionID string          `json:"sessionId"`
 			Modes     *modesOffer     `json:"modes"`
@@ -384,7 +384,7 @@ func (s *Session) observeResponse(env *envelope) {
 			_ = json.Unmarshal(env.Result, &r)
 			f.ans.stopReason = r.StopReason
 			if present(r.Usage) {
-				f.usage = r.Usage
+				f.usage = usageFromPrompt(r.Usage)
 			}
 		}
 		s.feed(f)

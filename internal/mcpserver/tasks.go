@@ -181,8 +181,9 @@ type listArgs struct {
 }
 
 type listOut struct {
-	Tasks      []store.Summary `json:"tasks"`
-	NextCursor *string         `json:"next_cursor" jsonschema:"pass as cursor for older tasks; null on the last page"`
+	Tasks      []store.Summary  `json:"tasks"`
+	NextCursor *string          `json:"next_cursor" jsonschema:"pass as cursor for older tasks; null on the last page"`
+	UsageTotal store.UsageTotal `json:"usage_total" jsonschema:"the usage of the tasks on this page, each session counted once (its latest figures), cost summed per currency"`
 }
 
 var listTasksTool = toolDef[listArgs]{
@@ -204,7 +205,8 @@ func (h handlers) listTasks(_ context.Context, a listArgs) (json.RawMessage, err
 	if err != nil {
 		return nil, err
 	}
-	return object(member{"tasks", array(p.Tasks)}, member{"next_cursor", jsonValue(p.NextCursor)}), nil
+	return object(member{"tasks", array(p.Tasks)}, member{"next_cursor", jsonValue(p.NextCursor)},
+		member{"usage_total", jsonValue(p.UsageTotal)}), nil
 }
 
 // --- resolve_task
