@@ -60,10 +60,13 @@ type Session struct {
 	pending pending // the wire's requests in flight
 
 	cancelTurn chan struct{} // closed by the first Cancel: session/cancel is wanted
-	promptSent chan struct{} // closed when the prompt request is written
-	stopWorker chan struct{}
-	workerDone chan struct{}
-	done       chan struct{}
+	// cancelRequestSent is closed once a $/cancel_request was written.
+	cancelRequestSent chan struct{}
+	cancelRequestOnce sync.Once
+	promptSent        chan struct{} // closed when the prompt request is written
+	stopWorker        chan struct{}
+	workerDone        chan struct{}
+	done              chan struct{}
 
 	// sinkMu serialises sink calls, and the facts that lead to them; it is
 	// taken before mu, never after.
@@ -84,17 +87,18 @@ func Start(stdin io.Writer, stdout io.Reader, p Params, sink Sink, logger *slog.
 		timeout = DefaultRequestTimeout
 	}
 	s := &Session{
-		p:          p,
-		sink:       sink,
-		log:        logger,
-		timeout:    timeout,
-		stdout:     stdout,
-		cancelTurn: make(chan struct{}),
-		promptSent: make(chan struct{}),
-		stopWorker: make(chan struct{}),
-		workerDone: make(chan struct{}),
-		done:       make(chan struct{}),
-		st:         newState(p.ResumeID),
+		p:                 p,
+		sink:              sink,
+		log:               logger,
+		timeout:           timeout,
+		stdout:            stdout,
+		cancelTurn:        make(chan struct{}),
+		cancelRequestSent: make(chan struct{}),
+		promptSent:        make(chan struct{}),
+		stopWorker:        make(chan struct{}),
+		workerDone:        make(chan struct{}),
+		done:              make(chan struct{}),
+		st:                newState(p.ResumeID),
 	}
 	pr, pw := io.Pipe()
 	s.sdkIn = pw
@@ -407,6 +411,13 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		if err = f(rctx); err == nil {
 			return nil
 		}
+		// A stop during setup, or the request's timeout, ended the
+		// request's context: the SDK then tells the agent with
+		// $/cancel_request, from a goroutine of its own. Let it reach the
+		// agent before Run returns and the process is ended.
+		if errors.Is(context.Cause(ctx), ErrCancelledBeforePrompt) || ctx.Err() == nil && rctx.Err() != nil {
+			s.awaitCancelRequest()
+		}
 	}
 	s.mu.Lock()
 	failure, refusal, writeErr := s.st.failure, s.st.authRefusal, s.st.writeErr
@@ -432,6 +443,20 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		return &brokenError{msg: (&agentError{request: name, text: err.Error()}).Error(), cause: err}
 	}
 	return &agentError{request: name, text: err.Error()}
+}
+
+// cancelRequestWait bounds the wait for the SDK's $/cancel_request: the
+// agent may have answered meanwhile, and then none is sent.
+const cancelRequestWait = time.Second
+
+func (s *Session) awaitCancelRequest() {
+	t := time.NewTimer(cancelRequestWait)
+	defer t.Stop()
+	select {
+	case <-s.cancelRequestSent:
+	case <-s.conn.Done():
+	case <-t.C:
+	}
 }
 
 func (s *Session) connErr(request string) error {
