@@ -2,6 +2,9 @@ package task
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 )
 
@@ -219,6 +223,50 @@ func TestDescribeShowsSessionCapabilitiesAndClosesItsProbe(t *testing.T) {
 			} else {
 				assert.Equal(t, []string{"initialize", "session/new"}, ms)
 			}
+		})
+	}
+}
+
+// TestRealAgentsSessionPaths: against each real agent's captured offer
+// (testdata/agents), with the session methods its initialize advertised,
+// which path a resume takes and whether symm-mcp closes the session.
+// internal/e2e checks the same against the agents themselves.
+func TestRealAgentsSessionPaths(t *testing.T) {
+	r := newAgentRig(t, agentRigOptions{})
+	want := map[string]struct {
+		resumedBy string
+		close     bool
+	}{
+		"claude_code": {"resume", true},
+		"codex":       {"resume", true},
+		"copilot":     {"load", true},
+		"cline":       {"load", false},
+		"cursor":      {"load", false},
+		"opencode":    {"resume", true},
+	}
+	for agent, w := range want {
+		t.Run(agent, func(t *testing.T) {
+			dir := filepath.Join("..", "..", "testdata", "agents", agent)
+			cfg, err := fakeagent.OfferConfigDir(dir)
+			require.NoError(t, err)
+			init, err := os.ReadFile(filepath.Join(dir, fakeagent.OfferInitializeFile))
+			require.NoError(t, err)
+			cfg, err = fakeagent.WithSessionOffer(cfg, init)
+			require.NoError(t, err)
+			b, err := json.Marshal(cfg)
+			require.NoError(t, err)
+			var m map[string]any
+			require.NoError(t, json.Unmarshal(b, &m))
+			ws := agentWorkspace(t, m)
+
+			_, sid := firstSession(t, r, ws, SpawnRequest{Agent: agent, Prompt: "one"})
+			before := len(requests(t, ws))
+			second := r.spawn(t, SpawnRequest{Agent: agent, Prompt: "two", Workspace: ws, SessionID: sid})
+			got := r.wait(t, second)
+			require.Equal(t, "succeeded", got["status"], got["error"])
+			assert.Equal(t, w.resumedBy, r.events(t, second, "session_started")[0]["resumed_by"])
+			assert.Equal(t, w.close, slices.Contains(methods(logSince(t, ws, before)), "session/close"))
+			assert.Len(t, r.events(t, second, "session_closed"), map[bool]int{true: 1}[w.close])
 		})
 	}
 }
