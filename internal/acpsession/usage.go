@@ -22,8 +22,8 @@ const (
 
 // UsageFields are the fields of a usage event: one report of the agent,
 // in symm-mcp's names, with only what the report carried. ACP defines every
-// figure as cumulative for the session: a report replaces the one before,
-// and is never added to it.
+// figure as cumulative: a report replaces the one before, and is never
+// added to it.
 type UsageFields struct {
 	// Source is UsageFromUpdate or UsageFromPrompt.
 	Source            string        `json:"source"`

@@ -384,8 +384,8 @@ type description struct {
 		Close  bool `json:"close"`
 		List   bool `json:"list"`
 	} `json:"session_capabilities"`
-	Error     *string `json:"error"`
-	Pins      []struct {
+	Error *string `json:"error"`
+	Pins  []struct {
 		Setting   string `json:"setting"`
 		Value     string `json:"value"`
 		Available bool   `json:"available"`
@@ -393,8 +393,8 @@ type description struct {
 }
 
 type task struct {
-	ID        string  `json:"task_id"`
-	Status    string  `json:"status"`
+	ID        string          `json:"task_id"`
+	Status    string          `json:"status"`
 	SessionID *string         `json:"session_id"`
 	Error     *string         `json:"error"`
 	Title     *string         `json:"title"`

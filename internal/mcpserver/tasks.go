@@ -183,7 +183,7 @@ type listArgs struct {
 type listOut struct {
 	Tasks      []store.Summary  `json:"tasks"`
 	NextCursor *string          `json:"next_cursor" jsonschema:"pass as cursor for older tasks; null on the last page"`
-	UsageTotal store.UsageTotal `json:"usage_total" jsonschema:"the usage of the tasks on this page, each session counted once (its latest figures), cost summed per currency"`
+	UsageTotal store.UsageTotal `json:"usage_total" jsonschema:"the usage of the tasks on this page: tokens summed over the tasks, each session's latest cost summed per currency"`
 }
 
 var listTasksTool = toolDef[listArgs]{

@@ -8,9 +8,10 @@ import (
 
 // Usage is what the agent reported of a task's tokens, cost and context
 // window: each field the latest value it reported during the task, null
-// when it never said. ACP defines the figures as cumulative for the
-// session, so a report replaces the value before it and is never added to
-// it; a resumed task reports the whole session's figures.
+// when it never said. ACP defines the figures as cumulative, so a report
+// replaces the value before it and is never added to it. The agents
+// measured (intent 0017) give the turn's tokens on the prompt response and
+// the session's cost, earlier turns included, on usage_update.
 type Usage struct {
 	InputTokens       *int64        `json:"input_tokens"`
 	OutputTokens      *int64        `json:"output_tokens"`
@@ -88,11 +89,13 @@ func SetTitle(title *string) Edit {
 	return Edit{func(t *Task) { t.Title = title }}
 }
 
-// UsageTotal is the usage of a set of tasks, counted once per session:
-// for each session, the latest figures its tasks reported (the figures are
-// cumulative for the session, so summing a session's tasks would count its
-// earlier turns again), summed over the sessions. A task without a
-// session id counts as a session of its own.
+// UsageTotal is the usage of a set of tasks. Token counts are summed
+// over the tasks: every agent measured reports its prompt response's
+// tokens for the turn, and a task is one turn. A cost is cumulative for the
+// session (a resumed session's cost includes its earlier turns), so each
+// session's latest cost is taken once, then summed per currency; a task
+// without a session id counts as a session of its own. The context window
+// is not summed.
 type UsageTotal struct {
 	InputTokens       *int64 `json:"input_tokens"`
 	OutputTokens      *int64 `json:"output_tokens"`
@@ -102,8 +105,8 @@ type UsageTotal struct {
 	TotalTokens       *int64 `json:"total_tokens"`
 	// Cost is summed per currency, one entry for each, ordered by currency.
 	Cost []Cost `json:"cost"`
-	// Sessions counts the sessions whose figures are in the total.
-	Sessions int `json:"sessions"`
+	// Tasks counts the tasks that reported any figure.
+	Tasks int `json:"tasks"`
 }
 
 // TotalUsage sums the usage of summaries (as Store lists them, newest
@@ -114,38 +117,17 @@ func TotalUsage(summaries []json.RawMessage) UsageTotal {
 		SessionID *string `json:"session_id"`
 		Usage     Usage   `json:"usage"`
 	}
-	latest := map[string]*Usage{} // by session: the newest value of each field
-	var order []string
+	total := UsageTotal{Cost: []Cost{}}
+	sums := total.countPtrs()
+	latest := map[string]bool{} // sessions whose cost is counted
+	costs := map[string]float64{}
 	for _, b := range summaries {
 		var r reported
 		if json.Unmarshal(b, &r) != nil {
 			continue // Store encodes every summary: cannot happen
 		}
-		key := "task " + r.TaskID
-		if r.SessionID != nil {
-			key = "session " + *r.SessionID
-		}
-		u := latest[key]
-		if u == nil {
-			u = &Usage{}
-			latest[key] = u
-			order = append(order, key)
-		}
-		for i, p := range r.Usage.counts() {
-			if c := u.counts()[i]; c == nil && p != nil {
-				*u.countPtrs()[i] = p
-			}
-		}
-		if u.Cost == nil {
-			u.Cost = r.Usage.Cost
-		}
-	}
-	total := UsageTotal{Cost: []Cost{}}
-	sums := total.countPtrs()
-	costs := map[string]float64{}
-	for _, key := range order {
-		u := latest[key]
-		counted := u.Cost != nil
+		u := r.Usage
+		counted := u.Cost != nil || u.Context != nil
 		for i, p := range u.counts() {
 			if p == nil {
 				continue
@@ -156,11 +138,16 @@ func TotalUsage(summaries []json.RawMessage) UsageTotal {
 			}
 			**sums[i] += *p
 		}
-		if u.Cost != nil {
-			costs[u.Cost.Currency] += u.Cost.Amount
-		}
 		if counted {
-			total.Sessions++
+			total.Tasks++
+		}
+		key := "task " + r.TaskID
+		if r.SessionID != nil {
+			key = "session " + *r.SessionID
+		}
+		if u.Cost != nil && !latest[key] { // newest first: the session's latest
+			latest[key] = true
+			costs[u.Cost.Currency] += u.Cost.Amount
 		}
 	}
 	for cur, amount := range costs {

@@ -31,7 +31,7 @@ func TestMergeUsageKeepsTheLatestOfEachField(t *testing.T) {
 	assert.Contains(t, string(sum), `"total_tokens":40`, "summaries carry the usage")
 }
 
-func TestTotalUsageCountsEachSessionOnce(t *testing.T) {
+func TestTotalUsageSumsTokensAndEachSessionsLatestCost(t *testing.T) {
 	summary := func(id, sid string, usage string) json.RawMessage {
 		s := `{"task_id":"` + id + `","session_id":`
 		if sid == "" {
@@ -43,21 +43,22 @@ func TestTotalUsageCountsEachSessionOnce(t *testing.T) {
 	}
 	none := `{"input_tokens":null,"output_tokens":null,"thought_tokens":null,"cached_read_tokens":null,"cached_write_tokens":null,"total_tokens":null,"cost":null,"context":null}`
 	got := TotalUsage([]json.RawMessage{ // newest first
-		summary("t4", "s1", `{"input_tokens":300,"total_tokens":350,"cost":{"amount":1.5,"currency":"USD"}}`), // s1's latest
+		summary("t4", "s1", `{"input_tokens":300,"total_tokens":350,"cost":{"amount":1.5,"currency":"USD"}}`), // s1's latest cost
 		summary("t3", "", `{"input_tokens":5,"cost":{"amount":2,"currency":"EUR"}}`),
 		summary("t2", "s2", `{"output_tokens":9,"cost":{"amount":0.5,"currency":"USD"}}`),
 		summary("t1", "s1", `{"input_tokens":100,"output_tokens":20,"total_tokens":120,"cost":{"amount":1,"currency":"USD"}}`),
 		summary("t0", "", none),
+		summary("t5", "s3", `{"context":{"used":1,"size":2}}`),
 	})
 	b, err := json.Marshal(got)
 	require.NoError(t, err)
-	// s1: input 300 and total 350 from t4, output 20 from t1 (t4 did not
-	// say); s2: output 9; t3 alone: input 5. Costs: USD 1.5 + 0.5, EUR 2.
-	assert.JSONEq(t, `{"input_tokens":305,"output_tokens":29,"thought_tokens":null,"cached_read_tokens":null,
-		"cached_write_tokens":null,"total_tokens":350,"cost":[{"amount":2,"currency":"EUR"},{"amount":2,"currency":"USD"}],"sessions":3}`, string(b))
+	// Tokens: every task's. Cost: s1's latest (1.5, which includes t1's
+	// 1), s2's 0.5, t3's EUR 2.
+	assert.JSONEq(t, `{"input_tokens":405,"output_tokens":29,"thought_tokens":null,"cached_read_tokens":null,
+		"cached_write_tokens":null,"total_tokens":470,"cost":[{"amount":2,"currency":"EUR"},{"amount":2,"currency":"USD"}],"tasks":5}`, string(b))
 
 	empty, err := json.Marshal(TotalUsage(nil))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"input_tokens":null,"output_tokens":null,"thought_tokens":null,"cached_read_tokens":null,
-		"cached_write_tokens":null,"total_tokens":null,"cost":[],"sessions":0}`, string(empty))
+		"cached_write_tokens":null,"total_tokens":null,"cost":[],"tasks":0}`, string(empty))
 }

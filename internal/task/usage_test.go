@@ -121,10 +121,10 @@ func TestUsageEventFields(t *testing.T) {
 		"cached_write_tokens": 10.0, "total_tokens": 185.0}, ev[1])
 }
 
-// TestUsageTotalCountsASessionOnce: list_tasks' usage_total sums its
-// tasks' usage, but a resumed session's figures (cumulative for the
-// session) only once, from its latest task.
-func TestUsageTotalCountsASessionOnce(t *testing.T) {
+// TestUsageTotal: list_tasks' usage_total sums its tasks' tokens (each a
+// turn's), and a resumed session's cost (cumulative for the session) once,
+// from its latest task.
+func TestUsageTotal(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
 	ws := agentWorkspace(t, map[string]any{"load_session": true})
 	turn := func(input, total int, cost float64) string {
@@ -136,16 +136,18 @@ func TestUsageTotalCountsASessionOnce(t *testing.T) {
 	require.Equal(t, "succeeded", r.wait(t, second)["status"])
 	other := r.spawn(t, SpawnRequest{Prompt: turn(5, 6, 0.25), Workspace: agentWorkspace(t, nil)})
 	require.Equal(t, "succeeded", r.wait(t, other)["status"])
+	quiet := r.spawn(t, SpawnRequest{Prompt: "plain", Workspace: agentWorkspace(t, nil)})
+	require.Equal(t, "succeeded", r.wait(t, quiet)["status"])
 
 	page, err := r.svc.ListTasks(ListRequest{})
 	require.NoError(t, err)
-	require.Len(t, page.Tasks, 3)
+	require.Len(t, page.Tasks, 4)
 	b, err := json.Marshal(page.UsageTotal)
 	require.NoError(t, err)
-	// The session: 300 input and 350 in all from its second task (not
-	// 400 and 470); the other task: 5 and 6. Cost: 2.5 + 0.25.
-	assert.JSONEq(t, `{"input_tokens":305,"output_tokens":2,"thought_tokens":null,"cached_read_tokens":null,
-		"cached_write_tokens":null,"total_tokens":356,"cost":[{"amount":2.75,"currency":"USD"}],"sessions":2}`, string(b))
+	// Tokens: 100 + 300 + 5 input, 120 + 350 + 6 in all. Cost: the
+	// session's latest, 2.5 (not 1 + 2.5), and the other task's 0.25.
+	assert.JSONEq(t, `{"input_tokens":405,"output_tokens":3,"thought_tokens":null,"cached_read_tokens":null,
+		"cached_write_tokens":null,"total_tokens":476,"cost":[{"amount":2.75,"currency":"USD"}],"tasks":3}`, string(b))
 	for _, s := range page.Tasks {
 		assert.Contains(t, decode(t, s), "usage", "list_tasks' summaries carry the usage")
 	}
