@@ -261,8 +261,9 @@ var describeAgentTool = toolDef[describeArgs]{
 	tool: mcp.Tool{
 		Name: "describe_agent",
 		Description: "Start the agent, read its advertised model and effort offers as {current, values}, its version, resume " +
-			"support, the auth methods it lists, and whether the settings symm-mcp pins are available, then end it. Creates " +
-			"no task; the session it opens may remain in the agent's own history. Startup and ACP setup share a 30-second deadline.",
+			"support and session methods (load, resume, close, list), the auth methods it lists, and whether the settings " +
+			"symm-mcp pins are available, then end it. Creates no task; the session it opens is closed when the agent offers " +
+			"close, and may remain in the agent's own history. Startup and ACP setup share a 30-second deadline.",
 		Annotations: annotations(false, false, true, true),
 	},
 	output: reflect.TypeFor[task.Description](),
