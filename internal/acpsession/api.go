@@ -1,7 +1,9 @@
 // Package acpsession is symm-mcp's Agent Client Protocol client: it sets a
-// session up (initialize, new or load session, settings), sends the prompt,
-// answers the agent's permission requests, and turns session updates into
-// events. It is the only package of the server that imports the ACP SDK.
+// session up (initialize, new, resume or load session, settings), sends the
+// prompt, answers the agent's permission requests, turns session updates
+// into events (usage and the session's title among them), and closes the
+// session before Run returns when the agent offers session/close. It is the
+// only package of the server that imports the ACP SDK.
 //
 // Session updates are read from the agent's stdout by this package itself,
 // before the SDK sees the stream (see intent/0004-acp-update-interception.md):
@@ -20,6 +22,7 @@
 // replay:
 //
 //	idle --Run--> setup --session/load sent--> replay --load answered--> setup
+//	              (session/resume replays nothing: it stays in setup)
 //	setup --start recorded--> started --prompt sent--> turn --answered--> over
 //	started, turn --Run's prompt call returned--> over
 //	idle, setup, replay --setup failed, or start not recorded--> noSession
