@@ -760,7 +760,11 @@ func (r *rig) checkSessions(ctx context.Context, t *recorder, d description, pla
 	}
 	if assert.NotNil(t, started[0].ResumedBy, "resumed_by") {
 		assert.Equal(t, want, *started[0].ResumedBy, "resumed_by")
-		note(r.agent.name, "resume path: %s; a closed session resumes: %v", *started[0].ResumedBy, wantClose && resumed.Status == "succeeded")
+		resumes := "not closed"
+		if wantClose {
+			resumes = strconv.FormatBool(resumed.Status == "succeeded")
+		}
+		note(r.agent.name, "resume path: %s; a closed session resumes: %s", *started[0].ResumedBy, resumes)
 	}
 	for _, tk := range []task{plain, resumed} {
 		var sources []string
