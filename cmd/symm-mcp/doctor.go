@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
@@ -240,6 +241,16 @@ func printReport(w io.Writer, r doctorReport) {
 	if values.Len() > 0 {
 		fmt.Fprintf(w, "\nValues offered (effort values describe the default model):\n%s", values.String())
 	}
+	var sessions strings.Builder
+	for _, a := range r.Agents {
+		if c := a.Sessions; c != nil {
+			fmt.Fprintf(&sessions, "  %s: %s\n", a.Agent, sessionText(*c))
+		}
+	}
+	if sessions.Len() > 0 {
+		fmt.Fprintf(w, "\nSession methods the agents offer (a resume uses resume, else load; symm-mcp\n"+
+			"closes the sessions it opened where close is offered):\n%s", sessions.String())
+	}
 	var auth strings.Builder
 	for _, a := range r.Agents {
 		for _, m := range a.AuthMethods {
@@ -267,6 +278,22 @@ func printReport(w io.Writer, r doctorReport) {
 	if !r.OK {
 		fmt.Fprintln(w, "An installed agent is unusable: see PROBLEM.")
 	}
+}
+
+func sessionText(c acpsession.SessionCapabilities) string {
+	var parts []string
+	for _, m := range []struct {
+		name    string
+		offered bool
+	}{{"load", c.Load}, {"resume", c.Resume}, {"close", c.Close}, {"list", c.List}} {
+		if m.offered {
+			parts = append(parts, m.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func pinsText(pins []task.Pin) string {

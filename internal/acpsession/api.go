@@ -1,7 +1,9 @@
 // Package acpsession is symm-mcp's Agent Client Protocol client: it sets a
-// session up (initialize, new or load session, settings), sends the prompt,
-// answers the agent's permission requests, and turns session updates into
-// events. It is the only package of the server that imports the ACP SDK.
+// session up (initialize, new, resume or load session, settings), sends the
+// prompt, answers the agent's permission requests, turns session updates
+// into events (usage and the session's title among them), and closes the
+// session before Run returns when the agent offers session/close. It is the
+// only package of the server that imports the ACP SDK.
 //
 // Session updates are read from the agent's stdout by this package itself,
 // before the SDK sees the stream (see intent/0004-acp-update-interception.md):
@@ -20,6 +22,7 @@
 // replay:
 //
 //	idle --Run--> setup --session/load sent--> replay --load answered--> setup
+//	              (session/resume replays nothing: it stays in setup)
 //	setup --start recorded--> started --prompt sent--> turn --answered--> over
 //	started, turn --Run's prompt call returned--> over
 //	idle, setup, replay --setup failed, or start not recorded--> noSession
@@ -85,13 +88,34 @@ type Sink interface {
 	// that). An error means the decision could not be recorded; the
 	// session then answers cancelled and fails its turn.
 	Permission(f PermissionFields) (recorded PermissionFields, err error)
-	// SessionStarted records the agent's session id.
-	SessionStarted(id string, resumed bool) error
-	// Usage keeps the latest usage the agent reported (raw JSON).
-	Usage(raw json.RawMessage)
+	// SessionStarted records the agent's session id, and how an earlier
+	// session was taken up (ResumedBy "" for a new one).
+	SessionStarted(id string, by ResumedBy) error
+	// Usage records one usage report of the agent (a usage event) and
+	// keeps its figures as the latest.
+	Usage(f UsageFields) error
+	// Title keeps the session's title as the agent last named it.
+	Title(c TitleChange) error
+	// SessionClosed records the agent's answer to session/close: ok, or
+	// the error message. It is never a failure of the task.
+	SessionClosed(ok bool, message string) error
 	// Flush records pending text now (turn end).
 	Flush()
 }
+
+// ResumedBy says how a task took up an earlier session.
+type ResumedBy string
+
+// How a session was taken up.
+const (
+	// NewSession: no earlier session; session/new made one.
+	NewSession ResumedBy = ""
+	// ResumedByResume: session/resume, which replays no history (the agent
+	// advertised sessionCapabilities.resume).
+	ResumedByResume ResumedBy = "resume"
+	// ResumedByLoad: session/load, whose replayed history is dropped.
+	ResumedByLoad ResumedBy = "load"
+)
 
 // Setting is one session setting to apply before the prompt: a caller's
 // choice (model, effort) or an adapter's pin.
@@ -104,14 +128,19 @@ type Setting struct {
 	// Category, when no id matched, selects the first config option of this
 	// category (e.g. "thought_level").
 	Category string
-	// Mode makes the setting a session mode too: it is set with
-	// session/set_mode when the agent lists modes, and through a config
-	// option as well when one matches.
+	// Mode makes the setting a session mode: it is set through a config
+	// option (ConfigIDs, else Category, else the option of category
+	// "mode") when one offers the value, else with session/set_mode when
+	// the agent lists the mode. ACP's v2 draft removes set_mode, so the
+	// option is preferred when both are offered.
 	Mode bool
 	// Value is the select value or mode id. An offered id equal to Value, or
 	// ending in "#"+Value, matches.
 	Value string
-	// Bool is set for a boolean config option; Value is then unused.
+	// Bool is set for a boolean setting; Value is then unused. A boolean
+	// config option takes it as is; a select that renders it takes the
+	// value id "false", "off" or "disabled" (for false) or "true", "on" or
+	// "enabled" (for true), case ignored.
 	Bool *bool
 	// Pin marks an adapter pin: it must be in force in the agent's final
 	// answer before the prompt is sent.
@@ -124,8 +153,12 @@ type Params struct {
 	Cwd string
 	// Prompt is sent as one text block.
 	Prompt string
-	// ResumeID, when set, loads that session instead of creating one.
+	// ResumeID, when set, takes up that session (session/resume when the
+	// agent offers it, else session/load) instead of creating one.
 	ResumeID string
+	// KeepOpen: no session/close, even when the agent offers it (an agent
+	// whose closed sessions no longer resume).
+	KeepOpen bool
 	// Settings are applied in order: caller choices first, then pins.
 	Settings []Setting
 	// Allow lists the ACP tool kinds approved for this task.

@@ -19,9 +19,11 @@ func (nopSink) AgentUpdate(AgentUpdateFields) error  { return nil }
 func (nopSink) Permission(f PermissionFields) (PermissionFields, error) {
 	return f, nil
 }
-func (nopSink) SessionStarted(string, bool) error { return nil }
-func (nopSink) Usage(json.RawMessage)             {}
-func (nopSink) Flush()                            {}
+func (nopSink) SessionStarted(string, ResumedBy) error { return nil }
+func (nopSink) Usage(UsageFields) error                { return nil }
+func (nopSink) Title(TitleChange) error                { return nil }
+func (nopSink) SessionClosed(bool, string) error       { return nil }
+func (nopSink) Flush()                                 {}
 
 // BenchmarkHandleLine is the reader's cost per update line, sink excluded.
 func BenchmarkHandleLine(b *testing.B) {

@@ -48,9 +48,19 @@ func (r *rawSink) Permission(f PermissionFields) (PermissionFields, error) {
 	return f, r.event(EventPermission, f)
 }
 
-func (r *rawSink) SessionStarted(string, bool) error { return nil }
-func (r *rawSink) Usage(raw json.RawMessage)         { r.calls = append(r.calls, "usage "+string(raw)) }
-func (r *rawSink) Flush()                            {}
+func (r *rawSink) SessionStarted(string, ResumedBy) error { return nil }
+func (r *rawSink) Usage(f UsageFields) error {
+	b, err := encodeFields(f)
+	r.calls = append(r.calls, "usage "+string(b))
+	return err
+}
+func (r *rawSink) Title(c TitleChange) error {
+	b, err := json.Marshal(c.Title)
+	r.calls = append(r.calls, "title "+string(b))
+	return err
+}
+func (r *rawSink) SessionClosed(bool, string) error { return nil }
+func (r *rawSink) Flush()                           {}
 
 // fastVersusGeneral runs line through handleLine (which takes the fast
 // path when it can) and through the general path alone, and returns what
@@ -178,7 +188,7 @@ func TestHeldUpdatesDoNotShareTheLine(t *testing.T) {
 		s.handleLine(&env, buf)
 		copy(buf, bytes.Repeat([]byte("x"), len(buf))) // the buffer is reused
 	}
-	require.NoError(t, s.startSession("s", false))
+	require.NoError(t, s.startSession("s", NewSession))
 	var fresh []string
 	for _, l := range lines {
 		f, _, took := fastVersusGeneral([]byte(l + "\n"))

@@ -114,16 +114,32 @@ func (r *recSink) Permission(f PermissionFields) (PermissionFields, error) {
 	return f, r.event(EventPermission, f)
 }
 
-func (r *recSink) SessionStarted(id string, resumed bool) error {
+func (r *recSink) SessionStarted(id string, by ResumedBy) error {
 	if r.startErr != nil {
 		return r.startErr
 	}
-	r.add(sinkCall{Kind: "started", ID: id, Resumed: resumed})
+	r.add(sinkCall{Kind: "started", ID: id, Resumed: by != NewSession})
 	return nil
 }
 
-func (r *recSink) Usage(raw json.RawMessage) {
-	r.add(sinkCall{Kind: "usage", Usage: append(json.RawMessage(nil), raw...)})
+func (r *recSink) Usage(f UsageFields) error {
+	b, err := encodeFields(f)
+	r.add(sinkCall{Kind: "usage", Usage: b})
+	return err
+}
+
+func (r *recSink) Title(c TitleChange) error {
+	call := sinkCall{Kind: "title"}
+	if c.Title != nil {
+		call.Text = *c.Title
+	}
+	r.add(call)
+	return nil
+}
+
+func (r *recSink) SessionClosed(ok bool, message string) error {
+	r.add(sinkCall{Kind: "closed", Resumed: ok, Text: message})
+	return nil
 }
 
 func (r *recSink) Flush() { r.add(sinkCall{Kind: "flush"}) }

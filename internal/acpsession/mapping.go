@@ -74,8 +74,10 @@ type Mapped struct {
 	HasText  bool
 	TextKind TextKind
 	Text     string
-	// Usage, when not nil, is a usage_update to pass to Sink.Usage.
-	Usage json.RawMessage
+	// Usage, when not nil, is a usage_update's report for Sink.Usage.
+	Usage *UsageFields
+	// Title, when not nil, is a session_info_update's title for Sink.Title.
+	Title *TitleChange
 	// EventType, when not empty, is an event to record with Fields
 	// (ToolCallFields, PlanFields or AgentUpdateFields).
 	EventType string
@@ -153,7 +155,11 @@ func mapRaw(typ string, raw json.RawMessage) Mapped {
 		_ = json.Unmarshal(raw, &p) // a wrong type leaves entries null
 		return Mapped{EventType: EventPlan, Fields: p}
 	case "usage_update":
-		return Mapped{Usage: raw, EventType: EventAgentUpdate, Fields: AgentUpdateFields{UpdateType: typ, Data: raw}}
+		// Kept whole as an agent_update, as every update symm-mcp does not
+		// map, and read into a usage event beside it.
+		return Mapped{Usage: usageFromUpdate(raw), EventType: EventAgentUpdate, Fields: AgentUpdateFields{UpdateType: typ, Data: raw}}
+	case "session_info_update":
+		return Mapped{Title: titleFromInfo(raw), EventType: EventAgentUpdate, Fields: AgentUpdateFields{UpdateType: typ, Data: raw}}
 	}
 	return Mapped{EventType: EventAgentUpdate, Fields: AgentUpdateFields{UpdateType: typ, Data: raw}}
 }

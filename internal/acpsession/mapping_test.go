@@ -66,7 +66,7 @@ func TestMapUpdate(t *testing.T) {
 		{
 			name:   "usage update",
 			update: `{"sessionUpdate":"usage_update","used":1,"size":2}`,
-			want: Mapped{Usage: raw(`{"sessionUpdate":"usage_update","used":1,"size":2}`), EventType: EventAgentUpdate,
+			want: Mapped{Usage: &UsageFields{Source: UsageFromUpdate, Context: &UsageContext{Used: 1, Size: 2}}, EventType: EventAgentUpdate,
 				Fields: AgentUpdateFields{UpdateType: "usage_update", Data: raw(`{"sessionUpdate":"usage_update","used":1,"size":2}`)}},
 		},
 		{

@@ -9,14 +9,17 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	acp "github.com/coder/acp-go-sdk"
 )
 
 // probeStopReason is what a probe's Run reports once it has what it came for.
 const probeStopReason = "end_turn"
 
 // Probe is describe_agent's conversation: initialize and session/new, then
-// nothing. It is a Session stopped before the settings and the prompt, so
-// it shares the session's reader, timeouts and offer tracking.
+// session/close when the agent offers it. It is a Session stopped before the
+// settings and the prompt, so it shares the session's reader, timeouts and
+// offer tracking.
 type Probe struct {
 	*Session
 
@@ -34,19 +37,37 @@ func (p *Probe) Run(ctx context.Context) (string, error) {
 }
 
 // StartProbe starts a probe over an agent's stdin and stdout. timeout
-// bounds each request (DefaultRequestTimeout when zero).
-func StartProbe(stdin io.Writer, stdout io.Reader, cwd string, timeout time.Duration, clientVersion string, logger *slog.Logger) *Probe {
-	p := Params{Cwd: cwd, RequestTimeout: timeout, ClientVersion: clientVersion, probe: true}
+// bounds each request (DefaultRequestTimeout when zero); keepOpen leaves
+// the probe's session open (Params.KeepOpen).
+func StartProbe(stdin io.Writer, stdout io.Reader, cwd string, timeout time.Duration, clientVersion string, keepOpen bool, logger *slog.Logger) *Probe {
+	p := Params{Cwd: cwd, RequestTimeout: timeout, ClientVersion: clientVersion, KeepOpen: keepOpen, probe: true}
 	return &Probe{Session: Start(stdin, stdout, p, discard{}, logger)}
+}
+
+// SessionCapabilities are the session methods an agent offers beyond
+// session/new and session/prompt, as its initialize answer advertised them.
+type SessionCapabilities struct {
+	Load   bool `json:"load"`
+	Resume bool `json:"resume"`
+	Close  bool `json:"close"`
+	List   bool `json:"list"`
+}
+
+func sessionCapabilities(c acp.AgentCapabilities) SessionCapabilities {
+	sc := c.SessionCapabilities
+	return SessionCapabilities{Load: c.LoadSession, Resume: sc.Resume != nil, Close: sc.Close != nil, List: sc.List != nil}
 }
 
 // ProbeResult is what the agent offered.
 type ProbeResult struct {
 	// Name and Version are the agent's own (agentInfo), "" when not sent.
 	Name, Version string
-	// CanResume reports the loadSession capability.
+	// CanResume reports that a session can be taken up again: the agent
+	// offers session/load or session/resume.
 	CanResume bool
-	offer     offer
+	// Sessions are the agent's session capabilities.
+	Sessions SessionCapabilities
+	offer    offer
 }
 
 // Result returns what the probe learned, or why it learned nothing. Call it
@@ -63,7 +84,8 @@ func (p *Probe) Result() (ProbeResult, error) {
 		}
 		return ProbeResult{}, runErr
 	}
-	r := ProbeResult{CanResume: p.st.init.AgentCapabilities.LoadSession, offer: p.st.offer}
+	caps := sessionCapabilities(p.st.init.AgentCapabilities)
+	r := ProbeResult{CanResume: caps.Load || caps.Resume, Sessions: caps, offer: p.st.offer}
 	if info := p.st.init.AgentInfo; info != nil {
 		r.Name, r.Version = info.Name, info.Version
 	}
@@ -84,7 +106,7 @@ func (p *Probe) AuthMethods() []AuthMethod {
 // the values it accepts, from the config option that would carry it, else
 // from the session modes. ok is false when the agent offers neither.
 func (r ProbeResult) Offered(st Setting) (current *string, values []string, ok bool) {
-	if opt := r.offer.find(st.ConfigIDs, st.Category); opt != nil {
+	if opt := r.offer.find(st.ConfigIDs, st.category()); opt != nil {
 		values = opt.values()
 		if opt.Type == "boolean" {
 			values = []string{"false", "true"}
@@ -110,20 +132,8 @@ func (r ProbeResult) Offered(st Setting) (current *string, values []string, ok b
 // Available reports whether the agent offers a setting with its value, as
 // Run would need to apply it.
 func (r ProbeResult) Available(st Setting) bool {
-	if st.Mode && r.offer.hasModes {
-		if _, ok := matchID(r.offer.modes, st.Value); ok && st.Bool == nil {
-			return true
-		}
-	}
-	opt := r.offer.find(st.ConfigIDs, st.Category)
-	if opt == nil {
-		return false
-	}
-	if st.Bool != nil {
-		return opt.Type == "boolean"
-	}
-	_, ok := matchID(opt.values(), st.Value)
-	return ok && opt.Type != "boolean"
+	a, _ := resolve(&r.offer, st)
+	return a.modeID != "" || a.optionID != ""
 }
 
 // discard is the probe's sink: a probe records nothing.
@@ -136,6 +146,8 @@ func (discard) AgentUpdate(AgentUpdateFields) error  { return nil }
 func (discard) Permission(f PermissionFields) (PermissionFields, error) {
 	return f, nil
 }
-func (discard) SessionStarted(string, bool) error { return nil }
-func (discard) Usage(json.RawMessage)             {}
-func (discard) Flush()                            {}
+func (discard) SessionStarted(string, ResumedBy) error { return nil }
+func (discard) Usage(UsageFields) error                { return nil }
+func (discard) Title(TitleChange) error                { return nil }
+func (discard) SessionClosed(bool, string) error       { return nil }
+func (discard) Flush()                                 {}

@@ -25,7 +25,8 @@ var (
 	// agent that went away from one that answered with an error by it
 	// (errors.Is), never by the error's text.
 	ErrConnectionClosed = errors.New("agent connection ended")
-	// ErrCannotLoad: a resume was asked of an agent without loadSession.
+	// ErrCannotLoad: a resume was asked of an agent that offers neither
+	// session/resume nor loadSession.
 	ErrCannotLoad = errors.New("agent cannot load sessions")
 
 	errSinkClosed  = errors.New("sink closed")
@@ -59,10 +60,13 @@ type Session struct {
 	pending pending // the wire's requests in flight
 
 	cancelTurn chan struct{} // closed by the first Cancel: session/cancel is wanted
-	promptSent chan struct{} // closed when the prompt request is written
-	stopWorker chan struct{}
-	workerDone chan struct{}
-	done       chan struct{}
+	// cancelRequestSent is closed once a $/cancel_request was written.
+	cancelRequestSent chan struct{}
+	cancelRequestOnce sync.Once
+	promptSent        chan struct{} // closed when the prompt request is written
+	stopWorker        chan struct{}
+	workerDone        chan struct{}
+	done              chan struct{}
 
 	// sinkMu serialises sink calls, and the facts that lead to them; it is
 	// taken before mu, never after.
@@ -83,17 +87,18 @@ func Start(stdin io.Writer, stdout io.Reader, p Params, sink Sink, logger *slog.
 		timeout = DefaultRequestTimeout
 	}
 	s := &Session{
-		p:          p,
-		sink:       sink,
-		log:        logger,
-		timeout:    timeout,
-		stdout:     stdout,
-		cancelTurn: make(chan struct{}),
-		promptSent: make(chan struct{}),
-		stopWorker: make(chan struct{}),
-		workerDone: make(chan struct{}),
-		done:       make(chan struct{}),
-		st:         newState(p.ResumeID),
+		p:                 p,
+		sink:              sink,
+		log:               logger,
+		timeout:           timeout,
+		stdout:            stdout,
+		cancelTurn:        make(chan struct{}),
+		cancelRequestSent: make(chan struct{}),
+		promptSent:        make(chan struct{}),
+		stopWorker:        make(chan struct{}),
+		workerDone:        make(chan struct{}),
+		done:              make(chan struct{}),
+		st:                newState(p.ResumeID),
 	}
 	pr, pw := io.Pipe()
 	s.sdkIn = pw
@@ -185,6 +190,9 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 		s.stopHolding()
 		return "", err
 	}
+	// Whatever happens next, the session exists: close it before Run
+	// returns, which is just before the process is ended (intent 0017).
+	defer s.closeSession(ctx, sid)
 	if s.p.probe {
 		return probeStopReason, nil
 	}
@@ -228,6 +236,39 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 	return "", s.eofErr(ctx, errTurnCut)
 }
 
+// closeSession sends session/close when the agent advertised it, the
+// adapter allows it and the agent can still answer, and records the answer
+// (Sink.SessionClosed). It is bounded by the request timeout, and its
+// failure is never the session's: Run's outcome stays what the turn made it.
+func (s *Session) closeSession(ctx context.Context, sid acp.SessionId) {
+	s.mu.Lock()
+	offered := s.st.init.AgentCapabilities.SessionCapabilities.Close != nil
+	started := s.st.started()
+	s.mu.Unlock()
+	if !offered || s.p.KeepOpen || !started || ctx.Err() != nil || s.connEnded() {
+		return
+	}
+	msg := ""
+	err := s.call(ctx, "close_session", func(ctx context.Context) error {
+		_, err := s.conn.CloseSession(ctx, acp.CloseSessionRequest{SessionId: sid})
+		return err
+	})
+	if err != nil {
+		msg = err.Error()
+	}
+	s.sinkMu.Lock()
+	defer s.sinkMu.Unlock()
+	s.mu.Lock()
+	sinkClosed := s.st.end == streamClosed
+	s.mu.Unlock()
+	if sinkClosed {
+		return
+	}
+	if rerr := s.sink.SessionClosed(err == nil, msg); rerr != nil {
+		s.log.Warn("session_closed could not be recorded", "err", rerr)
+	}
+}
+
 // eofErr returns err, an error caused by the end of the agent's stdout,
 // once Done is closed: a caller that sees the error can rely on Done (the
 // supervisor tells an agent's crash from its own stdin close by it).
@@ -262,23 +303,41 @@ func (s *Session) setup(ctx context.Context) (acp.SessionId, error) {
 	s.apply(factInitialized{init: init})
 
 	var sid acp.SessionId
-	resumed := s.p.ResumeID != ""
-	if resumed {
-		if !init.AgentCapabilities.LoadSession {
+	var by ResumedBy
+	if s.p.ResumeID != "" {
+		sid = acp.SessionId(s.p.ResumeID)
+		switch caps := init.AgentCapabilities; {
+		case caps.SessionCapabilities.Resume != nil:
+			// No history comes back: nothing to drop, nothing to wait for.
+			by = ResumedByResume
+			err = s.call(ctx, "resume_session", func(ctx context.Context) error {
+				_, err := s.conn.ResumeSession(ctx, acp.ResumeSessionRequest{
+					SessionId:  sid,
+					Cwd:        s.p.Cwd,
+					McpServers: []acp.McpServer{},
+				})
+				return err
+			})
+		case caps.LoadSession:
+			by = ResumedByLoad
+			err = s.call(ctx, "load_session", func(ctx context.Context) error {
+				_, err := s.conn.LoadSession(ctx, acp.LoadSessionRequest{
+					SessionId:  sid,
+					Cwd:        s.p.Cwd,
+					McpServers: []acp.McpServer{},
+				})
+				return err
+			})
+		default:
 			return "", ErrCannotLoad
 		}
-		sid = acp.SessionId(s.p.ResumeID)
-		err = s.call(ctx, "load_session", func(ctx context.Context) error {
-			_, err := s.conn.LoadSession(ctx, acp.LoadSessionRequest{
-				SessionId:  sid,
-				Cwd:        s.p.Cwd,
-				McpServers: []acp.McpServer{},
-			})
-			return err
-		})
 		var ae *agentError
 		if errors.As(err, &ae) {
-			return "", fmt.Errorf("session %q could not be loaded: it may not exist for this agent or workspace: %s", s.p.ResumeID, ae.text)
+			verb := "loaded"
+			if by == ResumedByResume {
+				verb = "resumed"
+			}
+			return "", fmt.Errorf("session %q could not be %s: it may not exist for this agent or workspace: %s", s.p.ResumeID, verb, ae.text)
 		}
 	} else {
 		err = s.call(ctx, "new_session", func(ctx context.Context) error {
@@ -296,7 +355,7 @@ func (s *Session) setup(ctx context.Context) (acp.SessionId, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := s.startSession(string(sid), resumed); err != nil {
+	if err := s.startSession(string(sid), by); err != nil {
 		if err == errSinkClosed {
 			return "", s.eofErr(ctx, s.connErr("session start"))
 		}
@@ -307,7 +366,7 @@ func (s *Session) setup(ctx context.Context) (acp.SessionId, error) {
 
 // startSession records the session start, then releases the updates held
 // until now, in order, before any later update can reach the sink.
-func (s *Session) startSession(sid string, resumed bool) error {
+func (s *Session) startSession(sid string, by ResumedBy) error {
 	s.sinkMu.Lock()
 	defer s.sinkMu.Unlock()
 	s.mu.Lock()
@@ -316,7 +375,7 @@ func (s *Session) startSession(sid string, resumed bool) error {
 	if sinkClosed { // stdout ended right after the answer
 		return errSinkClosed
 	}
-	if err := s.sink.SessionStarted(sid, resumed); err != nil {
+	if err := s.sink.SessionStarted(sid, by); err != nil {
 		s.apply(factNoSession{})
 		return fmt.Errorf("session start could not be recorded: %w", err)
 	}
@@ -352,6 +411,13 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		if err = f(rctx); err == nil {
 			return nil
 		}
+		// A stop during setup, or the request's timeout, ended the
+		// request's context: the SDK then tells the agent with
+		// $/cancel_request, from a goroutine of its own. Let it reach the
+		// agent before Run returns and the process is ended.
+		if errors.Is(context.Cause(ctx), ErrCancelledBeforePrompt) || ctx.Err() == nil && rctx.Err() != nil {
+			s.awaitCancelRequest()
+		}
 	}
 	s.mu.Lock()
 	failure, refusal, writeErr := s.st.failure, s.st.authRefusal, s.st.writeErr
@@ -377,6 +443,20 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		return &brokenError{msg: (&agentError{request: name, text: err.Error()}).Error(), cause: err}
 	}
 	return &agentError{request: name, text: err.Error()}
+}
+
+// cancelRequestWait bounds the wait for the SDK's $/cancel_request: the
+// agent may have answered meanwhile, and then none is sent.
+const cancelRequestWait = time.Second
+
+func (s *Session) awaitCancelRequest() {
+	t := time.NewTimer(cancelRequestWait)
+	defer t.Stop()
+	select {
+	case <-s.cancelRequestSent:
+	case <-s.conn.Done():
+	case <-t.C:
+	}
 }
 
 func (s *Session) connErr(request string) error {

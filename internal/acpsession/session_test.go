@@ -58,8 +58,7 @@ func TestSetupOrderAndRequests(t *testing.T) {
 		"initialize", "session/new",
 		"session/set_config_option", // model
 		"session/set_config_option", // effort, by category
-		"session/set_mode",          // mode, as a mode
-		"session/set_config_option", // mode, as a config option too
+		"session/set_config_option", // mode, as the config option (preferred over set_mode)
 		"session/set_config_option", // auto_approve, boolean
 		"session/prompt",
 	}, h.methods())
@@ -81,7 +80,7 @@ func TestSetupOrderAndRequests(t *testing.T) {
 	assert.JSONEq(t, fmt.Sprintf(`{"sessionId":%q,"configId":"effort","value":"high"}`, sid), string(sets[1]))
 	assert.JSONEq(t, fmt.Sprintf(`{"sessionId":%q,"configId":"mode","value":"default"}`, sid), string(sets[2]))
 	assert.JSONEq(t, fmt.Sprintf(`{"sessionId":%q,"configId":"auto_approve","type":"boolean","value":false}`, sid), string(sets[3]))
-	assert.JSONEq(t, fmt.Sprintf(`{"sessionId":%q,"modeId":"default"}`, sid), string(h.params("session/set_mode")[0]))
+	assert.Empty(t, h.params("session/set_mode"), "the mode config option is preferred over set_mode")
 	assert.JSONEq(t, fmt.Sprintf(`{"sessionId":%q,"prompt":[{"type":"text","text":"hi"}]}`, sid), string(h.params("session/prompt")[0]))
 
 	calls := h.sink.snapshot()
@@ -201,10 +200,24 @@ func TestSettings(t *testing.T) {
 			wantErr:  `value "turbo" is not offered for setting "mode"`,
 		},
 		{
-			name:     "boolean wanted, select offered",
+			name:     "boolean wanted, select offered: its off value is set",
 			cfg:      copilot,
 			settings: []Setting{{Name: "allow_all", ConfigIDs: []string{"allow_all"}, Bool: ptr(false), Pin: true}},
-			wantErr:  `value "false" is not offered for setting "allow_all"`,
+			methods:  []string{"session/set_config_option"},
+			check: func(t *testing.T, h *harness) {
+				var p map[string]any
+				require.NoError(t, json.Unmarshal(h.params("session/set_config_option")[0], &p))
+				assert.Equal(t, "off", p["value"])
+				assert.NotContains(t, p, "type", "a select takes a value id")
+			},
+		},
+		{
+			name: "boolean wanted, select without a false value",
+			cfg: fakeagent.Config{ConfigOptions: []json.RawMessage{
+				raw(`{"id":"auto_approve","name":"Auto approve","type":"select","currentValue":"yolo","options":[{"value":"yolo","name":"Yolo"},{"value":"ask","name":"Ask"}]}`),
+			}},
+			settings: []Setting{{Name: "auto_approve", ConfigIDs: []string{"auto_approve"}, Bool: ptr(false), Pin: true}},
+			wantErr:  `value "false" is not offered for setting "auto_approve"`,
 		},
 		{
 			name:     "an earlier setting fails: later ones are not tried",
@@ -219,8 +232,8 @@ func TestSettings(t *testing.T) {
 				{Name: "mode", Mode: true, Value: "ask", Pin: true},
 				{Name: "approval", ConfigIDs: []string{"approval"}, Value: "code"},
 			},
-			methods: []string{"session/set_mode", "session/set_config_option"},
-			wantErr: `setting "mode" is not in force: the agent reports mode "code", not "ask"`,
+			methods: []string{"session/set_config_option", "session/set_config_option"},
+			wantErr: `setting "mode" is not in force: the agent reports approval = "code", not "ask"`,
 		},
 		{
 			name:     "agent rejects the change",
@@ -684,8 +697,8 @@ func TestUpdateMapping(t *testing.T) {
 		}
 	}
 	require.Len(t, usages, 2)
-	assert.Equal(t, `{"sessionUpdate":"usage_update","used":10,"size":100,"_meta":{"x":1}}`, usages[0])
-	assert.JSONEq(t, `{"inputTokens":5,"outputTokens":7,"totalTokens":12}`, usages[1], "the prompt result's usage")
+	assert.Equal(t, `{"source":"usage_update","context":{"used":10,"size":100}}`, usages[0])
+	assert.JSONEq(t, `{"source":"prompt_response","input_tokens":5,"output_tokens":7,"total_tokens":12}`, usages[1], "the prompt result's usage")
 	assert.NotContains(t, h.logs.String(), "level=ERROR")
 	assert.NotContains(t, h.logs.String(), "level=WARN")
 }
@@ -741,6 +754,7 @@ func TestUpdatesAroundTheTurn(t *testing.T) {
 		"flush", // the prompt response
 		"text:late",
 		"event:session_info_update",
+		"title", // read from it
 		"flush", // EOF
 	}, kinds)
 	assert.Empty(t, h.sink.events(EventToolCall), "other sessions' updates are dropped")

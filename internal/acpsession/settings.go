@@ -135,6 +135,72 @@ type applied struct {
 	modeID   string // set with session/set_mode
 	optionID string // set with session/set_config_option
 	value    string // the select value id set
+	boolean  bool   // optionID is a boolean option, set to *setting.Bool
+}
+
+// Value ids of a select that stands for a boolean (an agent may render a
+// boolean setting as a select: cline's auto_approve), matched by id.
+var (
+	falseValues = []string{"false", "off", "disabled"}
+	trueValues  = []string{"true", "on", "enabled"}
+)
+
+// resolve decides how st would be put in force against off: through a
+// config option when one offers the value, else (for a mode) through
+// session/set_mode. A mode config option is preferred over set_mode when
+// both offer the value: ACP's v2 draft removes session/set_mode. ok is
+// false when st is offered but not its value; a.optionID and a.modeID are
+// both empty when st is not offered at all.
+func resolve(off *offer, st Setting) (a applied, offered bool) {
+	a.setting = st
+	modesOffered := st.Mode && off.hasModes && len(off.modes) > 0
+	opt := off.find(st.ConfigIDs, st.category())
+	if !modesOffered && opt == nil {
+		return a, false
+	}
+	if opt != nil {
+		switch {
+		case st.Bool != nil && opt.Type == "boolean":
+			a.optionID, a.boolean = opt.ID, true
+		case st.Bool != nil:
+			words := falseValues
+			if *st.Bool {
+				words = trueValues
+			}
+			if v, ok := matchWord(opt.values(), words); ok {
+				a.optionID, a.value = opt.ID, v
+			}
+		case opt.Type != "boolean":
+			if v, ok := matchID(opt.values(), st.Value); ok {
+				a.optionID, a.value = opt.ID, v
+			}
+		}
+	}
+	if a.optionID == "" && modesOffered && st.Bool == nil {
+		a.modeID, _ = matchID(off.modes, st.Value)
+	}
+	return a, true
+}
+
+// category is the config option category that carries st when none of its
+// ids is offered: a mode setting falls back to the option of category mode.
+func (st Setting) category() string {
+	if st.Mode && st.Category == "" {
+		return "mode"
+	}
+	return st.Category
+}
+
+// matchWord finds the first of ids equal to one of words, case ignored.
+func matchWord(ids, words []string) (string, bool) {
+	for _, id := range ids {
+		for _, w := range words {
+			if strings.EqualFold(id, w) {
+				return id, true
+			}
+		}
+	}
+	return "", false
 }
 
 // applySettings applies p.Settings in order against the agent's current
@@ -163,7 +229,7 @@ func (s *Session) applySettings(ctx context.Context, sid acp.SessionId) error {
 		if opt == nil {
 			return fmt.Errorf("setting %q is not in force: the agent no longer offers config option %q", a.setting.Name, a.optionID)
 		}
-		if a.setting.Bool != nil {
+		if a.boolean {
 			var cur bool
 			if json.Unmarshal(opt.Current, &cur) != nil || cur != *a.setting.Bool {
 				return fmt.Errorf("setting %q is not in force: the agent reports %s = %s, not %t", a.setting.Name, a.optionID, opt.Current, *a.setting.Bool)
@@ -179,27 +245,10 @@ func (s *Session) applySettings(ctx context.Context, sid acp.SessionId) error {
 }
 
 func (s *Session) applySetting(ctx context.Context, sid acp.SessionId, st Setting) (applied, error) {
-	a := applied{setting: st}
 	off := s.snapshotOffer()
-	modesOffered := st.Mode && off.hasModes && len(off.modes) > 0
-	opt := off.find(st.ConfigIDs, st.Category)
-	if !modesOffered && opt == nil {
+	a, offered := resolve(&off, st)
+	if !offered {
 		return a, fmt.Errorf("setting %q is not offered by the agent", st.Name)
-	}
-	if modesOffered && st.Bool == nil {
-		a.modeID, _ = matchID(off.modes, st.Value)
-	}
-	if opt != nil {
-		switch {
-		case st.Bool != nil:
-			if opt.Type == "boolean" {
-				a.optionID = opt.ID
-			}
-		case opt.Type != "boolean":
-			if v, ok := matchID(opt.values(), st.Value); ok {
-				a.optionID, a.value = opt.ID, v
-			}
-		}
 	}
 	if a.modeID == "" && a.optionID == "" {
 		return a, fmt.Errorf("value %q is not offered for setting %q", valueText(st), st.Name)
@@ -212,25 +261,24 @@ func (s *Session) applySetting(ctx context.Context, sid acp.SessionId, st Settin
 		if err != nil {
 			return a, settingErr(st, err)
 		}
+		return a, nil
 	}
-	if a.optionID != "" {
-		req := acp.SetSessionConfigOptionRequest{}
-		if st.Bool != nil {
-			req.Boolean = &acp.SetSessionConfigOptionBoolean{
-				SessionId: sid, ConfigId: acp.SessionConfigId(a.optionID), Type: "boolean", Value: *st.Bool,
-			}
-		} else {
-			req.ValueId = &acp.SetSessionConfigOptionValueId{
-				SessionId: sid, ConfigId: acp.SessionConfigId(a.optionID), Value: acp.SessionConfigValueId(a.value),
-			}
+	req := acp.SetSessionConfigOptionRequest{}
+	if a.boolean {
+		req.Boolean = &acp.SetSessionConfigOptionBoolean{
+			SessionId: sid, ConfigId: acp.SessionConfigId(a.optionID), Type: "boolean", Value: *st.Bool,
 		}
-		err := s.call(ctx, "set_config_option", func(ctx context.Context) error {
-			_, err := s.conn.SetSessionConfigOption(ctx, req)
-			return err
-		})
-		if err != nil {
-			return a, settingErr(st, err)
+	} else {
+		req.ValueId = &acp.SetSessionConfigOptionValueId{
+			SessionId: sid, ConfigId: acp.SessionConfigId(a.optionID), Value: acp.SessionConfigValueId(a.value),
 		}
+	}
+	err := s.call(ctx, "set_config_option", func(ctx context.Context) error {
+		_, err := s.conn.SetSessionConfigOption(ctx, req)
+		return err
+	})
+	if err != nil {
+		return a, settingErr(st, err)
 	}
 	return a, nil
 }

@@ -135,7 +135,7 @@ type (
 	// factPromptAnswered: the prompt's answer.
 	factPromptAnswered struct {
 		ans   promptAnswer
-		usage json.RawMessage
+		usage *UsageFields
 	}
 	// factStreamEnded: stdout ended and the SDK connection is done.
 	factStreamEnded struct{}
@@ -214,7 +214,7 @@ type effects struct {
 	held     []Mapped
 	dropped  int  // held updates let go
 	flush    bool // the turn ended: flush the sink, then usage
-	usage    json.RawMessage
+	usage    *UsageFields
 	sentTurn bool // the prompt is on its way: close promptSent
 
 	refuse    error // Run may not go on
@@ -427,7 +427,9 @@ func (s *Session) feed(f fact) {
 	if e.flush {
 		s.sink.Flush()
 		if e.usage != nil {
-			s.sink.Usage(e.usage)
+			if err := s.sink.Usage(*e.usage); err != nil {
+				s.log.Warn("usage could not be recorded", "err", err)
+			}
 		}
 	}
 }
@@ -440,12 +442,19 @@ func (s *Session) emitLocked(m Mapped) {
 		}
 		return
 	}
-	if m.Usage != nil {
-		s.sink.Usage(m.Usage)
-	}
 	if m.EventType != "" {
 		if err := s.record(m); err != nil {
 			s.log.Warn("session update could not be recorded", "type", m.EventType, "err", err)
+		}
+	}
+	if m.Usage != nil {
+		if err := s.sink.Usage(*m.Usage); err != nil {
+			s.log.Warn("usage could not be recorded", "err", err)
+		}
+	}
+	if m.Title != nil {
+		if err := s.sink.Title(*m.Title); err != nil {
+			s.log.Warn("session title could not be recorded", "err", err)
 		}
 	}
 }

@@ -339,7 +339,7 @@ func (s *Session) observeResponse(env *envelope) {
 		s.apply(factAuthRefused{text: string(env.Error)})
 	}
 	switch req.method {
-	case acp.AgentMethodSessionNew, acp.AgentMethodSessionLoad:
+	case acp.AgentMethodSessionNew, acp.AgentMethodSessionLoad, acp.AgentMethodSessionResume:
 		var r struct {
 			SessionID string          `json:"sessionId"`
 			Modes     *modesOffer     `json:"modes"`
@@ -384,7 +384,7 @@ func (s *Session) observeResponse(env *envelope) {
 			_ = json.Unmarshal(env.Result, &r)
 			f.ans.stopReason = r.StopReason
 			if present(r.Usage) {
-				f.usage = r.Usage
+				f.usage = usageFromPrompt(r.Usage)
 			}
 		}
 		s.feed(f)
@@ -399,17 +399,20 @@ type stdinTap struct {
 }
 
 func (t *stdinTap) Write(b []byte) (int, error) {
-	t.s.noteOutgoing(b)
+	cancelRequest := t.s.noteOutgoing(b)
 	n, err := t.w.Write(b)
 	if err != nil {
 		t.s.apply(factWriteFailed{err: err})
+	} else if cancelRequest {
+		t.s.cancelRequestOnce.Do(func() { close(t.s.cancelRequestSent) })
 	}
 	return n, err
 }
 
 // noteOutgoing records one message the SDK is about to write (the SDK
-// writes each message with one Write call).
-func (s *Session) noteOutgoing(b []byte) {
+// writes each message with one Write call). It reports a $/cancel_request
+// notification, which the SDK sends when a request's context ends.
+func (s *Session) noteOutgoing(b []byte) (cancelRequest bool) {
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
@@ -418,10 +421,13 @@ func (s *Session) noteOutgoing(b []byte) {
 		} `json:"params"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil && !isTypeError(err) {
-		return
+		return false
+	}
+	if m.Method == methodCancelRequest && len(m.ID) == 0 {
+		return true
 	}
 	if m.Method == "" || len(m.ID) == 0 {
-		return
+		return false
 	}
 	s.pending.add(idKey(m.ID), outRequest{method: m.Method, modeID: m.Params.ModeID})
 	switch m.Method {
@@ -430,6 +436,7 @@ func (s *Session) noteOutgoing(b []byte) {
 			close(s.promptSent)
 		}
 	}
+	return false
 }
 
 // idKey is a JSON-RPC id as a map key: numbers in a canonical form, so that

@@ -66,6 +66,11 @@ type Adapter struct {
 	// Env returns extra environment for the agent, given the server's
 	// environment; an error fails the task before launch.
 	Env func(getenv func(string) string) ([]string, error)
+	// KeepSessionOpen: never send session/close, even when the agent
+	// offers it. Set for an agent whose closed sessions no longer resume
+	// (the end-to-end suite checks each real agent), since symm-mcp
+	// promises a later resume by session_id.
+	KeepSessionOpen bool
 	// NPM is the package scripts/install-agents.sh installs for the
 	// end-to-end suite and scripts/capture-offers, whose offer
 	// testdata/agents/<Name> records; nil when the agent is not on npm.

@@ -24,9 +24,10 @@ func reasoningEffort() *acpsession.Setting {
 }
 
 // pinMode pins a session mode. Agents offer modes in "modes" (set with
-// session/set_mode), as the select option "mode" (set with
-// session/set_config_option), or both (both are set); an offered id equal
-// to value or ending in "#"+value matches (copilot's ids are URLs).
+// session/set_mode), as the select option "mode" or one of category mode
+// (set with session/set_config_option), or both (then the option alone is
+// set: ACP's v2 draft removes set_mode); an offered id equal to value or
+// ending in "#"+value matches (copilot's ids are URLs).
 func pinMode(value string) acpsession.Setting {
 	return acpsession.Setting{Name: "mode", ConfigIDs: []string{"mode"}, Mode: true, Value: value, Pin: true}
 }

@@ -6,8 +6,10 @@
 // server of internal/e2e/modelserver on 127.0.0.1. For each agent it checks, through the tools: describe_agent,
 // the pins as the agent confirmed them, a plain prompt, a refused and an
 // allowed tool call, cancel_task during a slow stream, resuming by
-// session_id, and `symm-mcp doctor`; it prints the matrix and each agent's
-// time at the end.
+// session_id, `symm-mcp doctor`, and the session path (the session methods
+// it offers, session/close, resume or load, whether a closed session still
+// resumes, where its usage comes from); it prints the matrix, each agent's
+// time and the notes at the end.
 //
 // TestHosts runs symm-mcp inside the two real MCP hosts, registered with
 // the README's own lines (read from README.md): Claude Code through

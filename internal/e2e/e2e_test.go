@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/e2e/agentenv"
 	"github.com/symm-mcp/symm-mcp/internal/e2e/modelserver"
 )
@@ -83,7 +84,7 @@ func run(m *testing.M) int {
 }
 
 // The matrix: one row per agent, one cell per check.
-var checks = []string{"describe", "pins", "plain", "refused", "allowed", "cancel", "resume", "doctor"}
+var checks = []string{"describe", "pins", "plain", "refused", "allowed", "cancel", "resume", "doctor", "sessions"}
 
 type row struct {
 	cells   map[string]string // check -> "pass" or "FAIL: reason"
@@ -347,8 +348,10 @@ func testAgent(t *testing.T, a agentCase) {
 	check(t, a.name, 4, "refused", func(t *recorder) { refusedKind = r.checkRefused(ctx, t) })
 	check(t, a.name, 5, "allowed", func(t *recorder) { r.checkAllowed(ctx, t, refusedKind) })
 	check(t, a.name, 6, "cancel", func(t *recorder) { r.checkCancel(ctx, t) })
-	check(t, a.name, 7, "resume", func(t *recorder) { r.checkResume(ctx, t, plain) })
+	var resumed task
+	check(t, a.name, 7, "resume", func(t *recorder) { resumed = r.checkResume(ctx, t, plain) })
 	check(t, a.name, 8, "doctor", func(t *recorder) { r.checkDoctor(ctx, t) })
+	check(t, a.name, 9, "sessions", func(t *recorder) { r.checkSessions(ctx, t, desc, plain, resumed) })
 }
 
 // call runs one tool and decodes its JSON reply into out.
@@ -375,8 +378,14 @@ func (r *rig) call(ctx context.Context, name string, args map[string]any, out an
 type description struct {
 	Version   *string `json:"version"`
 	CanResume *bool   `json:"can_resume"`
-	Error     *string `json:"error"`
-	Pins      []struct {
+	Sessions  *struct {
+		Load   bool `json:"load"`
+		Resume bool `json:"resume"`
+		Close  bool `json:"close"`
+		List   bool `json:"list"`
+	} `json:"session_capabilities"`
+	Error *string `json:"error"`
+	Pins  []struct {
 		Setting   string `json:"setting"`
 		Value     string `json:"value"`
 		Available bool   `json:"available"`
@@ -384,10 +393,12 @@ type description struct {
 }
 
 type task struct {
-	ID        string  `json:"task_id"`
-	Status    string  `json:"status"`
-	SessionID *string `json:"session_id"`
-	Error     *string `json:"error"`
+	ID        string          `json:"task_id"`
+	Status    string          `json:"status"`
+	SessionID *string         `json:"session_id"`
+	Error     *string         `json:"error"`
+	Title     *string         `json:"title"`
+	Usage     json.RawMessage `json:"usage"`
 	events    []event
 }
 
@@ -401,6 +412,9 @@ type event struct {
 	Kind       string          `json:"kind"`
 	Pid        int             `json:"pid"`
 	Resumed    bool            `json:"resumed"`
+	ResumedBy  *string         `json:"resumed_by"`
+	Source     string          `json:"source"`
+	OK         *bool           `json:"ok"`
 	StopReason *string         `json:"stop_reason"`
 	Message    string          `json:"message"`
 	raw        json.RawMessage
@@ -686,7 +700,7 @@ func (r *rig) checkCancel(ctx context.Context, t *recorder) {
 	assert.Empty(t, left, "processes of the agent's group %d left after cancel", pgid)
 }
 
-func (r *rig) checkResume(ctx context.Context, t *recorder, first task) {
+func (r *rig) checkResume(ctx context.Context, t *recorder, first task) task {
 	require.NotNil(t, first.SessionID, "no session_id from the plain task")
 	tk := r.spawn(ctx, t, map[string]any{"prompt": "Again, thinking first. [[think:P2zk]]", "session_id": *first.SessionID})
 	tk = r.wait(ctx, t, tk.ID)
@@ -697,7 +711,7 @@ func (r *rig) checkResume(ctx context.Context, t *recorder, first task) {
 	}
 	msgs := tk.messages()
 	assert.Contains(t, msgs, "thought reply P2zk")
-	// The thinking block is not one of the eight checks: noted only.
+	// The thinking block is not one of the checks: noted only.
 	thought := ""
 	for _, e := range tk.of("agent_thought") {
 		thought += e.Text
@@ -709,6 +723,61 @@ func (r *rig) checkResume(ctx context.Context, t *recorder, first task) {
 			t.Errorf("replayed history recorded: %s", e.raw)
 		}
 	}
+	return tk
+}
+
+// checkSessions shows which session path the agent takes and what it
+// reports: its session methods (describe_agent), the close of the plain
+// task's session (when offered and the adapter allows it), the resume path
+// of the resumed task (resume when offered, else load) and, since the
+// resumed session is the plain task's, whether a closed session still
+// resumes; then which source each usage report came from, the tasks'
+// usage and list_tasks' usage_total, and the title. The notes are what
+// testdata/agents/README.md records per agent.
+func (r *rig) checkSessions(ctx context.Context, t *recorder, d description, plain, resumed task) {
+	require.NotNil(t, d.Sessions, "describe_agent: session_capabilities")
+	caps := *d.Sessions
+	note(r.agent.name, "session methods: load=%v resume=%v close=%v list=%v", caps.Load, caps.Resume, caps.Close, caps.List)
+	adapter, ok := agents.Default().Lookup(r.agent.name)
+	require.True(t, ok)
+	wantClose := caps.Close && !adapter.KeepSessionOpen
+	closed := plain.of("session_closed")
+	if wantClose {
+		if assert.Len(t, closed, 1, "session_closed of the plain task") && assert.NotNil(t, closed[0].OK) {
+			assert.True(t, *closed[0].OK, "session/close answered: %s", closed[0].raw)
+			note(r.agent.name, "session/close: %s", closed[0].raw)
+		}
+	} else {
+		assert.Empty(t, closed, "no session/close")
+		note(r.agent.name, "session/close: not sent (offered %v, kept open %v)", caps.Close, adapter.KeepSessionOpen)
+	}
+	require.NotEmpty(t, resumed.ID, "no resumed task")
+	started := resumed.of("session_started")
+	require.NotEmpty(t, started, "session_started of the resumed task")
+	want := "load"
+	if caps.Resume {
+		want = "resume"
+	}
+	if assert.NotNil(t, started[0].ResumedBy, "resumed_by") {
+		assert.Equal(t, want, *started[0].ResumedBy, "resumed_by")
+		resumes := "not closed"
+		if wantClose {
+			resumes = strconv.FormatBool(resumed.Status == "succeeded")
+		}
+		note(r.agent.name, "resume path: %s; a closed session resumes: %s", *started[0].ResumedBy, resumes)
+	}
+	for _, tk := range []task{plain, resumed} {
+		var sources []string
+		for _, e := range tk.of("usage") {
+			sources = append(sources, e.Source)
+		}
+		note(r.agent.name, "task %s usage events %v; usage %s; title %q", tk.ID, sources, tk.Usage, deref(tk.Title))
+	}
+	var page struct {
+		UsageTotal json.RawMessage `json:"usage_total"`
+	}
+	require.NoError(t, r.call(ctx, "list_tasks", map[string]any{}, &page))
+	note(r.agent.name, "list_tasks usage_total %s", page.UsageTotal)
 }
 
 func (r *rig) checkDoctor(ctx context.Context, t *recorder) {

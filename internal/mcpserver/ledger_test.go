@@ -249,7 +249,7 @@ func TestTaskLifecycle(t *testing.T) {
 	assert.Nil(t, got["notify_path"], "no markers configured")
 
 	sink := run.Sink.(acpsession.Sink)
-	require.NoError(t, sink.SessionStarted("sess-1", false))
+	require.NoError(t, sink.SessionStarted("sess-1", acpsession.NewSession))
 	sink.Text(acpsession.Message, "hello ")
 	sink.Text(acpsession.Message, "world")
 	require.NoError(t, sink.ToolCall(false, fieldsJSON(t, map[string]any{"tool_call_id": "t1", "title": "read <file>"})))

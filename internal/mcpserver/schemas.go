@@ -39,23 +39,10 @@ func eventSchema() *jsonschema.Schema {
 	}
 }
 
-// usageSchema is a task's usage: the agent's last ACP usage_update, or the
-// usage of its prompt answer, stored as the agent sent it. ACP makes both
-// objects, but the recorder keeps any valid JSON it is given, so no type
-// is promised beyond that.
-func usageSchema() *jsonschema.Schema {
-	return &jsonschema.Schema{
-		Description: "the latest usage the agent reported, as it sent it (an ACP usage_update or the usage of its " +
-			"prompt answer); null until it reports one",
-	}
-}
-
 // describeRawJSON gives the json.RawMessage fields of output type t their
 // schemas.
 func describeRawJSON(t reflect.Type, s *jsonschema.Schema) {
 	switch t {
-	case reflect.TypeFor[store.Task]():
-		s.Properties["usage"] = usageSchema()
 	case reflect.TypeFor[eventsOut]():
 		s.Properties["events"].Items = eventSchema()
 	}

@@ -32,7 +32,7 @@ func TestSplicedRepliesMatchTheSDKs(t *testing.T) {
 	l := newLedger(t)
 	id, run := l.spawn(t, map[string]any{"prompt": trickyText, "initiator_id": trickyText})
 	sink := run.Sink.(acpsession.Sink)
-	require.NoError(t, sink.SessionStarted("sess-1", false))
+	require.NoError(t, sink.SessionStarted("sess-1", acpsession.NewSession))
 	for i := range 300 {
 		sink.Text(acpsession.Message, strings.Repeat(trickyText, i%7+1))
 		require.NoError(t, sink.ToolCall(false, fieldsJSON(t, map[string]any{"tool_call_id": trickyText, "title": trickyText,

@@ -181,8 +181,9 @@ type listArgs struct {
 }
 
 type listOut struct {
-	Tasks      []store.Summary `json:"tasks"`
-	NextCursor *string         `json:"next_cursor" jsonschema:"pass as cursor for older tasks; null on the last page"`
+	Tasks      []store.Summary  `json:"tasks"`
+	NextCursor *string          `json:"next_cursor" jsonschema:"pass as cursor for older tasks; null on the last page"`
+	UsageTotal store.UsageTotal `json:"usage_total" jsonschema:"the usage of the tasks on this page: tokens summed over the tasks, each session's latest cost summed per currency"`
 }
 
 var listTasksTool = toolDef[listArgs]{
@@ -204,7 +205,8 @@ func (h handlers) listTasks(_ context.Context, a listArgs) (json.RawMessage, err
 	if err != nil {
 		return nil, err
 	}
-	return object(member{"tasks", array(p.Tasks)}, member{"next_cursor", jsonValue(p.NextCursor)}), nil
+	return object(member{"tasks", array(p.Tasks)}, member{"next_cursor", jsonValue(p.NextCursor)},
+		member{"usage_total", jsonValue(p.UsageTotal)}), nil
 }
 
 // --- resolve_task
@@ -259,8 +261,9 @@ var describeAgentTool = toolDef[describeArgs]{
 	tool: mcp.Tool{
 		Name: "describe_agent",
 		Description: "Start the agent, read its advertised model and effort offers as {current, values}, its version, resume " +
-			"support, the auth methods it lists, and whether the settings symm-mcp pins are available, then end it. Creates " +
-			"no task; the session it opens may remain in the agent's own history. Startup and ACP setup share a 30-second deadline.",
+			"support and session methods (load, resume, close, list), the auth methods it lists, and whether the settings " +
+			"symm-mcp pins are available, then end it. Creates no task; the session it opens is closed when the agent offers " +
+			"close, and may remain in the agent's own history. Startup and ACP setup share a 30-second deadline.",
 		Annotations: annotations(false, false, true, true),
 	},
 	output: reflect.TypeFor[task.Description](),

@@ -187,16 +187,6 @@ func wholePreview(inner []byte) []byte {
 	return append([]byte(`"fields":`), previewOf(obj)...)
 }
 
-// compact returns v without insignificant space, or v if it is not JSON.
-func compact(v []byte) []byte {
-	var b bytes.Buffer
-	b.Grow(len(v))
-	if json.Compact(&b, v) != nil {
-		return v
-	}
-	return b.Bytes()
-}
-
 // countChars counts the characters of UTF-8 text: the bytes that do not
 // continue a character. (utf8.RuneCount copies its argument here.)
 func countChars(b []byte) int {

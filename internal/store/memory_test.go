@@ -85,7 +85,7 @@ func TestFinishedRecordRestsEncoded(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Transition("t", Running, t0)
 	require.NoError(t, err)
-	_, err = s.Update("t", SetUsage(json.RawMessage(`{"used": 3, "size": 9}`)), SetStderrDropped(Dropped{Lines: 2, Bytes: 7}))
+	_, err = s.Update("t", MergeUsage(Usage{TotalTokens: ptr(int64(12)), Cost: &Cost{Amount: 0.5, Currency: "USD"}, Context: &ContextUsage{Used: 3, Size: 9}}), SetTitle(ptr("a <title>")), SetStderrDropped(Dropped{Lines: 2, Bytes: 7}))
 	require.NoError(t, err)
 	code := 3
 	ended, err := s.Transition("t", Failed, t0, SetExit(&code, ""), SetError("bad \xff <x> \"quoted\""))

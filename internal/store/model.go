@@ -101,14 +101,17 @@ func at(t time.Time) *Time { return &Time{t} }
 // Summary is the part of a task that lists and waits return.
 // Every field is always present; unknown values are null.
 type Summary struct {
-	TaskID      string     `json:"task_id"`
-	Agent       string     `json:"agent"`
-	Workspace   string     `json:"workspace"`
-	Status      Status     `json:"status"`
-	ExitCode    *int       `json:"exit_code"`
-	Signal      *string    `json:"signal"`
-	Error       *string    `json:"error"`
-	SessionID   *string    `json:"session_id"`
+	TaskID    string  `json:"task_id"`
+	Agent     string  `json:"agent"`
+	Workspace string  `json:"workspace"`
+	Status    Status  `json:"status"`
+	ExitCode  *int    `json:"exit_code"`
+	Signal    *string `json:"signal"`
+	Error     *string `json:"error"`
+	SessionID *string `json:"session_id"`
+	// Title is the agent's title for the session (session_info_update).
+	Title       *string    `json:"title"`
+	Usage       Usage      `json:"usage"`
 	Resolution  Resolution `json:"resolution"`
 	InitiatorID *string    `json:"initiator_id"`
 	ExecutorID  *string    `json:"executor_id"`
@@ -126,14 +129,13 @@ type Task struct {
 	// Prompt is the whole prompt, or its first PromptPreviewChars
 	// characters when it is over MaxPromptBytes; then the three fields
 	// below describe the whole, and are present only then.
-	Prompt          string          `json:"prompt"`
-	PromptLength    *int            `json:"prompt_length,omitempty"`
-	PromptSHA256    *string         `json:"prompt_sha256,omitempty"`
-	PromptTruncated bool            `json:"prompt_truncated,omitempty"`
-	Allow           []string        `json:"allow"`
-	Model           *string         `json:"model"`
-	Effort          *string         `json:"effort"`
-	Usage           json.RawMessage `json:"usage"`
+	Prompt          string   `json:"prompt"`
+	PromptLength    *int     `json:"prompt_length,omitempty"`
+	PromptSHA256    *string  `json:"prompt_sha256,omitempty"`
+	PromptTruncated bool     `json:"prompt_truncated,omitempty"`
+	Allow           []string `json:"allow"`
+	Model           *string  `json:"model"`
+	Effort          *string  `json:"effort"`
 	// StderrDropped counts the stderr lines and bytes the cap dropped.
 	StderrDropped Dropped `json:"stderr_dropped"`
 }
@@ -228,25 +230,14 @@ func SetSessionID(id string) Edit { return Edit{func(t *Task) { t.SessionID = op
 
 // Bounds of what an agent reports into a task record, which get_task and
 // the other tools return whole, and (for the error) list_tasks and
-// wait_tasks return for up to 1,000 tasks at once (intent 0013).
+// wait_tasks return for up to 1,000 tasks at once (intent 0013). The usage
+// is a fixed set of numbers and the title is bounded by the session
+// (intent 0017).
 const (
-	// MaxUsageBytes bounds the usage kept as sent; a larger one is kept
-	// as its Preview.
-	MaxUsageBytes = 64 << 10
 	// MaxErrorChars bounds the error message a task keeps; the error
 	// event keeps the message whole (within MaxEventBytes).
 	MaxErrorChars = 1000
 )
-
-// SetUsage keeps the latest usage the agent reported.
-func SetUsage(raw json.RawMessage) Edit {
-	if len(raw) > MaxUsageBytes {
-		raw = previewOf(compact(raw))
-	} else {
-		raw = slices.Clone(raw)
-	}
-	return Edit{func(t *Task) { t.Usage = raw }}
-}
 
 // SetError records the latest error message, cut after MaxErrorChars
 // characters with a note of its length. One recorded after the task ended

@@ -166,9 +166,9 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 	}{
 		// claude_code: starts in auto; the mode lives in modes and the select "mode".
 		{name: "claude pins default", agent: "claude_code", req: SpawnRequest{Allow: []string{"read"}},
-			calls: []string{"set_mode default", "set_config_option mode=default", "session/prompt"}},
+			calls: []string{"set_config_option mode=default", "session/prompt"}},
 		{name: "claude model and effort", agent: "claude_code", req: SpawnRequest{Model: "sonnet", Effort: "high"},
-			calls: []string{"set_config_option model=sonnet", "set_config_option effort=high", "set_mode default", "set_config_option mode=default", "session/prompt"}},
+			calls: []string{"set_config_option model=sonnet", "set_config_option effort=high", "set_config_option mode=default", "session/prompt"}},
 		{name: "claude effort value not offered", agent: "claude_code", req: SpawnRequest{Effort: "turbo"},
 			error: `value "turbo" is not offered for setting "effort"`},
 		{name: "claude model value not offered", agent: "claude_code", req: SpawnRequest{Model: "gpt-5"},
@@ -178,9 +178,9 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 
 		// codex 2.6.0: offers no reasoning_effort and no thought_level option.
 		{name: "codex pins read-only", agent: "codex",
-			calls: []string{"set_mode read-only", "set_config_option mode=read-only", "session/prompt"}},
+			calls: []string{"set_config_option mode=read-only", "session/prompt"}},
 		{name: "codex model", agent: "codex", req: SpawnRequest{Model: "gpt-6.1-sol"},
-			calls: []string{"set_config_option model=gpt-6.1-sol", "set_mode read-only", "set_config_option mode=read-only", "session/prompt"}},
+			calls: []string{"set_config_option model=gpt-6.1-sol", "set_config_option mode=read-only", "session/prompt"}},
 		{name: "codex effort is not offered", agent: "codex", req: SpawnRequest{Model: "gpt-6.1-sol", Effort: "high"},
 			calls: []string{"set_config_option model=gpt-6.1-sol"}, error: `setting "reasoning_effort" is not offered`},
 		{name: "codex model ids with effort baked in are not its model values", agent: "codex", req: SpawnRequest{Model: "m[medium]"},
@@ -189,19 +189,19 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 			offer: func(m map[string]any) map[string]any {
 				return withOption(m, selectOption("thinking", "thought_level", "low", "low", "high"))
 			},
-			calls: []string{"set_config_option thinking=high", "set_mode read-only", "set_config_option mode=read-only", "session/prompt"}},
+			calls: []string{"set_config_option thinking=high", "set_config_option mode=read-only", "session/prompt"}},
 		{name: "codex effort prefers reasoning_effort", agent: "codex", req: SpawnRequest{Effort: "high"},
 			offer: func(m map[string]any) map[string]any {
 				withOption(m, selectOption("thinking", "thought_level", "low", "low", "high"))
 				return withOption(m, selectOption("reasoning_effort", "", "low", "low", "high"))
 			},
-			calls: []string{"set_config_option reasoning_effort=high", "set_mode read-only", "set_config_option mode=read-only", "session/prompt"}},
+			calls: []string{"set_config_option reasoning_effort=high", "set_config_option mode=read-only", "session/prompt"}},
 		{name: "codex without read-only", agent: "codex", offer: func(m map[string]any) map[string]any { return withoutValue(m, "read-only") },
 			error: `value "read-only" is not offered for setting "mode"`},
 
 		// copilot with its own model provider: URL mode ids, allow_all a select, no model option.
 		{name: "copilot pins its agent mode then allow_all off", agent: "copilot",
-			calls: []string{"set_mode " + copilotAgent, "set_config_option mode=" + copilotAgent, "set_config_option allow_all=off", "session/prompt"}},
+			calls: []string{"set_config_option mode=" + copilotAgent, "set_config_option allow_all=off", "session/prompt"}},
 		{name: "copilot from autopilot", agent: "copilot",
 			offer: func(m map[string]any) map[string]any {
 				m["modes"].(map[string]any)["current"] = copilotAutopilot
@@ -209,7 +209,7 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 				offerOption(m, "allow_all")["currentValue"] = "on"
 				return m
 			},
-			calls: []string{"set_mode " + copilotAgent, "set_config_option mode=" + copilotAgent, "set_config_option allow_all=off", "session/prompt"}},
+			calls: []string{"set_config_option mode=" + copilotAgent, "set_config_option allow_all=off", "session/prompt"}},
 		{name: "copilot model not offered", agent: "copilot", req: SpawnRequest{Model: "gpt-5"},
 			error: `setting "model" is not offered`},
 		{name: "copilot effort not offered", agent: "copilot", req: SpawnRequest{Effort: "low"},
@@ -218,9 +218,9 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 			offer: func(m map[string]any) map[string]any {
 				return withOption(m, selectOption("model", "model", "a", "a", "b"))
 			},
-			calls: []string{"set_config_option model=b", "set_mode " + copilotAgent, "set_config_option mode=" + copilotAgent, "set_config_option allow_all=off", "session/prompt"}},
+			calls: []string{"set_config_option model=b", "set_config_option mode=" + copilotAgent, "set_config_option allow_all=off", "session/prompt"}},
 		{name: "copilot without allow_all", agent: "copilot", offer: func(m map[string]any) map[string]any { return withoutOption(m, "allow_all") },
-			calls: []string{"set_mode " + copilotAgent, "set_config_option mode=" + copilotAgent}, error: `setting "allow_all" is not offered`},
+			calls: []string{"set_config_option mode=" + copilotAgent}, error: `setting "allow_all" is not offered`},
 		{name: "copilot without its agent mode", agent: "copilot", offer: func(m map[string]any) map[string]any { return withoutValue(m, copilotAgent) },
 			error: `value "agent" is not offered for setting "mode"`},
 
@@ -236,7 +236,7 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 			offer: func(m map[string]any) map[string]any {
 				return withOption(withoutOption(m, "auto_approve"), selectOption("auto_approve", "", "true", "true", "false"))
 			},
-			error: `value "false" is not offered for setting "auto_approve"`},
+			calls: []string{"set_config_option auto_approve=false", "session/prompt"}},
 
 		// cursor (hand-written offer): agent only when edit is allowed.
 		{name: "cursor with edit", agent: "cursor", req: SpawnRequest{Allow: []string{"read", "edit"}},

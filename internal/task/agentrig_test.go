@@ -57,13 +57,14 @@ type agentRigOptions struct {
 	requestTimeout time.Duration
 	timeouts       *supervisor.Timeouts
 	stderrCap      int64
-	markers        bool // completion markers in a private directory
+	markers        bool              // completion markers in a private directory
+	extra          []*agents.Adapter // adapters beside the default ones and fake
 }
 
 func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
 	t.Helper()
 	bin := t.TempDir()
-	adapters := append(agents.DefaultAdapters(), fakeAdapter)
+	adapters := append(append(agents.DefaultAdapters(), fakeAdapter), o.extra...)
 	for _, a := range adapters {
 		require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 )
 
@@ -162,7 +163,7 @@ func TestLargePromptIsPreviewed(t *testing.T) {
 
 // TestAgentReportsIntoRecordsAreBounded: what an agent reports into the
 // task record (usage, an error message, its session id) cannot make the
-// record large: a large usage is kept as a preview, an error is cut after
+// record large: of a usage report only its figures are kept, an error is cut after
 // 1,000 characters (its error event keeps more), an outsized session id
 // is refused.
 func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
@@ -182,8 +183,7 @@ func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
 		require.Equal(t, "succeeded", r.wait(t, id)["status"])
 		u, ok := small(t, id)["usage"].(map[string]any)
 		require.True(t, ok)
-		assert.Equal(t, true, u["truncated"])
-		assert.Greater(t, u["length"].(float64), float64(len(huge)/2))
+		assert.Equal(t, map[string]any{"used": 1.0, "size": 2.0}, u["context"], "only the figures are kept")
 	})
 	t.Run("error", func(t *testing.T) {
 		ws := agentWorkspace(t, map[string]any{"fail_in": map[string]any{"session/prompt": huge}})
@@ -198,7 +198,7 @@ func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
 	t.Run("session id", func(t *testing.T) {
 		l := newRig(t, nil)
 		id, run := l.running(t)
-		err := sessionSink(run).SessionStarted(strings.Repeat("s", MaxSessionIDBytes+1), false)
+		err := sessionSink(run).SessionStarted(strings.Repeat("s", MaxSessionIDBytes+1), acpsession.NewSession)
 		require.Error(t, err)
 		assert.Nil(t, l.task(t, id)["session_id"])
 	})

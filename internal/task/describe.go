@@ -37,17 +37,20 @@ type Pin struct {
 // are those the agent listed in its initialize answer, also when it then
 // refused to open a session (empty when it listed none or never answered).
 type Description struct {
-	Agent       string                  `json:"agent"`
-	Executable  string                  `json:"executable"`
-	Path        *string                 `json:"path"`
-	Version     *string                 `json:"version"`
-	CanResume   *bool                   `json:"can_resume"`
-	Options     []string                `json:"options"`
-	Model       *Offer                  `json:"model"`
-	Effort      *Offer                  `json:"effort"`
-	Pins        []Pin                   `json:"pins"`
-	AuthMethods []acpsession.AuthMethod `json:"auth_methods"`
-	Error       *string                 `json:"error"`
+	Agent      string  `json:"agent"`
+	Executable string  `json:"executable"`
+	Path       *string `json:"path"`
+	Version    *string `json:"version"`
+	CanResume  *bool   `json:"can_resume"`
+	// Sessions are the session methods the agent advertised (load,
+	// resume, close, list); null when it could not be described.
+	Sessions    *acpsession.SessionCapabilities `json:"session_capabilities"`
+	Options     []string                        `json:"options"`
+	Model       *Offer                          `json:"model"`
+	Effort      *Offer                          `json:"effort"`
+	Pins        []Pin                           `json:"pins"`
+	AuthMethods []acpsession.AuthMethod         `json:"auth_methods"`
+	Error       *string                         `json:"error"`
 }
 
 // Describe starts the agent, reads what it offers, and ends it. It creates
@@ -95,7 +98,7 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	id, err := s.cfg.Supervisor.Start(ctx, supervisor.Spec{
 		Argv: launch.Argv, Env: launch.Env, Dir: ws,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
-			probe = acpsession.StartProbe(stdin, stdout, ws, s.cfg.RequestTimeout, s.cfg.Version, s.log.With("describe", agent))
+			probe = acpsession.StartProbe(stdin, stdout, ws, s.cfg.RequestTimeout, s.cfg.Version, adapter.KeepSessionOpen, s.log.With("describe", agent))
 			return probe
 		},
 	}, sink)
@@ -126,6 +129,7 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	}
 	d.Version = &res.Version
 	d.CanResume = &res.CanResume
+	d.Sessions = &res.Sessions
 	if adapter.Model != nil {
 		d.Model = offerOf(res, *adapter.Model)
 	}

@@ -177,7 +177,7 @@ func TestLostRecordFailsTheTask(t *testing.T) {
 			reason: "stderr_dropped count could not be recorded" + why},
 		{name: "usage", fail: []string{"update"},
 			drive: func(t *testing.T, _ *rig, _ string, run *tasktest.Run) {
-				sessionSink(run).Usage(json.RawMessage(`{"used":10}`))
+				_ = sessionSink(run).Usage(acpsession.UsageFields{Source: acpsession.UsageFromUpdate, Context: &acpsession.UsageContext{Used: 10, Size: 20}})
 			},
 			reason: "usage could not be recorded" + why},
 		{name: "agent text", fail: []string{"agent_message"},
@@ -203,7 +203,7 @@ func TestLostRecordFailsTheTask(t *testing.T) {
 			reason: "permission decision could not be recorded" + why},
 		{name: "session start", fail: []string{"update"},
 			drive: func(t *testing.T, _ *rig, _ string, run *tasktest.Run) {
-				assert.ErrorIs(t, sessionSink(run).SessionStarted("sess-1", false), errInjected)
+				assert.ErrorIs(t, sessionSink(run).SessionStarted("sess-1", acpsession.NewSession), errInjected)
 			},
 			reason: "session start could not be recorded" + why},
 		{name: "task_cancelled", fail: []string{"task_cancelled"},

@@ -368,7 +368,7 @@ func (r *taskRun) Permission(f acpsession.PermissionFields) (acpsession.Permissi
 }
 
 // SessionStarted implements acpsession.Sink.
-func (r *taskRun) SessionStarted(id string, resumed bool) error {
+func (r *taskRun) SessionStarted(id string, by acpsession.ResumedBy) error {
 	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
@@ -382,29 +382,75 @@ func (r *taskRun) SessionStarted(id string, resumed bool) error {
 		r.lostLocked("session start", err)
 		return err
 	}
+	var resumedBy *acpsession.ResumedBy
+	if by != acpsession.NewSession {
+		resumedBy = &by
+	}
 	if err := r.appendLocked("session_started", struct {
-		SessionID string `json:"session_id"`
-		Resumed   bool   `json:"resumed"`
-	}{id, resumed}); err != nil {
+		SessionID string                `json:"session_id"`
+		Resumed   bool                  `json:"resumed"`
+		ResumedBy *acpsession.ResumedBy `json:"resumed_by"`
+	}{id, by != acpsession.NewSession, resumedBy}); err != nil {
 		r.lostLocked("session start", err)
 		return err
 	}
 	return nil
 }
 
-// Usage implements acpsession.Sink.
-func (r *taskRun) Usage(raw json.RawMessage) {
-	if !json.Valid(raw) {
-		return
-	}
+// Usage implements acpsession.Sink: the report is a usage event, and its
+// figures become the task's latest.
+func (r *taskRun) Usage(f acpsession.UsageFields) error {
 	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
-		return
+		return fmt.Errorf("task %s has ended", r.id)
 	}
-	if _, err := r.s.cfg.Store.Update(r.id, store.SetUsage(raw)); err != nil {
+	if err := r.appendLocked(acpsession.EventUsage, f); err != nil {
+		r.lostLocked("usage event", err)
+		return err
+	}
+	u := store.Usage{
+		InputTokens: f.InputTokens, OutputTokens: f.OutputTokens, ThoughtTokens: f.ThoughtTokens,
+		CachedReadTokens: f.CachedReadTokens, CachedWriteTokens: f.CachedWriteTokens, TotalTokens: f.TotalTokens,
+	}
+	if f.Cost != nil {
+		u.Cost = &store.Cost{Amount: f.Cost.Amount, Currency: f.Cost.Currency}
+	}
+	if f.Context != nil {
+		u.Context = &store.ContextUsage{Used: f.Context.Used, Size: f.Context.Size}
+	}
+	if _, err := r.s.cfg.Store.Update(r.id, store.MergeUsage(u)); err != nil {
 		r.lostLocked("usage", err)
+		return err
 	}
+	return nil
+}
+
+// Title implements acpsession.Sink.
+func (r *taskRun) Title(c acpsession.TitleChange) error {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.ended {
+		return fmt.Errorf("task %s has ended", r.id)
+	}
+	if _, err := r.s.cfg.Store.Update(r.id, store.SetTitle(c.Title)); err != nil {
+		r.lostLocked("session title", err)
+		return err
+	}
+	return nil
+}
+
+// SessionClosed implements acpsession.Sink. A failed close is recorded, and
+// is no failure of the task: it never sets the task's error.
+func (r *taskRun) SessionClosed(ok bool, message string) error {
+	var msg *string
+	if !ok {
+		msg = &message
+	}
+	return r.event("session_closed", struct {
+		OK      bool    `json:"ok"`
+		Message *string `json:"message"`
+	}{ok, msg})
 }
 
 // ProcessStarted implements supervisor.Sink. It is called from within

@@ -257,7 +257,7 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 		return s.cfg.Store.TaskJSON(id)
 	}
 	params := acpsession.Params{
-		Cwd: ws, Prompt: req.Prompt, ResumeID: req.SessionID,
+		Cwd: ws, Prompt: req.Prompt, ResumeID: req.SessionID, KeepOpen: adapter.KeepSessionOpen,
 		Settings: launch.Settings, Allow: slices.Clone(req.Allow), RequestTimeout: s.cfg.RequestTimeout,
 		ClientVersion: s.cfg.Version, Slots: s.slots,
 	}
@@ -380,6 +380,8 @@ type TaskList struct {
 	Tasks []json.RawMessage
 	// NextCursor continues with older tasks; nil on the last page.
 	NextCursor *string
+	// UsageTotal sums the usage of Tasks, each session once.
+	UsageTotal store.UsageTotal
 }
 
 // Bounds of a list_tasks page.
@@ -414,7 +416,7 @@ func (s *Service) ListTasks(req ListRequest) (TaskList, error) {
 		}
 	}
 	tasks, rest := s.cfg.Store.ListBefore(before, limit, MaxListBytes)
-	page := TaskList{Tasks: tasks}
+	page := TaskList{Tasks: tasks, UsageTotal: store.TotalUsage(tasks)}
 	if rest > 0 {
 		c := base64.RawURLEncoding.EncodeToString([]byte(listCursorPrefix + strconv.Itoa(rest)))
 		page.NextCursor = &c

@@ -284,9 +284,9 @@ func (a *agent) statePath(id string) string {
 	return filepath.Join(a.cfg.StateDir, id+".json")
 }
 
-// persist saves the session when sessions can be loaded.
+// persist saves the session when sessions can be loaded or resumed.
 func (a *agent) persist(s *session) {
-	if !a.cfg.LoadSession {
+	if !a.cfg.LoadSession && !a.cfg.ResumeSession {
 		return
 	}
 	s.mu.Lock()
@@ -334,6 +334,16 @@ func (a *agent) Initialize(context.Context, acp.InitializeRequest) (acp.Initiali
 		ProtocolVersion:   acp.ProtocolVersionNumber,
 		AgentCapabilities: acp.AgentCapabilities{LoadSession: a.cfg.LoadSession},
 		AuthMethods:       []acp.AuthMethod{},
+	}
+	caps := &resp.AgentCapabilities.SessionCapabilities
+	if a.cfg.ResumeSession {
+		caps.Resume = &acp.SessionResumeCapabilities{}
+	}
+	if a.cfg.CloseSession {
+		caps.Close = &acp.SessionCloseCapabilities{}
+	}
+	if a.cfg.ListSessions {
+		caps.List = &acp.SessionListCapabilities{}
 	}
 	for _, raw := range a.cfg.AuthMethods {
 		var m acp.AuthMethod
@@ -388,19 +398,10 @@ func (a *agent) LoadSession(_ context.Context, req acp.LoadSessionRequest) (acp.
 	if !a.cfg.LoadSession {
 		return acp.LoadSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionLoad)
 	}
-	notFound := &acp.RequestError{Code: -32002, Message: "Resource not found", Data: map[string]any{"sessionId": req.SessionId}}
-	if a.cfg.RejectLoad || strings.ContainsAny(string(req.SessionId), `/\`) {
-		return acp.LoadSessionResponse{}, notFound
-	}
-	b, err := os.ReadFile(a.statePath(string(req.SessionId)))
+	s, sv, err := a.restore(req.SessionId, req.Cwd)
 	if err != nil {
-		return acp.LoadSessionResponse{}, notFound
+		return acp.LoadSessionResponse{}, err
 	}
-	var sv saved
-	if json.Unmarshal(b, &sv) != nil || sv.Cwd != req.Cwd {
-		return acp.LoadSessionResponse{}, notFound
-	}
-	s := &session{id: string(req.SessionId), cwd: sv.Cwd, modes: sv.Modes, options: sv.Options, history: sv.History}
 	for _, h := range sv.History {
 		typ := "agent_message_chunk"
 		if h.Role == "user" {
@@ -413,6 +414,90 @@ func (a *agent) LoadSession(_ context.Context, req acp.LoadSessionRequest) (acp.
 	a.sessions[s.id] = s
 	a.mu.Unlock()
 	return acp.LoadSessionResponse{Modes: clone(s.modes), ConfigOptions: clone(s.options)}, nil
+}
+
+// restore reads a saved session: an unknown id, or another cwd, is
+// JSON-RPC error -32002.
+func (a *agent) restore(id acp.SessionId, cwd string) (*session, saved, error) {
+	notFound := &acp.RequestError{Code: -32002, Message: "Resource not found", Data: map[string]any{"sessionId": id}}
+	var sv saved
+	if a.cfg.RejectLoad || strings.ContainsAny(string(id), `/\`) {
+		return nil, sv, notFound
+	}
+	b, err := os.ReadFile(a.statePath(string(id)))
+	if err != nil {
+		return nil, sv, notFound
+	}
+	if json.Unmarshal(b, &sv) != nil || sv.Cwd != cwd {
+		return nil, sv, notFound
+	}
+	return &session{id: string(id), cwd: sv.Cwd, modes: sv.Modes, options: sv.Options, history: sv.History}, sv, nil
+}
+
+// ResumeSession takes a saved session up without replaying its history.
+func (a *agent) ResumeSession(_ context.Context, req acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	if !a.enter() {
+		return acp.ResumeSessionResponse{}, errStopped
+	}
+	defer a.wg.Done()
+	if err := a.gate(acp.AgentMethodSessionResume); err != nil {
+		return acp.ResumeSessionResponse{}, err
+	}
+	if !a.cfg.ResumeSession {
+		return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
+	}
+	s, _, err := a.restore(req.SessionId, req.Cwd)
+	if err != nil {
+		return acp.ResumeSessionResponse{}, err
+	}
+	a.log.write(map[string]any{"resume": map[string]any{"session_id": s.id, "history": len(s.history)}})
+	a.mu.Lock()
+	a.sessions[s.id] = s
+	a.mu.Unlock()
+	return acp.ResumeSessionResponse{Modes: clone(s.modes), ConfigOptions: clone(s.options)}, nil
+}
+
+// CloseSession ends a live session: its turn is cancelled and it is let go
+// from memory. Its saved state stays, so it can be loaded or resumed later.
+func (a *agent) CloseSession(_ context.Context, req acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
+	if !a.enter() {
+		return acp.CloseSessionResponse{}, errStopped
+	}
+	defer a.wg.Done()
+	if err := a.gate(acp.AgentMethodSessionClose); err != nil {
+		return acp.CloseSessionResponse{}, err
+	}
+	if !a.cfg.CloseSession {
+		return acp.CloseSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionClose)
+	}
+	a.mu.Lock()
+	s := a.sessions[string(req.SessionId)]
+	delete(a.sessions, string(req.SessionId))
+	a.mu.Unlock()
+	if s == nil {
+		return acp.CloseSessionResponse{}, invalidParams("unknown session %q", req.SessionId)
+	}
+	s.mu.Lock()
+	if s.cancel != nil {
+		close(s.cancel)
+		s.cancel = nil
+	}
+	s.mu.Unlock()
+	return acp.CloseSessionResponse{}, nil
+}
+
+// ListSessions lists the sessions in memory.
+func (a *agent) ListSessions(context.Context, acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
+	if !a.cfg.ListSessions {
+		return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	resp := acp.ListSessionsResponse{Sessions: []acp.SessionInfo{}}
+	for _, s := range a.sessions {
+		resp.Sessions = append(resp.Sessions, acp.SessionInfo{SessionId: acp.SessionId(s.id), Cwd: s.cwd})
+	}
+	return resp, nil
 }
 
 // SetSessionMode sets an available mode and reports it with
@@ -675,18 +760,4 @@ func (a *agent) Prompt(ctx context.Context, req acp.PromptRequest) (acp.PromptRe
 		return acp.PromptResponse{}, errStopped
 	}
 	return acp.PromptResponse{StopReason: acp.StopReason(reason), Usage: usage}, nil
-}
-
-// The rest of acp.Agent is not served.
-
-func (a *agent) CloseSession(context.Context, acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
-	return acp.CloseSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionClose)
-}
-
-func (a *agent) ListSessions(context.Context, acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
-	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
-}
-
-func (a *agent) ResumeSession(context.Context, acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
-	return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
 }

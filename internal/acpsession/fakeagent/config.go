@@ -25,6 +25,9 @@ const (
 type Config struct {
 	AgentInfo                       *AgentInfo        `json:"agent_info,omitempty"`
 	LoadSession                     bool              `json:"load_session,omitempty"`
+	ResumeSession                   bool              `json:"resume_session,omitempty"`
+	CloseSession                    bool              `json:"close_session,omitempty"`
+	ListSessions                    bool              `json:"list_sessions,omitempty"`
 	RejectLoad                      bool              `json:"reject_load,omitempty"`
 	Modes                           *Modes            `json:"modes,omitempty"`
 	ConfigOptions                   []json.RawMessage `json:"config_options,omitempty"`
@@ -266,6 +269,8 @@ var methodNames = map[string]string{
 	"initialize":        "initialize",
 	"new_session":       "session/new",
 	"load_session":      "session/load",
+	"resume_session":    "session/resume",
+	"close_session":     "session/close",
 	"set_mode":          "session/set_mode",
 	"set_config_option": "session/set_config_option",
 	"prompt":            "session/prompt",

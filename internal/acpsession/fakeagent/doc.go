@@ -26,7 +26,10 @@
 //	{
 //	  "agent_info": {"name": "fake", "version": "1.0"},   // initialize's agentInfo
 //	  "load_session": true,          // advertise loadSession and serve session/load
-//	  "reject_load": true,           // every session/load fails ("session not found")
+//	  "reject_load": true,           // every session/load and session/resume fails ("session not found")
+//	  "resume_session": true,        // advertise sessionCapabilities.resume and serve session/resume
+//	  "close_session": true,         // advertise sessionCapabilities.close and serve session/close
+//	  "list_sessions": true,         // advertise sessionCapabilities.list and serve session/list
 //	  "modes": {"current": "ask", "available": [{"id": "ask", "name": "Ask"}, {"id": "code"}]},
 //	  "config_options": [ ...raw ACP SessionConfigOption objects, select or boolean... ],
 //	  "auth_methods": [ ...raw ACP AuthMethod objects: {"id": "key", "name": "API key", "description": "..."}... ],
@@ -45,9 +48,10 @@
 //
 // auth_methods are listed in initialize's authMethods (none by default).
 // Method names in hang_in, fail_in and auth_required_in are ACP names
-// (initialize, session/new, session/load, session/set_mode,
-// session/set_config_option, session/prompt) or the short names initialize,
-// new_session, load_session, set_mode, set_config_option, prompt.
+// (initialize, session/new, session/load, session/resume, session/close,
+// session/set_mode, session/set_config_option, session/prompt) or the short
+// names initialize, new_session, load_session, resume_session,
+// close_session, set_mode, set_config_option, prompt.
 //
 // modes is absent by default (no "modes" in session responses). Each new
 // session starts from modes and config_options; session/set_mode answers
@@ -78,12 +82,22 @@
 // it has replayed that many history entries, before its answer.
 //
 // Sessions persist to state_dir as <session id>.json (only when
-// load_session is set): their cwd, current modes and config options, and
-// history (each prompt and the agent's message text). A session/load —
-// possibly in another process — of an unknown id, or with another cwd,
-// fails with JSON-RPC error -32002; otherwise the history is replayed as
-// user_message_chunk and agent_message_chunk updates before the answer,
-// which carries the saved modes and config options.
+// load_session or resume_session is set): their cwd, current modes and
+// config options, and history (each prompt and the agent's message text).
+// A session/load or session/resume — possibly in another process — of an
+// unknown id, or with another cwd, fails with JSON-RPC error -32002;
+// otherwise a load replays the history as user_message_chunk and
+// agent_message_chunk updates before the answer, which carries the saved
+// modes and config options. A resume replays nothing and logs
+// {"resume": {"session_id": "fake-…", "history": 2}}. session/close
+// cancels the session's turn and lets the session go from memory; its saved
+// state stays, so a closed session still loads and resumes.
+//
+// Usage comes both ways ACP defines: a script's "usage" is the prompt
+// response's usage, and a raw_update step sends a usage_update
+// ({"sessionUpdate": "usage_update", "used": 10, "size": 100, "cost":
+// {"amount": 0.5, "currency": "USD"}}); a session_info_update names the
+// session ({"sessionUpdate": "session_info_update", "title": "..."}).
 //
 // # Impersonating a real agent
 //

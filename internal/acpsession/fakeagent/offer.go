@@ -69,6 +69,27 @@ func OfferConfig(initialize, newSession []byte) (Config, error) {
 	return cfg, nil
 }
 
+// WithSessionOffer makes cfg offer the session methods a real agent's
+// initialize result advertised in sessionCapabilities (resume, close,
+// list) too. OfferConfig leaves them out, so that tests of the settings
+// see the calls up to the prompt alone.
+func WithSessionOffer(cfg Config, initialize []byte) (Config, error) {
+	var init struct {
+		AgentCapabilities struct {
+			SessionCapabilities struct {
+				Resume, Close, List json.RawMessage
+			} `json:"sessionCapabilities"`
+		} `json:"agentCapabilities"`
+	}
+	if err := json.Unmarshal(initialize, &init); err != nil {
+		return cfg, fmt.Errorf("initialize result: %w", err)
+	}
+	sc := init.AgentCapabilities.SessionCapabilities
+	offered := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+	cfg.ResumeSession, cfg.CloseSession, cfg.ListSessions = offered(sc.Resume), offered(sc.Close), offered(sc.List)
+	return cfg, nil
+}
+
 // OfferConfigDir is OfferConfig of the two files of a fixture directory.
 func OfferConfigDir(dir string) (Config, error) {
 	init, err := os.ReadFile(filepath.Join(dir, OfferInitializeFile))

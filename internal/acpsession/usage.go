@@ -1,0 +1,174 @@
+package acpsession
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// EventUsage is the event type of one usage report.
+const EventUsage = "usage"
+
+// Sources of a usage report.
+const (
+	// UsageFromUpdate: a usage_update session update (context window and
+	// cost).
+	UsageFromUpdate = "usage_update"
+	// UsageFromPrompt: the usage of the prompt response (tokens).
+	UsageFromPrompt = "prompt_response"
+)
+
+// UsageFields are the fields of a usage event: one report of the agent,
+// in symm-mcp's names, with only what the report carried. ACP defines every
+// figure as cumulative: a report replaces the one before, and is never
+// added to it.
+type UsageFields struct {
+	// Source is UsageFromUpdate or UsageFromPrompt.
+	Source            string        `json:"source"`
+	InputTokens       *int64        `json:"input_tokens,omitempty"`
+	OutputTokens      *int64        `json:"output_tokens,omitempty"`
+	ThoughtTokens     *int64        `json:"thought_tokens,omitempty"`
+	CachedReadTokens  *int64        `json:"cached_read_tokens,omitempty"`
+	CachedWriteTokens *int64        `json:"cached_write_tokens,omitempty"`
+	TotalTokens       *int64        `json:"total_tokens,omitempty"`
+	Cost              *UsageCost    `json:"cost,omitempty"`
+	Context           *UsageContext `json:"context,omitempty"`
+}
+
+// UsageCost is the session's cumulative cost.
+type UsageCost struct {
+	Amount float64 `json:"amount"`
+	// Currency is the ISO 4217 code the agent gave ("USD").
+	Currency string `json:"currency"`
+}
+
+// UsageContext is the session's context window: tokens in it, and its size.
+type UsageContext struct {
+	Used int64 `json:"used"`
+	Size int64 `json:"size"`
+}
+
+// MaxCurrencyBytes bounds the currency code kept: ISO 4217 codes have
+// three letters, and every task record carries the code.
+const MaxCurrencyBytes = 16
+
+// MaxTitleChars bounds the session title kept from session_info_update.
+const MaxTitleChars = 200
+
+// count reads a token count: a non-negative integer. Anything else (a
+// fraction, a string, a negative number) is no report of that figure.
+func count(raw json.RawMessage) *int64 {
+	if len(raw) == 0 {
+		return nil
+	}
+	n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(string(bytes.TrimSpace(raw)), 64)
+		if ferr != nil || f != math.Trunc(f) || f < 0 || f > 1<<53 {
+			return nil
+		}
+		n = int64(f)
+	}
+	if n < 0 {
+		return nil
+	}
+	return &n
+}
+
+// usageFromUpdate reads a usage_update (used, size, cost); nil when it
+// carries none of them readably.
+func usageFromUpdate(raw []byte) *UsageFields {
+	var u struct {
+		Used json.RawMessage `json:"used"`
+		Size json.RawMessage `json:"size"`
+		Cost *struct {
+			Amount   *float64 `json:"amount"`
+			Currency *string  `json:"currency"`
+		} `json:"cost"`
+	}
+	// A field of the wrong type leaves it out; the rest is still read.
+	_ = json.Unmarshal(raw, &u)
+	f := UsageFields{Source: UsageFromUpdate}
+	used, size := count(u.Used), count(u.Size)
+	if used != nil && size != nil {
+		f.Context = &UsageContext{Used: *used, Size: *size}
+	}
+	if c := u.Cost; c != nil && c.Amount != nil && c.Currency != nil &&
+		!math.IsInf(*c.Amount, 0) && !math.IsNaN(*c.Amount) && len(*c.Currency) <= MaxCurrencyBytes && utf8.ValidString(*c.Currency) {
+		f.Cost = &UsageCost{Amount: *c.Amount, Currency: *c.Currency}
+	}
+	if f.Context == nil && f.Cost == nil {
+		return nil
+	}
+	return &f
+}
+
+// usageFromPrompt reads the usage of a prompt response; nil when it
+// carries no token count readably.
+func usageFromPrompt(raw []byte) *UsageFields {
+	var u struct {
+		Input       json.RawMessage `json:"inputTokens"`
+		Output      json.RawMessage `json:"outputTokens"`
+		Thought     json.RawMessage `json:"thoughtTokens"`
+		CachedRead  json.RawMessage `json:"cachedReadTokens"`
+		CachedWrite json.RawMessage `json:"cachedWriteTokens"`
+		Total       json.RawMessage `json:"totalTokens"`
+	}
+	if json.Unmarshal(raw, &u) != nil {
+		return nil
+	}
+	f := UsageFields{
+		Source:      UsageFromPrompt,
+		InputTokens: count(u.Input), OutputTokens: count(u.Output), ThoughtTokens: count(u.Thought),
+		CachedReadTokens: count(u.CachedRead), CachedWriteTokens: count(u.CachedWrite), TotalTokens: count(u.Total),
+	}
+	if f.InputTokens == nil && f.OutputTokens == nil && f.ThoughtTokens == nil &&
+		f.CachedReadTokens == nil && f.CachedWriteTokens == nil && f.TotalTokens == nil {
+		return nil
+	}
+	return &f
+}
+
+// TitleChange is what a session_info_update says of the session's title.
+type TitleChange struct {
+	// Title is the new title, at most MaxTitleChars characters; nil
+	// clears it.
+	Title *string
+}
+
+// titleFromInfo reads a session_info_update's title: nil when the update
+// says nothing of it (the field is absent or not a string or null).
+func titleFromInfo(raw []byte) *TitleChange {
+	var u struct {
+		Title json.RawMessage `json:"title"`
+	}
+	if json.Unmarshal(raw, &u) != nil || len(u.Title) == 0 {
+		return nil
+	}
+	if string(u.Title) == "null" {
+		return &TitleChange{}
+	}
+	var t string
+	if json.Unmarshal(u.Title, &t) != nil {
+		return nil
+	}
+	t = clipChars(t, MaxTitleChars)
+	return &TitleChange{Title: &t}
+}
+
+// clipChars cuts s after n characters.
+func clipChars(s string, n int) string {
+	if len(s) <= n { // bytes >= characters
+		return s
+	}
+	k := 0
+	for i := range s {
+		if k == n {
+			return s[:i]
+		}
+		k++
+	}
+	return s
+}
