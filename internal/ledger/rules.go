@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The rules below are the state machines and encodings that every ledger
@@ -14,7 +16,11 @@ import (
 
 // Record returns the record of the new task, created at now: status
 // created, unresolved, its prompt previewed when it is large.
-func (n NewTask) Record(now time.Time) Task { return n.record(now) }
+func (n NewTask) Record(now time.Time) Task {
+	t := n.record(now)
+	t.validUTF8()
+	return t
+}
 
 // CreatedFields are the fields of the task_created event of n.
 func (n NewTask) CreatedFields() []byte {
@@ -29,6 +35,36 @@ func (n NewTask) CreatedFields() []byte {
 func (t *Task) Apply(edits ...Edit) {
 	for _, ed := range edits {
 		ed.apply(t)
+	}
+	t.validUTF8()
+}
+
+// validUTF8 replaces the invalid UTF-8 of t's strings (an agent's error
+// message may hold some) by U+FFFD, as encoding them would. A record then
+// encodes to the same bytes before and after a decode, in every ledger:
+// one that keeps the record decoded and one that reads it back.
+func (t *Task) validUTF8() {
+	fix := func(s *string) {
+		if !utf8.ValidString(*s) {
+			*s = strings.ToValidUTF8(*s, "\uFFFD")
+		}
+	}
+	fixPtr := func(p **string) {
+		if *p != nil && !utf8.ValidString(**p) {
+			v := strings.ToValidUTF8(**p, "\uFFFD")
+			*p = &v
+		}
+	}
+	fix(&t.TaskID)
+	fix(&t.Agent)
+	fix(&t.Workspace)
+	fix(&t.Prompt)
+	for i := range t.Allow {
+		fix(&t.Allow[i])
+	}
+	for _, p := range []**string{&t.Signal, &t.Error, &t.SessionID, &t.InitiatorID, &t.ExecutorID, &t.NotifyPath,
+		&t.ResolutionNote, &t.Model, &t.Effort, &t.PromptSHA256} {
+		fixPtr(p)
 	}
 }
 
@@ -79,6 +115,7 @@ func (t *Task) Judge(r Resolution, note string, now time.Time) (fields []byte, e
 	t.Resolution = r
 	t.ResolutionNote = optional(note)
 	t.ResolvedAt = at(now)
+	t.validUTF8()
 	fields, _ = json.Marshal(struct {
 		Resolution Resolution `json:"resolution"`
 		Note       *string    `json:"note"`

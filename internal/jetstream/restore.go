@@ -1,0 +1,168 @@
+package jetstream
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
+)
+
+// restoreBatch is how many messages the restore's reader asks for at once.
+const restoreBatch = 256
+
+// restore loads every task record from the bucket and every event from
+// the stream. Events are taken in seq order per task: a message repeating
+// seqs already loaded (a batch published again after a failed ack) adds
+// only what is new, and one that starts past a gap (its predecessor was
+// never acknowledged) is left out, as the events after it were never
+// served. A record whose last_seq is one past the events found, with that
+// event as its tail, has the tail appended pending (the crash fell between
+// the record and its event); any other shortfall is a Loss.
+func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
+	byKey := map[string]*task{}
+	tails := map[*task]value{}
+	w, err := l.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("reading the task bucket: %w", err)
+	}
+	defer w.Stop()
+	for e := range w.Updates() {
+		if e == nil {
+			break // every current value was delivered
+		}
+		v, err := decodeValue(e.Value())
+		if err != nil {
+			return fmt.Errorf("task entry %s: %w", e.Key(), err)
+		}
+		rec, err := ledger.DecodeRecord(v.record)
+		if err != nil {
+			return fmt.Errorf("task entry %s: %w", e.Key(), err)
+		}
+		recJSON, end, err := ledger.EncodeRecord(rec)
+		if err != nil {
+			return fmt.Errorf("task entry %s: %w", e.Key(), err)
+		}
+		t := &task{id: rec.TaskID, key: e.Key(), pos: v.pos, rec: *rec, recJSON: recJSON, sumEnd: end, rev: e.Revision(), lastSeq: v.lastSeq}
+		byKey[t.key] = t
+		tails[t] = v
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the event stream: %w", err)
+	}
+	if total := info.State.Msgs; total > 0 {
+		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			return fmt.Errorf("reading the event stream: %w", err)
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(restoreBatch, 16<<20))
+		if err != nil {
+			return fmt.Errorf("reading the event stream: %w", err)
+		}
+		defer it.Stop()
+		for got := uint64(0); got < total; got++ {
+			m, err := it.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				return fmt.Errorf("reading the event stream after %d of its %d messages: %w", got, total, err)
+			}
+			meta, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("reading the event stream: %w", err)
+			}
+			seen := meta.Sequence.Stream
+			t := byKey[strings.TrimPrefix(m.Subject(), subjectPrefix)]
+			if t == nil {
+				continue // events of a task whose record was never written
+			}
+			if err := l.apply(t, m.Headers().Get(hdrFirstSeq), m.Headers().Get(hdrDroppedThrough), m.Data()); err != nil {
+				return fmt.Errorf("message %d of the event stream: %w", seen, err)
+			}
+		}
+		it.Stop()
+	}
+	for t, v := range tails {
+		found := int64(t.log.n())
+		if found < t.lastSeq {
+			if v.tail != nil && found == t.lastSeq-1 {
+				id, _ := l.types.id(v.tailType)
+				t.log.add(v.tail, id)
+			} else {
+				l.losses = append(l.losses, Loss{TaskID: t.id, LastSeq: t.lastSeq, Found: found})
+				l.log.Warn("ledger: a task has fewer events than its record says were acknowledged",
+					"task", t.id, "last_seq", t.lastSeq, "found", found)
+			}
+		}
+		t.log.acked = int(found)
+		t.log.sent = int(found)
+		if t.log.n() > t.log.acked {
+			l.dirty[t] = struct{}{}
+		}
+		l.tasks[t.id] = t
+		l.order = append(l.order, t)
+	}
+	slices.SortFunc(l.order, func(a, b *task) int { return cmp.Compare(a.pos, b.pos) })
+	for i, t := range l.order {
+		t.pos = i // positions stay dense whatever a crash left
+	}
+	slices.SortFunc(l.losses, func(a, b Loss) int { return cmp.Compare(a.TaskID, b.TaskID) })
+	return nil
+}
+
+// apply adds the events of one batch message to t.
+func (l *Ledger) apply(t *task, firstHdr, droppedHdr string, data []byte) error {
+	first, err := strconv.ParseInt(firstHdr, 10, 64)
+	if err != nil || first < 1 {
+		return fmt.Errorf("a batch of task %s without its first seq (%q)", t.id, firstHdr)
+	}
+	dropped, err := strconv.ParseInt(droppedHdr, 10, 64)
+	if err != nil {
+		return fmt.Errorf("a batch of task %s without its dropped seq (%q)", t.id, droppedHdr)
+	}
+	for seq := first; len(data) > 0; seq++ {
+		flags := data[0]
+		data = data[1:]
+		name, rest, ok := field(data)
+		if !ok {
+			return fmt.Errorf("a torn batch of task %s at seq %d", t.id, seq)
+		}
+		ev, rest, ok := field(rest)
+		if !ok {
+			return fmt.Errorf("a torn batch of task %s at seq %d", t.id, seq)
+		}
+		data = rest
+		n := int64(t.log.n())
+		if seq <= n {
+			continue // published again: loaded already
+		}
+		if seq > n+1 {
+			break // past a gap: never served
+		}
+		id, _ := l.types.id(string(name))
+		switch {
+		case flags&frameDropped != 0:
+			t.log.addCapped(nil, id, 0)
+		case flags&frameCapped != 0:
+			t.log.addCapped(append([]byte(nil), ev...), id, 0)
+		default:
+			t.log.add(ev, id)
+		}
+	}
+	t.log.dropThrough(dropped)
+	return nil
+}
+
+// field reads a uvarint length and that many bytes.
+func field(b []byte) (f, rest []byte, ok bool) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		return nil, nil, false
+	}
+	return b[k : k+int(n)], b[k+int(n):], true
+}
