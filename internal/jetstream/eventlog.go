@@ -11,52 +11,115 @@ import (
 
 // eventLog is the read path of one task's events: every event recorded,
 // in seq order, of which the first acked are acknowledged by JetStream and
-// the only ones served. Events are copied into chunks that are never
-// reallocated, so a stored event never moves; events of a capped type are
-// held apart, so that dropping them frees their memory.
+// the only ones served. Events are encoded into chunks that are never
+// reallocated, so a stored event never moves, and indexed by refs without
+// pointers, which the collector need not scan; events of a capped type
+// are held apart, so that dropping them frees their memory.
 type eventLog struct {
-	events [][]byte // by seq-1; nil once a cap dropped it
-	typ    []uint16 // by seq-1: type ids of the ledger's typeTable
-	capped []bool   // by seq-1: of a capped type
-	chunk  []byte   // the chunk being filled
-	acked  int      // events[:acked] are acknowledged
-	sent   int      // events[:sent] were handed to a flush
-	// capIdx holds the seq-1 of capped events from capBase on; the first
-	// capOld-capBase of them are dropped.
-	capIdx  []int
+	refs   []ref    // by seq-1
+	chunks [][]byte // the last one is being filled
+	acked  int      // events 1..acked are acknowledged
+	sent   int      // events 1..sent were handed to a flush
+	// side holds the capped events from side index capBase on, nil once
+	// dropped; the side indexes below capOld are dropped.
+	side    []sideEvent
 	capBase int
 	capOld  int
 	capLen  int64 // bytes of capped events still held
 }
 
-const chunkSize = 256 << 10
-
-func (l *eventLog) n() int { return len(l.events) }
-
-// add stores an encoded event.
-func (l *eventLog) add(b []byte, typ uint16) {
-	if cap(l.chunk)-len(l.chunk) < len(b) {
-		l.chunk = make([]byte, 0, max(chunkSize, len(b)))
-	}
-	off := len(l.chunk)
-	l.chunk = append(l.chunk, b...)
-	l.events = append(l.events, l.chunk[off:len(l.chunk):len(l.chunk)])
-	l.typ = append(l.typ, typ)
-	l.capped = append(l.capped, false)
+// sideEvent is a capped event: its bytes (nil once dropped) and seq.
+type sideEvent struct {
+	b   []byte
+	seq int64
 }
 
-// addCapped stores an event of a capped type apart and drops the oldest
-// capped events until they hold at most capBytes (the newest is kept).
+// ref locates one event: in a chunk, or (chunk sideChunk) in side at
+// side index off.
+type ref struct {
+	chunk int32
+	off   uint32
+	n     uint32
+	typ   uint16
+}
+
+const (
+	sideChunk  = -1
+	firstChunk = 512
+	chunkSize  = 256 << 10
+)
+
+func (l *eventLog) n() int { return len(l.refs) }
+
+// event returns the bytes of event i (nil when dropped): memory of the
+// log, to be copied while the lock is held.
+func (l *eventLog) event(i int) []byte {
+	r := l.refs[i]
+	if r.chunk == sideChunk {
+		k := int(r.off)
+		if k < l.capOld {
+			return nil
+		}
+		return l.side[k-l.capBase].b
+	}
+	return l.chunks[r.chunk][r.off : r.off+r.n]
+}
+
+func (l *eventLog) capped(i int) bool { return l.refs[i].chunk == sideChunk }
+
+func (l *eventLog) dropped(i int) bool {
+	r := l.refs[i]
+	return r.chunk == sideChunk && int(r.off) < l.capOld
+}
+
+// reserve returns the chunk being filled with room for size more bytes.
+func (l *eventLog) reserve(size int) []byte {
+	if k := len(l.chunks); k > 0 {
+		if c := l.chunks[k-1]; cap(c)-len(c) >= size {
+			return c
+		}
+	}
+	// A log's memory follows what it holds: its first chunk is small (most
+	// tasks record a few events), and chunks double up to chunkSize.
+	c := firstChunk
+	if k := len(l.chunks); k > 0 {
+		c = min(2*cap(l.chunks[k-1]), chunkSize)
+	}
+	l.chunks = append(l.chunks, make([]byte, 0, max(c, size)))
+	return l.chunks[len(l.chunks)-1]
+}
+
+// appendEvent encodes an event of seq len+1 into the log and returns its
+// size.
+func (l *eventLog) appendEvent(quoted []byte, typ uint16, now time.Time, fields []byte) int {
+	inner := ledger.CapFields(quoted, fields)
+	buf := l.reserve(ledger.EventSize(quoted, inner))
+	off := len(buf)
+	buf = ledger.EncodeEvent(buf, int64(len(l.refs)+1), quoted, now, inner)
+	l.chunks[len(l.chunks)-1] = buf
+	n := len(buf) - off
+	l.refs = append(l.refs, ref{chunk: int32(len(l.chunks) - 1), off: uint32(off), n: uint32(n), typ: typ})
+	return n
+}
+
+// add stores an encoded event (a restored one).
+func (l *eventLog) add(b []byte, typ uint16) {
+	buf := l.reserve(len(b))
+	off := len(buf)
+	l.chunks[len(l.chunks)-1] = append(buf, b...)
+	l.refs = append(l.refs, ref{chunk: int32(len(l.chunks) - 1), off: uint32(off), n: uint32(len(b)), typ: typ})
+}
+
+// addCapped stores an event of a capped type apart (b nil: one dropped
+// already) and drops the oldest capped events until they hold at most
+// capBytes (the newest is kept; capBytes <= 0 keeps all).
 func (l *eventLog) addCapped(b []byte, typ uint16, capBytes int64) ledger.Dropped {
-	i := len(l.events)
-	l.events = append(l.events, b)
-	l.typ = append(l.typ, typ)
-	l.capped = append(l.capped, true)
-	l.capIdx = append(l.capIdx, i)
+	k := l.capBase + len(l.side)
+	l.side = append(l.side, sideEvent{b: b, seq: int64(len(l.refs) + 1)})
 	l.capLen += int64(len(b))
+	l.refs = append(l.refs, ref{chunk: sideChunk, off: uint32(k), n: uint32(len(b)), typ: typ})
 	var d ledger.Dropped
-	end := l.capBase + len(l.capIdx)
-	for capBytes > 0 && l.capLen > capBytes && l.capOld < end-1 {
+	for capBytes > 0 && l.capLen > capBytes && l.capOld < k {
 		d.Lines++
 		d.Bytes += int64(l.dropOldest())
 	}
@@ -65,14 +128,13 @@ func (l *eventLog) addCapped(b []byte, typ uint16, capBytes int64) ledger.Droppe
 
 // dropOldest drops the oldest capped event still held and returns its size.
 func (l *eventLog) dropOldest() int {
-	k := l.capIdx[l.capOld-l.capBase]
-	n := len(l.events[k])
-	l.events[k] = nil
+	n := len(l.side[l.capOld-l.capBase].b)
+	l.side[l.capOld-l.capBase].b = nil
 	l.capOld++
 	l.capLen -= int64(n)
-	// Let go of the slots of dropped events once they are half of capIdx.
-	if gone := l.capOld - l.capBase; gone >= 1024 && gone >= len(l.capIdx)/2 {
-		l.capIdx = append([]int(nil), l.capIdx[gone:]...)
+	// Let go of the slots of dropped events once they are half of side.
+	if gone := l.capOld - l.capBase; gone >= 1024 && gone >= len(l.side)/2 {
+		l.side = append([]sideEvent(nil), l.side[gone:]...)
 		l.capBase = l.capOld
 	}
 	return n
@@ -81,7 +143,7 @@ func (l *eventLog) dropOldest() int {
 // dropThrough drops the capped events of seq <= seq, oldest first (what
 // the cap had dropped when a batch was published).
 func (l *eventLog) dropThrough(seq int64) {
-	for l.capOld < l.capBase+len(l.capIdx) && int64(l.capIdx[l.capOld-l.capBase]) < seq {
+	for l.capOld < l.capBase+len(l.side) && l.side[l.capOld-l.capBase].seq <= seq {
 		l.dropOldest()
 	}
 }
@@ -90,13 +152,11 @@ func (l *eventLog) dropThrough(seq int64) {
 // one before the oldest capped event still held (dropping is oldest
 // first, and the newest is always held), or 0.
 func (l *eventLog) droppedThrough() int64 {
-	if l.capOld == 0 || l.capOld >= l.capBase+len(l.capIdx) {
+	if l.capOld == 0 || l.capOld >= l.capBase+len(l.side) {
 		return 0
 	}
-	return int64(l.capIdx[l.capOld-l.capBase]) // seq-1 of the oldest held
+	return l.side[l.capOld-l.capBase].seq - 1
 }
-
-func (l *eventLog) dropped(i int) bool { return l.capped[i] && l.events[i] == nil }
 
 // page reads a page of the acknowledged events; mu is held.
 func (l *eventLog) page(q ledger.Query, types *typeTable) (events []json.RawMessage, cursor int64, more bool) {
@@ -120,8 +180,9 @@ func (l *eventLog) page(q ledger.Query, types *typeTable) (events []json.RawMess
 	size, scanned := 0, 0
 	cursor = start
 	for i := int(start); i < int(total) && len(picked) < q.Limit && scanned < q.MaxScan; i++ {
-		if (want == nil || int(l.typ[i]) < len(want) && want[l.typ[i]]) && !l.dropped(i) {
-			n := len(l.events[i])
+		r := l.refs[i]
+		if (want == nil || int(r.typ) < len(want) && want[r.typ]) && !l.dropped(i) {
+			n := int(r.n)
 			if len(picked) > 0 && size+n > q.MaxBytes {
 				break
 			}
@@ -137,7 +198,7 @@ func (l *eventLog) page(q ledger.Query, types *typeTable) (events []json.RawMess
 	events = make([]json.RawMessage, len(picked))
 	for k, i := range picked {
 		off := len(buf)
-		buf = append(buf, l.events[i]...)
+		buf = append(buf, l.event(i)...)
 		events[k] = buf[off:len(buf):len(buf)]
 	}
 	return events, cursor, cursor < total
@@ -191,10 +252,4 @@ func (t *typeTable) id(typ string) (uint16, []byte) {
 	}
 	t.snap.Store(next)
 	return id, next.quoted[id]
-}
-
-// encodeEvent returns the exact bytes of an event, as every ledger stores it.
-func encodeEvent(seq int64, quoted []byte, now time.Time, fields []byte) []byte {
-	inner := ledger.CapFields(quoted, fields)
-	return ledger.EncodeEvent(make([]byte, 0, ledger.EventSize(quoted, inner)), seq, quoted, now, inner)
 }

@@ -231,38 +231,42 @@ func (t *task) batchLocked(from, to int, names []string) []*nats.Msg {
 	}
 	dropped := strconv.FormatInt(t.log.droppedThrough(), 10)
 	var msgs []*nats.Msg
-	var payload []byte
-	first := from
-	flush := func(next int) {
+	for from < to {
+		// One message: the events from from on, up to batchLimit bytes
+		// (one event at least), sized first so the payload is one copy.
+		end, size := from, 0
+		for end < to {
+			name := names[t.log.refs[end].typ]
+			fs := 1 + 2*binary.MaxVarintLen32 + len(name) + int(t.log.refs[end].n)
+			if end > from && size+fs > batchLimit {
+				break
+			}
+			size += fs
+			end++
+		}
+		payload := make([]byte, 0, size)
+		for i := from; i < end; i++ {
+			ev := t.log.event(i)
+			var flags byte
+			if t.log.capped(i) {
+				flags |= frameCapped
+				if ev == nil {
+					flags |= frameDropped
+				}
+			}
+			name := names[t.log.refs[i].typ]
+			payload = append(payload, flags)
+			payload = binary.AppendUvarint(payload, uint64(len(name)))
+			payload = append(payload, name...)
+			payload = binary.AppendUvarint(payload, uint64(len(ev)))
+			payload = append(payload, ev...)
+		}
 		m := nats.NewMsg(subjectPrefix + t.key)
-		m.Header.Set(hdrFirstSeq, strconv.Itoa(first+1))
+		m.Header.Set(hdrFirstSeq, strconv.Itoa(from+1))
 		m.Header.Set(hdrDroppedThrough, dropped)
 		m.Data = payload
 		msgs = append(msgs, m)
-		payload, first = nil, next
+		from = end
 	}
-	for i := from; i < to; i++ {
-		ev := t.log.events[i]
-		if len(payload) > 0 && len(payload)+len(ev)+64 > batchLimit {
-			flush(i)
-		}
-		if payload == nil {
-			payload = make([]byte, 0, min(batchLimit, 64<<10))
-		}
-		var flags byte
-		if t.log.capped[i] {
-			flags |= frameCapped
-			if ev == nil {
-				flags |= frameDropped
-			}
-		}
-		name := names[t.log.typ[i]]
-		payload = append(payload, flags)
-		payload = binary.AppendUvarint(payload, uint64(len(name)))
-		payload = append(payload, name...)
-		payload = binary.AppendUvarint(payload, uint64(len(ev)))
-		payload = append(payload, ev...)
-	}
-	flush(to)
 	return msgs
 }

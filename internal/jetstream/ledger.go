@@ -463,15 +463,12 @@ func (l *Ledger) Append(id, typ string, now time.Time, fields []byte) (int64, er
 	}
 	typeID, quoted := l.types.id(typ)
 	t.wmu.Lock()
-	t.mu.RLock()
-	seq := int64(t.log.n() + 1)
-	t.mu.RUnlock()
-	ev := encodeEvent(seq, quoted, now, fields)
 	t.mu.Lock()
-	t.log.add(ev, typeID)
+	n := t.log.appendEvent(quoted, typeID, now, fields)
+	seq := int64(t.log.n())
 	t.mu.Unlock()
 	t.wmu.Unlock()
-	l.markDirty(t, len(ev))
+	l.markDirty(t, n)
 	return seq, nil
 }
 
@@ -490,13 +487,19 @@ func (l *Ledger) AppendCapped(id, typ string, now time.Time, fields []byte, capB
 	t.mu.RLock()
 	seq := int64(t.log.n() + 1)
 	t.mu.RUnlock()
-	ev := encodeEvent(seq, quoted, now, fields)
+	ev := encodeEvent(seq, quoted, now, fields) // t.wmu keeps seq
 	t.mu.Lock()
 	d := t.log.addCapped(ev, typeID, capBytes)
 	t.mu.Unlock()
 	t.wmu.Unlock()
 	l.markDirty(t, len(ev))
 	return seq, d, nil
+}
+
+// encodeEvent returns the exact bytes of an event, as every ledger stores it.
+func encodeEvent(seq int64, quoted []byte, now time.Time, fields []byte) []byte {
+	inner := ledger.CapFields(quoted, fields)
+	return ledger.EncodeEvent(make([]byte, 0, ledger.EventSize(quoted, inner)), seq, quoted, now, inner)
 }
 
 // Status returns the task's current status.

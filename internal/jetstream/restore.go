@@ -14,9 +14,6 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
-// restoreBatch is how many messages the restore's reader asks for at once.
-const restoreBatch = 256
-
 // restore loads every task record from the bucket and every event from
 // the stream. Events are taken in seq order per task: a message repeating
 // seqs already loaded (a batch published again after a failed ack) adds
@@ -28,64 +25,55 @@ const restoreBatch = 256
 func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 	byKey := map[string]*task{}
 	tails := map[*task]value{}
-	w, err := l.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	// The bucket is read as the stream it is, by a pull consumer that
+	// the server paces (a watcher's push delivery can outrun its reader
+	// and drop values: a slow consumer).
+	kvStream, err := l.js.Stream(ctx, "KV_"+Bucket)
 	if err != nil {
 		return fmt.Errorf("reading the task bucket: %w", err)
 	}
-	defer w.Stop()
-	for e := range w.Updates() {
-		if e == nil {
-			break // every current value was delivered
+	kvPrefix := "$KV." + Bucket + "."
+	err = readAll(ctx, kvStream, func(m jetstream.Msg, rev uint64) error {
+		if op := m.Headers().Get("KV-Operation"); op != "" {
+			return nil // a deletion or a purge: this ledger makes neither
 		}
-		v, err := decodeValue(e.Value())
+		key := strings.TrimPrefix(m.Subject(), kvPrefix)
+		v, err := decodeValue(m.Data())
 		if err != nil {
-			return fmt.Errorf("task entry %s: %w", e.Key(), err)
+			return fmt.Errorf("task entry %s: %w", key, err)
 		}
 		rec, err := ledger.DecodeRecord(v.record)
 		if err != nil {
-			return fmt.Errorf("task entry %s: %w", e.Key(), err)
+			return fmt.Errorf("task entry %s: %w", key, err)
 		}
 		recJSON, end, err := ledger.EncodeRecord(rec)
 		if err != nil {
-			return fmt.Errorf("task entry %s: %w", e.Key(), err)
+			return fmt.Errorf("task entry %s: %w", key, err)
 		}
-		t := &task{id: rec.TaskID, key: e.Key(), pos: v.pos, rec: *rec, recJSON: recJSON, sumEnd: end, rev: e.Revision(), lastSeq: v.lastSeq}
-		byKey[t.key] = t
+		v.record = nil
+		t := &task{id: rec.TaskID, key: key, pos: v.pos, rec: *rec, recJSON: recJSON, sumEnd: end, rev: rev, lastSeq: v.lastSeq}
+		if old := byKey[key]; old != nil {
+			delete(tails, old) // an older revision the bucket still held
+		}
+		byKey[key] = t
 		tails[t] = v
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reading the task bucket: %w", err)
 	}
-	info, err := stream.Info(ctx)
+	err = readAll(ctx, stream, func(m jetstream.Msg, seq uint64) error {
+		t := byKey[strings.TrimPrefix(m.Subject(), subjectPrefix)]
+		if t == nil {
+			return nil // events of a task whose record was never written
+		}
+		if err := l.apply(t, m.Headers().Get(hdrFirstSeq), m.Headers().Get(hdrDroppedThrough), m.Data()); err != nil {
+			return fmt.Errorf("message %d of the event stream: %w", seq, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("reading the event stream: %w", err)
-	}
-	if total := info.State.Msgs; total > 0 {
-		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			return fmt.Errorf("reading the event stream: %w", err)
-		}
-		it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(restoreBatch, 16<<20))
-		if err != nil {
-			return fmt.Errorf("reading the event stream: %w", err)
-		}
-		defer it.Stop()
-		for got := uint64(0); got < total; got++ {
-			m, err := it.Next(jetstream.NextContext(ctx))
-			if err != nil {
-				return fmt.Errorf("reading the event stream after %d of its %d messages: %w", got, total, err)
-			}
-			meta, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("reading the event stream: %w", err)
-			}
-			seen := meta.Sequence.Stream
-			t := byKey[strings.TrimPrefix(m.Subject(), subjectPrefix)]
-			if t == nil {
-				continue // events of a task whose record was never written
-			}
-			if err := l.apply(t, m.Headers().Get(hdrFirstSeq), m.Headers().Get(hdrDroppedThrough), m.Data()); err != nil {
-				return fmt.Errorf("message %d of the event stream: %w", seen, err)
-			}
-		}
-		it.Stop()
 	}
 	for t, v := range tails {
 		found := int64(t.log.n())
@@ -112,6 +100,42 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 		t.pos = i // positions stay dense whatever a crash left
 	}
 	slices.SortFunc(l.losses, func(a, b Loss) int { return cmp.Compare(a.TaskID, b.TaskID) })
+	return nil
+}
+
+// readAll passes every message the stream holds, in order, with its
+// stream sequence, to f.
+func readAll(ctx context.Context, stream jetstream.Stream, f func(m jetstream.Msg, seq uint64) error) error {
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	total := info.State.Msgs
+	if total == 0 {
+		return nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	for got := uint64(0); got < total; got++ {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("after %d of %d messages: %w", got, total, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		if err := f(m, meta.Sequence.Stream); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -99,7 +99,16 @@ func Start(dir string, logger *slog.Logger) (*Server, error) {
 		s.shutdown()
 		return nil, &StoreError{Dir: dir, Err: fmt.Errorf("JetStream did not start%s", tail.last())}
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("symm-mcp ledger"), nats.MaxReconnects(-1))
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("symm-mcp ledger"), nats.MaxReconnects(-1),
+		// Without a handler the client prints its async errors (a slow
+		// consumer) to stderr itself.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			logger.Warn("nats client", "err", err, "subject", subject)
+		}))
 	if err != nil {
 		s.shutdown()
 		return nil, fmt.Errorf("connecting to the embedded NATS server: %w", err)
