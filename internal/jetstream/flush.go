@@ -146,8 +146,14 @@ func (l *Ledger) flushAll() error {
 	if len(dirty) == 0 {
 		return nil
 	}
-	batches := make([]*published, 0, len(dirty))
+	var errs []error
+	batches := make([]*published, 0, min(len(dirty), maxInFlight))
+	inFlight := 0
 	for t := range dirty {
+		if inFlight >= maxInFlight {
+			errs = append(errs, l.settle(batches)...)
+			batches, inFlight = batches[:0], 0
+		}
 		t.mu.Lock()
 		from, to := t.log.sent, t.log.n()
 		msgs := t.batchLocked(from, to, l.types.load().names)
@@ -162,8 +168,20 @@ func (l *Ledger) flushAll() error {
 			}
 			b.futs = append(b.futs, f)
 		}
+		inFlight += len(b.futs)
 		batches = append(batches, b)
 	}
+	errs = append(errs, l.settle(batches)...)
+	return errors.Join(errs...)
+}
+
+// maxInFlight bounds the messages a flush publishes before it waits for
+// their acks, below the client's bound on pending async publishes.
+const maxInFlight = 1024
+
+// settle waits for the acks of published batches, serves what was
+// acknowledged and marks the rest for publishing again.
+func (l *Ledger) settle(batches []*published) []error {
 	var errs []error
 	for _, b := range batches {
 		for _, f := range b.futs {
@@ -192,7 +210,7 @@ func (l *Ledger) flushAll() error {
 		}
 		l.moveLastSeq(t)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // moveLastSeq rewrites the task's record with the last_seq of its

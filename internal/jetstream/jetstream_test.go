@@ -407,3 +407,36 @@ func TestTornTail(t *testing.T) {
 		})
 	}
 }
+
+// TestManyPendingTasks: thousands of tasks with pending events are
+// flushed at once (more messages than one flush keeps in flight) and all
+// restored.
+func TestManyPendingTasks(t *testing.T) {
+	const n = 4200 // over the client's 4,096 async publishes in flight
+	dir := t.TempDir()
+	srv, err := Start(dir, nil)
+	require.NoError(t, err)
+	l, err := Open(context.Background(), srv, Options{Interval: time.Hour, BatchBytes: 1 << 30})
+	require.NoError(t, err)
+	for i := range n {
+		id := fmt.Sprint("t", i)
+		ledgertest.NewTask(t, l, id)
+		_, err := l.Append(id, "agent_message", t0, fmt.Appendf(nil, `{"i":%d}`, i))
+		require.NoError(t, err)
+	}
+	l.Close() // flushes every task
+	srv.Close()
+
+	l2 := open(t, start(t, dir))
+	require.Equal(t, n, l2.Count())
+	assert.Empty(t, l2.Losses())
+	for _, i := range []int{0, n / 2, n - 1} {
+		events := ledgertest.All(t, l2, fmt.Sprint("t", i))
+		require.Len(t, events, 2)
+		assert.Contains(t, events[1], fmt.Sprintf(`"i":%d}`, i))
+	}
+	page, rest := l2.ListBefore(0, 2, 1<<20)
+	require.Len(t, page, 2)
+	assert.Contains(t, string(page[0]), fmt.Sprintf(`"task_id":"t%d"`, n-1), "creation order survives")
+	assert.Equal(t, n-2, rest)
+}
