@@ -26,8 +26,9 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 	byKey := map[string]*task{}
 	tails := map[*task]value{}
 	// The bucket is read as the stream it is, by a pull consumer that
-	// the server paces (a watcher's push delivery can outrun its reader
-	// and drop values: a slow consumer).
+	// the client paces: a watcher's push delivery outran its reader at
+	// 10,000 tasks (the client dropped messages as a slow consumer, which
+	// the watcher's ordered consumer then fetched again).
 	kvStream, err := l.js.Stream(ctx, "KV_"+Bucket)
 	if err != nil {
 		return fmt.Errorf("reading the task bucket: %w", err)
