@@ -109,3 +109,33 @@ func benchTurn(b *testing.B, l ledger.Ledger, id string, n int) {
 		b.Fatalf("%d events paged, want %d", got, n+4)
 	}
 }
+
+// BenchmarkUpdate writes a task's record (a usage update): one
+// compare-and-set round trip to the bucket each.
+func BenchmarkUpdate(b *testing.B) {
+	l := benchLedger(b)
+	if _, err := l.Create(ledger.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
+		b.Fatal(err)
+	}
+	usage := []byte(`{"used":12345,"size":200000}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Update("t", ledger.SetUsage(usage)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCreate records new tasks: one create in the bucket each (its
+// task_created event goes in a later batch).
+func BenchmarkCreate(b *testing.B) {
+	l := benchLedger(b)
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Create(ledger.NewTask{ID: fmt.Sprint("t", i), Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
