@@ -440,3 +440,42 @@ func TestManyPendingTasks(t *testing.T) {
 	assert.Contains(t, string(page[0]), fmt.Sprintf(`"task_id":"t%d"`, n-1), "creation order survives")
 	assert.Equal(t, n-2, rest)
 }
+
+// TestRefusedBatchIsNotServed: events whose batch JetStream refused (a
+// full stream here) are not served; the read says why, and once the
+// stream takes them again they are published and served in order.
+func TestRefusedBatchIsNotServed(t *testing.T) {
+	srv := start(t, t.TempDir())
+	l := open(t, srv)
+	ledgertest.NewTask(t, l, "t")
+	_, err := l.Append("t", "agent_message", t0, []byte(`{"text":"kept"}`))
+	require.NoError(t, err)
+	require.Len(t, ledgertest.All(t, l, "t"), 2)
+
+	ctx := context.Background()
+	stream, err := srv.JetStream().Stream(ctx, Stream)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	full := info.Config
+	full.MaxBytes = int64(info.State.Bytes) + 16 // no room for another batch
+	_, err = srv.JetStream().UpdateStream(ctx, full)
+	require.NoError(t, err)
+
+	_, err = l.Append("t", "agent_message", t0, []byte(`{"text":"refused, then published again"}`))
+	require.NoError(t, err)
+	_, err = l.Events("t", ledger.Query{Limit: 10, MaxBytes: 1 << 20})
+	require.Error(t, err, "a read of events JetStream has not acknowledged fails")
+	assert.Contains(t, err.Error(), "publishing the events of task t")
+	st, err := l.Status("t")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.Created, st)
+
+	full.MaxBytes = -1
+	_, err = srv.JetStream().UpdateStream(ctx, full)
+	require.NoError(t, err)
+	events := ledgertest.All(t, l, "t")
+	require.Len(t, events, 3)
+	assert.Contains(t, events[2], `"seq":3,`)
+	assert.Contains(t, events[2], "published again")
+}
