@@ -479,3 +479,24 @@ func TestRefusedBatchIsNotServed(t *testing.T) {
 	assert.Contains(t, events[2], `"seq":3,`)
 	assert.Contains(t, events[2], "published again")
 }
+
+// TestStoreIsPrivate: the store holds prompts and agents' output: its
+// directory and everything in it are the user's alone.
+func TestStoreIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ledger")
+	l := open(t, start(t, dir))
+	ledgertest.NewTask(t, l, "t")
+	require.Len(t, ledgertest.All(t, l, "t"), 1)
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		require.NoError(t, err)
+		fi, err := d.Info()
+		require.NoError(t, err)
+		want := os.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		assert.Equal(t, want, fi.Mode().Perm(), path)
+		return nil
+	})
+	require.NoError(t, err)
+}
