@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -499,4 +500,21 @@ func TestStoreIsPrivate(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// TestStoreInUseIsRefused: two servers on one store would corrupt it
+// (JetStream takes no lock of its own): the second is refused, naming the
+// process that holds it, until the first is closed.
+func TestStoreInUseIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Start(dir, nil)
+	require.NoError(t, err)
+	_, err = Start(dir, nil)
+	require.ErrorIs(t, err, ErrInUse)
+	assert.Contains(t, err.Error(), fmt.Sprintf("(pid %d)", os.Getpid()))
+	var se *StoreError
+	assert.False(t, errors.As(err, &se), "a store in use is not a broken one: nothing to move aside")
+	first.Close()
+	second := start(t, dir)
+	open(t, second)
 }

@@ -42,6 +42,12 @@ func (e *StoreError) Error() string {
 
 func (e *StoreError) Unwrap() error { return e.Err }
 
+// ErrInUse is a store another server holds (in this process or another).
+var ErrInUse = errors.New("the ledger store is in use by another symm-mcp")
+
+// lockName is the lock file in the store directory.
+const lockName = "symm-ledger.lock"
+
 // maxPayload bounds one NATS message: a batch of events of one task, or a
 // task record with its tail event. It exceeds ledger.MaxEventBytes twice
 // over, so the largest event fits a message with room for a record.
@@ -60,11 +66,14 @@ type Server struct {
 	js   jetstream.JetStream
 	log  *logTail
 	once sync.Once
+	// release lets go of the store's lock once the server is down.
+	release func()
 }
 
 // Start starts the server on dir, creating it (0700) when it does not
 // exist. A dir that exists but cannot be read as a directory is a
-// *StoreError. logger receives the server's log (nil discards it).
+// *StoreError; one that another server holds is ErrInUse. logger receives
+// the server's log (nil discards it).
 func Start(dir string, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -72,6 +81,10 @@ func Start(dir string, logger *slog.Logger) (*Server, error) {
 	dir = filepath.Clean(dir)
 	if err := checkDir(dir); err != nil {
 		return nil, &StoreError{Dir: dir, Err: err}
+	}
+	release, err := lockStore(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	tail := &logTail{log: logger}
 	ns, err := server.NewServer(&server.Options{
@@ -86,11 +99,12 @@ func Start(dir string, logger *slog.Logger) (*Server, error) {
 		// kernel holds; a power loss is out of scope).
 	})
 	if err != nil {
+		release()
 		return nil, &StoreError{Dir: dir, Err: err}
 	}
 	ns.SetLoggerV2(tail, false, false, false)
 	ns.Start()
-	s := &Server{dir: dir, ns: ns, log: tail}
+	s := &Server{dir: dir, ns: ns, log: tail, release: release}
 	if !ns.ReadyForConnections(readyWait) {
 		s.shutdown()
 		return nil, &StoreError{Dir: dir, Err: fmt.Errorf("the embedded NATS server did not start within %v%s", readyWait, tail.last())}
@@ -164,6 +178,7 @@ func (s *Server) shutdown() {
 	}
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	s.release()
 }
 
 // logTail passes the server's log to slog, and keeps the last warnings
