@@ -1,7 +1,9 @@
 package jetstream
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,38 @@ type eventLog struct {
 	capBase int
 	capOld  int
 	capLen  int64 // bytes of capped events still held
+	// droppedAcked is the newest Symm-Dropped-Through acknowledged;
+	// capMsgs the stderr messages in the stream, oldest first, not yet
+	// purged; the ones below stream seq purgedTo are.
+	droppedAcked int64
+	capMsgs      []capMsg
+	purgedTo     uint64
+}
+
+// capMsg is a stderr message in the stream: its stream seq and the seq
+// of the newest event it holds.
+type capMsg struct {
+	streamSeq uint64
+	maxSeq    int64
+}
+
+// purgeableLocked returns the stream seq below which the stderr messages
+// hold only events that an acknowledged batch says are dropped (0 for
+// none new), and forgets them.
+func (l *eventLog) purgeableLocked() uint64 {
+	k := 0
+	for k < len(l.capMsgs) && l.capMsgs[k].maxSeq <= l.droppedAcked {
+		k++
+	}
+	if k == 0 {
+		return 0
+	}
+	to := l.capMsgs[k-1].streamSeq + 1
+	l.capMsgs = append(l.capMsgs[:0:0], l.capMsgs[k:]...)
+	if to <= l.purgedTo {
+		return 0
+	}
+	return to
 }
 
 // sideEvent is a capped event: its bytes (nil once dropped) and seq.
@@ -138,6 +172,57 @@ func (l *eventLog) dropOldest() int {
 		l.capBase = l.capOld
 	}
 	return n
+}
+
+// fill gives the capped events of a restored stderr message (frames of
+// seq and bytes, stream seq streamSeq) their bytes.
+func (l *eventLog) fill(data []byte, streamSeq uint64) error {
+	var newest int64
+	for len(data) > 0 {
+		seq, k := binary.Uvarint(data)
+		if k <= 0 {
+			return errors.New("a torn stderr message")
+		}
+		b, rest, ok := field(data[k:])
+		if !ok {
+			return errors.New("a torn stderr message")
+		}
+		data = rest
+		newest = int64(seq)
+		if seq == 0 || seq > uint64(len(l.refs)) {
+			continue // past the events loaded: never served
+		}
+		r := l.refs[seq-1]
+		if r.chunk != sideChunk || int(r.off) < l.capOld {
+			continue // dropped already
+		}
+		if e := &l.side[int(r.off)-l.capBase]; e.b == nil {
+			e.b = append([]byte(nil), b...)
+			l.capLen += int64(len(b))
+		}
+	}
+	if newest > 0 {
+		l.capMsgs = append(l.capMsgs, capMsg{streamSeq: streamSeq, maxSeq: newest})
+	}
+	return nil
+}
+
+// dropUnfilled drops, after a restore, the capped events whose bytes no
+// stderr message brought (a torn tail), and the older ones with them (a
+// cap drops oldest first), and returns how many had no bytes.
+func (l *eventLog) dropUnfilled() int64 {
+	var missing int64
+	newest := -1
+	for k := l.capOld; k < l.capBase+len(l.side); k++ {
+		if l.side[k-l.capBase].b == nil {
+			missing++
+			newest = k
+		}
+	}
+	if newest >= 0 {
+		l.dropThrough(l.side[newest-l.capBase].seq)
+	}
+	return missing
 }
 
 // dropThrough drops the capped events of seq <= seq, oldest first (what

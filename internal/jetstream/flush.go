@@ -130,10 +130,19 @@ func (l *Ledger) flushTask(t *task) error {
 }
 
 type published struct {
-	t    *task
-	to   int
-	futs []jetstream.PubAckFuture
-	err  error
+	t       *task
+	to      int
+	dropped int64 // the batch's Symm-Dropped-Through
+	msgs    []outMsg
+	futs    []jetstream.PubAckFuture
+	err     error
+}
+
+// outMsg is one message of a batch; capMax is the newest seq of the
+// capped events a stderr message holds (0 for an events message).
+type outMsg struct {
+	m      *nats.Msg
+	capMax int64
 }
 
 // flushAll publishes every pending event and waits for the acks.
@@ -156,12 +165,12 @@ func (l *Ledger) flushAll() error {
 		}
 		t.mu.Lock()
 		from, to := t.log.sent, t.log.n()
-		msgs := t.batchLocked(from, to, l.types.load().names)
+		b := &published{t: t, to: to, dropped: t.log.droppedThrough()}
+		b.msgs = t.batchLocked(from, to, l.types.load().names)
 		t.log.sent = to
 		t.mu.Unlock()
-		b := &published{t: t, to: to}
-		for _, m := range msgs {
-			f, err := l.js.PublishMsgAsync(m)
+		for _, m := range b.msgs {
+			f, err := l.js.PublishMsgAsync(m.m)
 			if err != nil {
 				b.err = err
 				break
@@ -184,9 +193,13 @@ const maxInFlight = 1024
 func (l *Ledger) settle(batches []*published) []error {
 	var errs []error
 	for _, b := range batches {
-		for _, f := range b.futs {
+		var capMsgs []capMsg
+		for k, f := range b.futs {
 			select {
-			case <-f.Ok():
+			case ack := <-f.Ok():
+				if m := b.msgs[k]; m.capMax > 0 {
+					capMsgs = append(capMsgs, capMsg{streamSeq: ack.Sequence, maxSeq: m.capMax})
+				}
 			case err := <-f.Err():
 				if b.err == nil {
 					b.err = err
@@ -194,13 +207,22 @@ func (l *Ledger) settle(batches []*published) []error {
 			}
 		}
 		t := b.t
+		purgeTo := uint64(0)
 		t.mu.Lock()
+		// A stderr message acknowledged is purged once its events are
+		// dropped, whether or not the rest of its batch was.
+		t.log.capMsgs = append(t.log.capMsgs, capMsgs...)
 		if b.err == nil {
 			t.log.acked = max(t.log.acked, b.to)
+			t.log.droppedAcked = max(t.log.droppedAcked, b.dropped)
+			purgeTo = t.log.purgeableLocked()
 		} else {
 			t.log.sent = t.log.acked // publish again from the first unacknowledged
 		}
 		t.mu.Unlock()
+		if purgeTo > 0 {
+			l.purge(t, purgeTo)
+		}
 		if b.err != nil {
 			errs = append(errs, fmt.Errorf("publishing the events of task %s: %w", t.id, b.err))
 			l.dirtyMu.Lock()
@@ -211,6 +233,22 @@ func (l *Ledger) settle(batches []*published) []error {
 		l.moveLastSeq(t)
 	}
 	return errs
+}
+
+// purge removes the task's stderr messages below stream seq purgeTo:
+// their events are all dropped, and a batch since says so. The bytes of
+// dropped stderr then leave the disk as they leave memory.
+func (l *Ledger) purge(t *task, purgeTo uint64) {
+	ctx, cancel := opContext()
+	defer cancel()
+	err := l.stream.Purge(ctx, jetstream.WithPurgeSubject(capPrefix+t.key), jetstream.WithPurgeSequence(purgeTo))
+	if err != nil {
+		l.log.Warn("ledger: dropped stderr not purged", "task", t.id, "err", err)
+		return
+	}
+	t.mu.Lock()
+	t.log.purgedTo = max(t.log.purgedTo, purgeTo)
+	t.mu.Unlock()
 }
 
 // moveLastSeq rewrites the task's record with the last_seq of its
@@ -240,29 +278,36 @@ func (l *Ledger) moveLastSeq(t *task) {
 	t.mu.Unlock()
 }
 
-// batchLocked builds the messages of events[from:to]: frames of (flags,
-// type, bytes), at most batchLimit of them per message unless one event
-// is larger. t.mu is held.
-func (t *task) batchLocked(from, to int, names []string) []*nats.Msg {
-	if from >= to {
-		return nil
-	}
+// batchLocked builds the messages of events[from:to]. An events message
+// (subject symm.ev.<key>) has a frame of (flags, type, bytes) for every
+// seq, in order; a capped event's frame there has no bytes, which go in a
+// stderr message (symm.cap.<key>) published after it, as frames of (seq,
+// bytes), so that the stream can let go of them once they are dropped.
+// Each message holds at most batchLimit bytes unless one event is larger.
+// t.mu is held.
+func (t *task) batchLocked(from, to int, names []string) []outMsg {
 	dropped := strconv.FormatInt(t.log.droppedThrough(), 10)
-	var msgs []*nats.Msg
+	var msgs []outMsg
 	for from < to {
-		// One message: the events from from on, up to batchLimit bytes
-		// (one event at least), sized first so the payload is one copy.
-		end, size := from, 0
+		end, size, capSize := from, 0, 0
 		for end < to {
-			name := names[t.log.refs[end].typ]
-			fs := 1 + 2*binary.MaxVarintLen32 + len(name) + int(t.log.refs[end].n)
-			if end > from && size+fs > batchLimit {
+			r := t.log.refs[end]
+			fs := 1 + 2*binary.MaxVarintLen32 + len(names[r.typ])
+			cs := 0
+			if t.log.capped(end) {
+				cs = 2*binary.MaxVarintLen64 + int(r.n)
+			} else {
+				fs += int(r.n)
+			}
+			if end > from && (size+fs > batchLimit || capSize+cs > batchLimit) {
 				break
 			}
-			size += fs
+			size, capSize = size+fs, capSize+cs
 			end++
 		}
 		payload := make([]byte, 0, size)
+		var capPayload []byte
+		var capMax int64
 		for i := from; i < end; i++ {
 			ev := t.log.event(i)
 			var flags byte
@@ -270,7 +315,16 @@ func (t *task) batchLocked(from, to int, names []string) []*nats.Msg {
 				flags |= frameCapped
 				if ev == nil {
 					flags |= frameDropped
+				} else {
+					if capPayload == nil {
+						capPayload = make([]byte, 0, capSize)
+					}
+					capPayload = binary.AppendUvarint(capPayload, uint64(i+1))
+					capPayload = binary.AppendUvarint(capPayload, uint64(len(ev)))
+					capPayload = append(capPayload, ev...)
+					capMax = int64(i + 1)
 				}
+				ev = nil
 			}
 			name := names[t.log.refs[i].typ]
 			payload = append(payload, flags)
@@ -283,7 +337,12 @@ func (t *task) batchLocked(from, to int, names []string) []*nats.Msg {
 		m.Header.Set(hdrFirstSeq, strconv.Itoa(from+1))
 		m.Header.Set(hdrDroppedThrough, dropped)
 		m.Data = payload
-		msgs = append(msgs, m)
+		msgs = append(msgs, outMsg{m: m})
+		if capPayload != nil {
+			c := nats.NewMsg(capPrefix + t.key)
+			c.Data = capPayload
+			msgs = append(msgs, outMsg{m: c, capMax: capMax})
+		}
 		from = end
 	}
 	return msgs

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -517,4 +518,85 @@ func TestStoreInUseIsRefused(t *testing.T) {
 	first.Close()
 	second := start(t, dir)
 	open(t, second)
+}
+
+// TestDroppedStderrLeavesTheDisk: the bytes of stderr lines the cap
+// dropped are purged from the stream as they leave memory, and a reopened
+// ledger serves the lines that were kept.
+func TestDroppedStderrLeavesTheDisk(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := Start(dir, nil)
+	require.NoError(t, err)
+	l, err := Open(context.Background(), srv, Options{Interval: time.Hour, BatchBytes: 1 << 30})
+	require.NoError(t, err)
+	ledgertest.NewTask(t, l, "t")
+	const lines = 5000
+	for i := range lines {
+		_, _, err := l.AppendCapped("t", "stderr", t0, fmt.Appendf(nil, `{"line":"%s %d"}`, strings.Repeat("x", 200), i), 4000)
+		require.NoError(t, err)
+		if i%20 == 19 {
+			_, err := l.Events("t", ledger.Query{After: 1 << 40, Limit: 1}) // one batch per 20 lines
+			require.NoError(t, err)
+		}
+	}
+	kept := ledgertest.All(t, l, "t")
+	require.Greater(t, len(kept), 10)
+	require.Less(t, len(kept), 50)
+
+	ctx := context.Background()
+	stream, err := srv.JetStream().Stream(ctx, Stream)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(capPrefix+">"))
+	require.NoError(t, err)
+	assert.LessOrEqual(t, info.State.Subjects[capPrefix+"t"], uint64(2), "of 250 stderr messages, the ones with dropped lines only are purged")
+	all, err := stream.Info(ctx)
+	require.NoError(t, err)
+	// The lines took 1.3 MB as events; what stays of each dropped one is
+	// its frame in an events message (its type and flags), some 10 bytes.
+	t.Logf("%d bytes in the stream", all.State.Bytes)
+	assert.Less(t, all.State.Bytes, uint64(150<<10), "the stream keeps the bytes of dropped lines")
+	l.Close()
+	srv.Close()
+
+	l2 := open(t, start(t, dir))
+	assert.Empty(t, l2.Losses())
+	assert.Equal(t, kept, ledgertest.All(t, l2, "t"))
+	_, d, err := l2.AppendCapped("t", "stderr", t0, []byte(`{"line":"`+strings.Repeat("x", 200)+`"}`), 4000)
+	require.NoError(t, err)
+	assert.Positive(t, d.Lines, "the cap goes on over the restored lines")
+}
+
+// TestLostStderrIsDropped: stderr lines whose bytes are gone from the
+// stream are dropped with the older ones, as the cap would, and reported;
+// the other events are served.
+func TestLostStderrIsDropped(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := Start(dir, nil)
+	require.NoError(t, err)
+	l, err := Open(context.Background(), srv, Options{})
+	require.NoError(t, err)
+	ledgertest.NewTask(t, l, "t")
+	for i := range 10 {
+		_, _, err := l.AppendCapped("t", "stderr", t0, fmt.Appendf(nil, `{"line":"%d"}`, i), 1<<20)
+		require.NoError(t, err)
+		_, err = l.Append("t", "agent_message", t0, fmt.Appendf(nil, `{"text":"%d"}`, i))
+		require.NoError(t, err)
+	}
+	require.Len(t, ledgertest.All(t, l, "t"), 21) // one batch: an events message, a stderr message
+	ctx := context.Background()
+	stream, err := srv.JetStream().Stream(ctx, Stream)
+	require.NoError(t, err)
+	last, err := stream.GetLastMsgForSubject(ctx, capPrefix+"t")
+	require.NoError(t, err)
+	require.NoError(t, stream.DeleteMsg(ctx, last.Sequence))
+	l.Close()
+	srv.Close()
+
+	l2 := open(t, start(t, dir))
+	assert.Equal(t, []Loss{{TaskID: "t", LastSeq: 1, Found: 21, StderrLost: 10}}, l2.Losses())
+	events := ledgertest.All(t, l2, "t")
+	require.Len(t, events, 11)
+	for _, e := range events {
+		assert.NotContains(t, e, `"type":"stderr"`)
+	}
 }

@@ -30,6 +30,9 @@ const (
 	// symm.ev.<key>, each message a batch of the task's events.
 	Stream        = "SYMM_EVENTS"
 	subjectPrefix = "symm.ev."
+	// capPrefix is the subject prefix of the stderr messages: the bytes
+	// of capped events, purged once the cap dropped them.
+	capPrefix = "symm.cap."
 	// markerName is the file in the store directory that says it holds a
 	// ledger: with it, a bucket or stream that is missing is a lost store,
 	// never a fresh start.
@@ -61,12 +64,16 @@ type Options struct {
 // no context (the ledger contract has none), and the server is in process.
 const opWait = 10 * time.Second
 
-// Loss is a task whose record says more events were acknowledged than the
-// stream holds: restored, but missing events after Found.
+// Loss is a task restored without events that were acknowledged: its
+// record's last_seq is past the Found events the stream holds, or the
+// bytes of some of its stderr are gone.
 type Loss struct {
 	TaskID  string
 	LastSeq int64
 	Found   int64
+	// StderrLost counts capped (stderr) events whose bytes were lost
+	// (they, and the older ones, are dropped).
+	StderrLost int64
 }
 
 // Ledger is the JetStream ledger. Events are served from memory, fed by
@@ -75,6 +82,7 @@ type Loss struct {
 type Ledger struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
+	stream jetstream.Stream
 	opts   Options
 	log    *slog.Logger
 	types  *typeTable
@@ -168,6 +176,7 @@ func Open(ctx context.Context, srv *Server, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.stream = stream
 	if err := l.restore(ctx, stream); err != nil {
 		return nil, &StoreError{Dir: srv.dir, Err: err}
 	}
@@ -210,7 +219,7 @@ func (l *Ledger) setUp(ctx context.Context, srv *Server) (jetstream.Stream, erro
 		return nil, fmt.Errorf("creating the task bucket: %w", err)
 	}
 	stream, err := l.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: Stream, Subjects: []string{subjectPrefix + ">"}, Storage: jetstream.FileStorage,
+		Name: Stream, Subjects: []string{subjectPrefix + ">", capPrefix + ">"}, Storage: jetstream.FileStorage,
 		MaxMsgSize: maxPayload, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew,
 	})
 	if err != nil {

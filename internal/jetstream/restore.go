@@ -19,7 +19,8 @@ import (
 // seqs already loaded (a batch published again after a failed ack) adds
 // only what is new, and one that starts past a gap (its predecessor was
 // never acknowledged) is left out, as the events after it were never
-// served. A record whose last_seq is one past the events found, with that
+// served. The bytes of capped events come in stderr messages after their
+// events message; the ones purged are of dropped events. A record whose last_seq is one past the events found, with that
 // event as its tail, has the tail appended pending (the crash fell between
 // the record and its event); any other shortfall is a Loss.
 func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
@@ -64,7 +65,16 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 		return fmt.Errorf("reading the task bucket: %w", err)
 	}
 	err = readAll(ctx, stream, func(m jetstream.Msg, seq uint64) error {
-		t := byKey[strings.TrimPrefix(m.Subject(), subjectPrefix)]
+		subject := m.Subject()
+		if key, ok := strings.CutPrefix(subject, capPrefix); ok {
+			if t := byKey[key]; t != nil {
+				if err := t.log.fill(m.Data(), seq); err != nil {
+					return fmt.Errorf("message %d of the event stream, of task %s: %w", seq, t.id, err)
+				}
+			}
+			return nil
+		}
+		t := byKey[strings.TrimPrefix(subject, subjectPrefix)]
 		if t == nil {
 			return nil // events of a task whose record was never written
 		}
@@ -77,16 +87,21 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 		return fmt.Errorf("reading the event stream: %w", err)
 	}
 	for t, v := range tails {
+		stderrLost := t.log.dropUnfilled()
 		found := int64(t.log.n())
+		lost := stderrLost > 0
 		if found < t.lastSeq {
 			if v.tail != nil && found == t.lastSeq-1 {
 				id, _ := l.types.id(v.tailType)
 				t.log.add(v.tail, id)
 			} else {
-				l.losses = append(l.losses, Loss{TaskID: t.id, LastSeq: t.lastSeq, Found: found})
-				l.log.Warn("ledger: a task has fewer events than its record says were acknowledged",
-					"task", t.id, "last_seq", t.lastSeq, "found", found)
+				lost = true
 			}
+		}
+		if lost {
+			l.losses = append(l.losses, Loss{TaskID: t.id, LastSeq: t.lastSeq, Found: found, StderrLost: stderrLost})
+			l.log.Warn("ledger: a task has lost events that were acknowledged",
+				"task", t.id, "last_seq", t.lastSeq, "found", found, "stderr_lost", stderrLost)
 		}
 		t.log.acked = int(found)
 		t.log.sent = int(found)
@@ -170,15 +185,13 @@ func (l *Ledger) apply(t *task, firstHdr, droppedHdr string, data []byte) error 
 			break // past a gap: never served
 		}
 		id, _ := l.types.id(string(name))
-		switch {
-		case flags&frameDropped != 0:
-			t.log.addCapped(nil, id, 0)
-		case flags&frameCapped != 0:
-			t.log.addCapped(append([]byte(nil), ev...), id, 0)
-		default:
+		if flags&frameCapped != 0 {
+			t.log.addCapped(nil, id, 0) // its bytes come in a stderr message
+		} else {
 			t.log.add(ev, id)
 		}
 	}
+	t.log.droppedAcked = max(t.log.droppedAcked, dropped)
 	t.log.dropThrough(dropped)
 	return nil
 }
