@@ -20,9 +20,10 @@ import (
 // only what is new, and one that starts past a gap (its predecessor was
 // never acknowledged) is left out, as the events after it were never
 // served. The bytes of capped events come in stderr messages after their
-// events message; the ones purged are of dropped events. A record whose last_seq is one past the events found, with that
-// event as its tail, has the tail appended pending (the crash fell between
-// the record and its event); any other shortfall is a Loss.
+// events message; the ones purged held dropped events only. A record whose
+// last_seq is one past the events found, with that event as its tail, has
+// the tail appended pending (the crash fell between the record and its
+// event); any other shortfall is a Loss.
 func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 	byKey := map[string]*task{}
 	tails := map[*task]value{}
