@@ -33,8 +33,14 @@ func TestImportRules(t *testing.T) {
 		}
 		return r
 	}
-	for _, leaf := range []string{"store", "supervisor", "permission", "notify", "envfile", "leakcheck", "syncbuf", "acpsession/fakeagent"} {
+	for _, leaf := range []string{"ledger", "supervisor", "permission", "notify", "envfile", "leakcheck", "syncbuf", "acpsession/fakeagent"} {
 		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
+	}
+	// A ledger imports nothing of ours but the ledger contract.
+	for _, l := range []string{"store", "jetstream"} {
+		for _, imp := range ours(module + "/internal/" + l) {
+			assert.Equal(t, module+"/internal/ledger", imp, "internal/%s imports nothing of ours but internal/ledger", l)
+		}
 	}
 	within := func(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
 	for pkg, imps := range imports {
@@ -42,6 +48,8 @@ func TestImportRules(t *testing.T) {
 			switch {
 			case strings.HasPrefix(imp, "github.com/modelcontextprotocol/go-sdk"):
 				assert.Equal(t, module+"/internal/mcpserver", pkg, "only the MCP layer imports the MCP SDK")
+			case strings.HasPrefix(imp, "github.com/nats-io/"):
+				assert.Equal(t, module+"/internal/jetstream", pkg, "only the JetStream ledger imports NATS")
 			case strings.HasPrefix(imp, "github.com/coder/acp-go-sdk"):
 				assert.True(t, within(pkg, module+"/internal/acpsession"), "%s: only the ACP session imports the ACP SDK", pkg)
 			case imp == module+"/internal/mcpserver":

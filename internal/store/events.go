@@ -2,9 +2,10 @@ package store
 
 import (
 	"encoding/json"
-	"fmt"
 	"runtime"
 	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // Event log layout: events are appended as encoded JSON into arenas that are
@@ -75,34 +76,16 @@ func (l *eventLog) ref(i int) ref { return l.refs[i/refChunk][i%refChunk] }
 func (l *eventLog) append(typ string, now time.Time, fields []byte) int64 {
 	seq := int64(l.n) + 1
 	id, types := l.types.id(typ)
-	inner := capInner(types.quoted[id], objectMembers(fields))
+	inner := ledger.CapFields(types.quoted[id], fields)
 
-	buf := l.reserve(eventSize(types.quoted[id], inner))
+	buf := l.reserve(ledger.EventSize(types.quoted[id], inner))
 	start := len(buf)
-	buf = encode(buf, seq, types.quoted[id], now, inner)
+	buf = ledger.EncodeEvent(buf, seq, types.quoted[id], now, inner)
 	n := len(buf) - start
 	a := len(l.mem.arenas) - 1
 	l.mem.arenas[a] = buf
 	l.addRef(ref{arena: uint32(a), off: uint32(start), n: uint32(n), typ: id})
 	return seq
-}
-
-func eventSize(quotedType, inner []byte) int { return 64 + len(quotedType) + len(inner) }
-
-// encode appends {"seq":N,"type":T,"time":...,<inner>} to buf.
-func encode(buf []byte, seq int64, quotedType []byte, now time.Time, inner []byte) []byte {
-	buf = append(buf, `{"seq":`...)
-	buf = appendInt(buf, seq)
-	buf = append(buf, `,"type":`...)
-	buf = append(buf, quotedType...)
-	buf = append(buf, `,"time":"`...)
-	buf = now.UTC().AppendFormat(buf, TimeLayout)
-	buf = append(buf, '"')
-	if len(inner) > 0 {
-		buf = append(buf, ',')
-		buf = append(buf, inner...)
-	}
-	return append(buf, '}')
 }
 
 func (l *eventLog) addRef(r ref) {
@@ -124,20 +107,14 @@ func (l *eventLog) addRef(r ref) {
 	l.n++
 }
 
-// Dropped counts events a cap removed.
-type Dropped struct {
-	Lines int64 `json:"lines"`
-	Bytes int64 `json:"bytes"`
-}
-
 // appendCapped stores an event of a capped type apart, then drops the
 // oldest such events until they hold at most capBytes (the newest is
 // always kept). It returns the event's seq and what it dropped.
 func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capBytes int64) (int64, Dropped) {
 	seq := int64(l.n) + 1
 	id, types := l.types.id(typ)
-	inner := capInner(types.quoted[id], objectMembers(fields))
-	b := encode(make([]byte, 0, eventSize(types.quoted[id], inner)), seq, types.quoted[id], now, inner)
+	inner := ledger.CapFields(types.quoted[id], fields)
+	b := ledger.EncodeEvent(make([]byte, 0, ledger.EventSize(types.quoted[id], inner)), seq, types.quoted[id], now, inner)
 	l.side = append(l.side, b)
 	l.sideLen += int64(len(b))
 	end := l.sideBase + len(l.side) // side indexes in use: [sideBase, end)
@@ -244,72 +221,6 @@ func (l *eventLog) event(i int) []byte {
 // dropped reports whether a cap removed event i.
 // Side events are dropped oldest first.
 func (l *eventLog) dropped(r ref) bool { return r.arena == sideArena && int(r.off) < l.sideOld }
-
-// objectMembers returns what lies between the braces of a JSON object, or
-// nil for an empty object or no fields.
-func objectMembers(fields []byte) []byte {
-	i, j := 0, len(fields)
-	for i < j && isSpace(fields[i]) {
-		i++
-	}
-	for j > i && isSpace(fields[j-1]) {
-		j--
-	}
-	if j-i < 2 {
-		return nil
-	}
-	if fields[i] != '{' || fields[j-1] != '}' {
-		panic(fmt.Sprintf("store: event fields are not a JSON object: %.40q", fields))
-	}
-	inner := fields[i+1 : j-1]
-	for len(inner) > 0 && isSpace(inner[0]) {
-		inner = inner[1:]
-	}
-	if len(inner) == 0 {
-		return nil
-	}
-	return inner
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-func appendInt(b []byte, v int64) []byte {
-	var tmp [20]byte
-	i := len(tmp)
-	for {
-		i--
-		tmp[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			break
-		}
-	}
-	return append(b, tmp[i:]...)
-}
-
-// Query selects a page of events.
-type Query struct {
-	// After is the last seq the caller has seen; the page starts after it.
-	After int64
-	// Limit is the most events to return (at least 1).
-	Limit int
-	// MaxBytes bounds the encoded events of a page; the first event
-	// returned is included whatever its size, so the cursor advances.
-	MaxBytes int
-	// Types, when not empty, keeps only events of these types.
-	Types []string
-	// MaxScan bounds how many events one call examines when Types filters;
-	// the cursor then is the last seq scanned. Without Types it is unused.
-	MaxScan int
-}
-
-// Page is one bounded read of a task's events.
-type Page struct {
-	Events  []json.RawMessage
-	Cursor  int64
-	HasMore bool
-	Status  Status
-}
 
 // Events reads a page. The events are copies, safe to use after return.
 func (s *Store) Events(id string, q Query) (Page, error) {

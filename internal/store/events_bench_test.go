@@ -122,3 +122,54 @@ func count(n int) string {
 	}
 	return fmt.Sprint(n)
 }
+
+// BenchmarkTurn100k is a turn of 100,000 updates: spawn, the updates
+// recorded as the agent streams them (one in ten a message), the end, and
+// every event paged in by get_events' default page (100 events, 32 KiB).
+// internal/jetstream runs the same turn on the durable ledger.
+func BenchmarkTurn100k(b *testing.B) {
+	const n = 100_000
+	b.ReportAllocs()
+	for b.Loop() {
+		benchTurn(b, New(), "t", n)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/event")
+}
+
+func benchTurn(b *testing.B, s *Store, id string, n int) {
+	if _, err := s.Create(NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
+		b.Fatal(err)
+	}
+	for _, st := range []Status{Starting, Running} {
+		if _, err := s.Transition(id, st, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range n {
+		typ, fields := "tool_call_update", benchToolFields
+		if i%10 == 0 {
+			typ, fields = "agent_message", benchTextFields
+		}
+		if _, err := s.Append(id, typ, t0, fields); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := s.Transition(id, Succeeded, t0); err != nil {
+		b.Fatal(err)
+	}
+	got := 0
+	for after := int64(0); ; {
+		p, err := s.Events(id, Query{After: after, Limit: 100, MaxBytes: 32 << 10})
+		if err != nil {
+			b.Fatal(err)
+		}
+		got += len(p.Events)
+		after = p.Cursor
+		if !p.HasMore {
+			break
+		}
+	}
+	if got != n+4 {
+		b.Fatalf("%d events paged, want %d", got, n+4)
+	}
+}

@@ -1,57 +1,22 @@
+// Package store is symm-mcp's in-memory ledger: tasks, their events and
+// their resolutions, held in memory and always serializable, under the
+// contract of internal/ledger (its model, state machines and encodings).
+//
+// Reading a page of events costs O(page), never O(log).
+//
+// Lock order: Store.mu before entry.mu before typeTable.mu. Nothing is
+// called under any of them but in-memory work.
 package store
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
-
-// Errors a caller branches on.
-var (
-	// ErrNotFound: no task has that id.
-	ErrNotFound = errors.New("task not found")
-	// ErrInvalidTransition: the state machine does not allow the change.
-	ErrInvalidTransition = errors.New("invalid transition")
-	// ErrExists: a task with that id exists already.
-	ErrExists = errors.New("task exists")
-)
-
-// TransitionError is the error of a change the state machine refuses: a
-// status the task cannot take from its own, or a resolution it cannot
-// take. errors.Is(err, ErrInvalidTransition) holds for it; errors.As gives
-// what was asked of which status, so callers branch on fields, not text.
-type TransitionError struct {
-	TaskID string
-	// From is the task's status; "" when the request was refused before
-	// the task was looked up (a value that is not a resolution).
-	From Status
-	// To is the status asked for; "" when a resolution was asked for.
-	To Status
-	// Resolution is the resolution asked for; "" for a status change.
-	Resolution Resolution
-}
-
-func (e *TransitionError) Error() string { return ErrInvalidTransition.Error() + ": " + e.Reason() }
-
-// Reason is the refusal without Error's "invalid transition: " prefix, for
-// callers that name the class of error themselves (a tool error's code).
-func (e *TransitionError) Reason() string {
-	switch {
-	case e.To != "":
-		return fmt.Sprintf("task %s is %s, not able to become %s", e.TaskID, e.From, e.To)
-	case !slices.Contains(Judgements, e.Resolution):
-		return fmt.Sprintf("%q is not a resolution", e.Resolution)
-	default:
-		return fmt.Sprintf("task %s is %s; only a finished task can be resolved", e.TaskID, e.From)
-	}
-}
-
-// Is makes every TransitionError match ErrInvalidTransition.
-func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
 
 // Store is the in-memory ledger. The zero value is not usable; call New.
 type Store struct {
@@ -102,9 +67,9 @@ func (e *entry) copyLocked() Task {
 // decodeLocked decodes the record at rest. It cannot fail: taskJSON is the
 // encoding of a Task, and Task's fields decode what they encode.
 func (e *entry) decodeLocked() *Task {
-	t := new(Task)
-	if err := json.Unmarshal(e.taskJSON, t); err != nil {
-		panic(fmt.Sprintf("store: decoding a stored task: %v", err))
+	t, err := ledger.DecodeRecord(e.taskJSON)
+	if err != nil {
+		panic("store: " + err.Error())
 	}
 	return t
 }
@@ -112,20 +77,14 @@ func (e *entry) decodeLocked() *Task {
 // refreshLocked encodes the changed record, and lets a finished task's
 // decoded record go. mu is held for writing.
 func (e *entry) refreshLocked() {
-	// Encoding a Task cannot fail: every field is a plain value or valid JSON.
-	b, err := json.Marshal(e.task)
+	// Encoding a Task cannot fail: every field is a plain value or valid
+	// JSON. The summary is served from the task's encoding rather than
+	// kept as a second encoding in every task's memory.
+	b, end, err := ledger.EncodeRecord(e.task)
 	if err != nil {
-		panic(fmt.Sprintf("store: encoding task %s: %v", e.task.TaskID, err))
+		panic("store: " + err.Error())
 	}
 	e.taskJSON = b
-	// Summary is embedded first in Task, so the task's encoding starts with
-	// the summary's members: the summary is served from it rather than
-	// kept as a second encoding in every task's memory.
-	sum, _ := json.Marshal(&e.task.Summary)
-	end := len(sum) - 1 // its closing brace
-	if !bytes.HasPrefix(b, sum[:end]) || b[end] != ',' {
-		panic(fmt.Sprintf("store: the encoding of task %s does not start with its summary's", e.task.TaskID))
-	}
 	e.summaryEnd = end
 	e.status = e.task.Status
 	if e.status.Terminal() {
@@ -145,10 +104,7 @@ func (e *entry) copyOf(t *Task) Task {
 
 // summaryLocked returns a fresh copy of the summary's encoding.
 func (e *entry) summaryLocked() []byte {
-	out := make([]byte, e.summaryEnd+1)
-	copy(out, e.taskJSON[:e.summaryEnd])
-	out[e.summaryEnd] = '}'
-	return out
+	return ledger.SummaryOf(e.taskJSON, e.summaryEnd)
 }
 
 func (s *Store) get(id string) (*entry, error) {
@@ -163,14 +119,10 @@ func (s *Store) get(id string) (*entry, error) {
 
 // Create adds a task in status created and records task_created.
 func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
-	t := n.record(now)
+	t := n.Record(now)
 	e := &entry{task: &t}
 	e.log.types = s.types
-	fields, _ := json.Marshal(struct {
-		Agent     string `json:"agent"`
-		Workspace string `json:"workspace"`
-	}{n.Agent, n.Workspace})
-	e.log.append("task_created", now, fields)
+	e.log.append(ledger.EventTaskCreated, now, n.CreatedFields())
 	e.refreshLocked()
 
 	s.mu.Lock()
@@ -301,9 +253,7 @@ func (s *Store) Update(id string, edits ...Edit) (Task, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := e.recordLocked()
-	for _, ed := range edits {
-		ed.apply(t)
-	}
+	t.Apply(edits...)
 	e.refreshLocked()
 	return e.copyOf(t), nil
 }
@@ -323,22 +273,12 @@ func (s *Store) Transition(id string, to Status, now time.Time, edits ...Edit) (
 		return e.copyLocked(), &TransitionError{TaskID: id, From: from, To: to}
 	}
 	t := e.recordLocked()
-	for _, ed := range edits {
-		ed.apply(t)
-	}
-	t.Status = to
-	switch {
-	case to == Running:
-		t.StartedAt = at(now)
-	case to.Terminal():
-		t.EndedAt = at(now)
+	fields, err := t.Move(to, now, edits...)
+	if err != nil {
+		return e.copyLocked(), err
 	}
 	e.refreshLocked()
-	fields, _ := json.Marshal(struct {
-		From Status `json:"from"`
-		To   Status `json:"to"`
-	}{from, to})
-	e.log.append("status_changed", now, fields)
+	e.log.append(ledger.EventStatusChanged, now, fields)
 	if to.Terminal() {
 		e.log.settle()
 	}
@@ -350,8 +290,8 @@ func (s *Store) Transition(id string, to Status, now time.Time, edits ...Edit) (
 // with a *TransitionError for a value that is not a resolution or a task
 // that has not finished.
 func (s *Store) Resolve(id string, r Resolution, note string, now time.Time) (Task, error) {
-	if !slices.Contains(Judgements, r) {
-		return Task{}, &TransitionError{TaskID: id, Resolution: r}
+	if err := ledger.CheckJudgement(id, r); err != nil {
+		return Task{}, err
 	}
 	e, err := s.get(id)
 	if err != nil {
@@ -363,14 +303,11 @@ func (s *Store) Resolve(id string, r Resolution, note string, now time.Time) (Ta
 		return e.copyLocked(), &TransitionError{TaskID: id, From: e.status, Resolution: r}
 	}
 	t := e.recordLocked()
-	t.Resolution = r
-	t.ResolutionNote = optional(note)
-	t.ResolvedAt = at(now)
+	fields, err := t.Judge(r, note, now)
+	if err != nil {
+		return e.copyLocked(), err
+	}
 	e.refreshLocked()
-	fields, _ := json.Marshal(struct {
-		Resolution Resolution `json:"resolution"`
-		Note       *string    `json:"note"`
-	}{r, optional(note)})
-	e.log.append("task_resolved", now, fields)
+	e.log.append(ledger.EventTaskResolved, now, fields)
 	return e.copyOf(t), nil
 }

@@ -1,20 +1,21 @@
-// Package store is symm-mcp's task ledger: tasks, their events and their
-// resolutions, held in memory and always serializable.
+// Package ledger is the contract every symm-mcp ledger shares: the
+// serializable model of a task (its record, its summary, its events), the
+// two state machines of a task, the bounds on what a record and an event
+// hold, the exact bytes of an event, and the Ledger interface that the task
+// service uses. internal/store (in memory) and internal/jetstream (NATS
+// JetStream on disk) implement it; ledgertest holds them to it.
 //
 // Every task record and every event is JSON, encoded once when it changes or
 // is recorded, and served as stored. Events carry per-task sequence numbers
-// starting at 1; reading a page costs O(page), never O(log).
+// starting at 1.
 //
-// The store also owns the two state machines of a task: execution status
-// (created -> starting -> running -> succeeded | failed | cancelled, with the
-// shortcuts the spec lists) and resolution (unresolved -> judged, revisable,
-// finished tasks only). Status changes only through Transition, which records
-// the status_changed event in the same critical section, so an illegal
-// transition or an unrecorded one cannot happen.
-//
-// Lock order: Store.mu before entry.mu before typeTable.mu. Nothing is
-// called under any of them but in-memory work.
-package store
+// The two state machines of a task: execution status (created -> starting
+// -> running -> succeeded | failed | cancelled, with the shortcuts the spec
+// lists) and resolution (unresolved -> judged, revisable, finished tasks
+// only). A ledger changes a status only through Transition, which records
+// the status_changed event with it, so an illegal transition or an
+// unrecorded one cannot happen.
+package ledger
 
 import (
 	"crypto/sha256"
