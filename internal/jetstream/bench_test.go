@@ -132,10 +132,10 @@ func BenchmarkUpdate(b *testing.B) {
 	if _, err := l.Create(ledger.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
 		b.Fatal(err)
 	}
-	usage := []byte(`{"used":12345,"size":200000}`)
+	usage := ledger.Usage{Context: &ledger.ContextUsage{Used: 12345, Size: 200000}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := l.Update("t", ledger.SetUsage(usage)); err != nil {
+		if _, err := l.Update("t", ledger.MergeUsage(usage)); err != nil {
 			b.Fatal(err)
 		}
 	}

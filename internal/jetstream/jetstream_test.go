@@ -107,7 +107,7 @@ func fill(t *testing.T, l ledger.Ledger) {
 	require.NoError(t, err)
 	_, err = l.Resolve("done", ledger.Accepted, "good", t0)
 	require.NoError(t, err)
-	_, err = l.Update("live", ledger.SetUsage(json.RawMessage(`{"used":1}`)))
+	_, err = l.Update("live", ledger.MergeUsage(ledger.Usage{Context: &ledger.ContextUsage{Used: 1}}))
 	require.NoError(t, err)
 }
 

@@ -23,6 +23,10 @@ type (
 	Query           = ledger.Query
 	Page            = ledger.Page
 	TransitionError = ledger.TransitionError
+	Usage           = ledger.Usage
+	Cost            = ledger.Cost
+	ContextUsage    = ledger.ContextUsage
+	UsageTotal      = ledger.UsageTotal
 )
 
 const (
@@ -42,7 +46,6 @@ const (
 	TimeLayout         = ledger.TimeLayout
 	MaxPromptBytes     = ledger.MaxPromptBytes
 	PromptPreviewChars = ledger.PromptPreviewChars
-	MaxUsageBytes      = ledger.MaxUsageBytes
 	MaxErrorChars      = ledger.MaxErrorChars
 	MaxEventBytes      = ledger.MaxEventBytes
 	PreviewChars       = ledger.PreviewChars
@@ -63,8 +66,14 @@ func CanTransition(from, to Status) bool { return ledger.CanTransition(from, to)
 // SetSessionID is ledger.SetSessionID.
 func SetSessionID(id string) Edit { return ledger.SetSessionID(id) }
 
-// SetUsage is ledger.SetUsage.
-func SetUsage(raw json.RawMessage) Edit { return ledger.SetUsage(raw) }
+// MergeUsage is ledger.MergeUsage.
+func MergeUsage(u Usage) Edit { return ledger.MergeUsage(u) }
+
+// SetTitle is ledger.SetTitle.
+func SetTitle(title *string) Edit { return ledger.SetTitle(title) }
+
+// TotalUsage is ledger.TotalUsage.
+func TotalUsage(summaries []json.RawMessage) UsageTotal { return ledger.TotalUsage(summaries) }
 
 // SetError is ledger.SetError.
 func SetError(msg string) Edit { return ledger.SetError(msg) }

@@ -190,7 +190,8 @@ func exactBytes(t *testing.T, l ledger.Ledger) {
 	require.NoError(t, err)
 	_, err = l.Transition("t", ledger.Running, T0.Add(time.Millisecond))
 	require.NoError(t, err)
-	_, err = l.Update("t", ledger.SetUsage(json.RawMessage(`{"used": 3, "size": 9}`)), ledger.SetStderrDropped(ledger.Dropped{Lines: 2, Bytes: 7}))
+	title := "a <title>"
+	_, err = l.Update("t", ledger.MergeUsage(ledger.Usage{Context: &ledger.ContextUsage{Used: 3, Size: 9}}), ledger.SetTitle(&title), ledger.SetStderrDropped(ledger.Dropped{Lines: 2, Bytes: 7}))
 	require.NoError(t, err)
 	seq, err := l.Append("t", "agent_message", T0, []byte(` { "text" : "a <b> \u00e9" } `))
 	require.NoError(t, err)
@@ -205,10 +206,12 @@ func exactBytes(t *testing.T, l ledger.Ledger) {
 	require.NoError(t, err)
 
 	const summary = `{"task_id":"t","agent":"codex","workspace":"/w \u003c\u0026\u003e \"q\"","status":"failed","exit_code":3,"signal":null,` +
-		`"error":"bad ` + "\ufffd" + ` \u003cx\u003e \"quoted\"","session_id":"s-1","resolution":"accepted","initiator_id":"i","executor_id":"x",` +
+		`"error":"bad ` + "\ufffd" + ` \u003cx\u003e \"quoted\"","session_id":"s-1","title":"a \u003ctitle\u003e",` +
+		`"usage":{"input_tokens":null,"output_tokens":null,"thought_tokens":null,"cached_read_tokens":null,"cached_write_tokens":null,"total_tokens":null,"cost":null,"context":{"used":3,"size":9}},` +
+		`"resolution":"accepted","initiator_id":"i","executor_id":"x",` +
 		`"notify_path":"/n/t","created_at":"2026-11-30T05:00:00.123Z","started_at":"2026-11-30T05:00:00.124Z","ended_at":"2026-11-30T05:00:02.123Z"}`
 	record := summary[:len(summary)-1] + `,"resolution_note":"fine","resolved_at":"2026-11-30T05:00:03.123Z",` +
-		`"prompt":"p\n\u2028 \u003cb\u003e","allow":["read","edit"],"model":"m","effort":"high","usage":{"used":3,"size":9},` +
+		`"prompt":"p\n\u2028 \u003cb\u003e","allow":["read","edit"],"model":"m","effort":"high",` +
 		`"stderr_dropped":{"lines":2,"bytes":7}}`
 	raw, err := l.TaskJSON("t")
 	require.NoError(t, err)
