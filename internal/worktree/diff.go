@@ -129,7 +129,7 @@ func parseDiff(out []byte) ([]FileChange, error) {
 		i++
 		return string(fields[i-1]), nil
 	}
-	var files []FileChange
+	files := []FileChange{} // a list in JSON, even when empty
 	for i < len(fields) && bytes.HasPrefix(fields[i], []byte(":")) {
 		head, _ := next()
 		parts := strings.Fields(head)
