@@ -63,4 +63,3 @@ func TestOverlaps(t *testing.T) {
 	assert.Equal(t, `[]`, string(mustJSON(t, Overlaps(mine, nil))))
 	assert.Equal(t, `[{"task_id":"t","files":["a.go"]}]`, string(mustJSON(t, Overlaps(mine, map[string]Diff{"t": files(mod("a.go"))}))))
 }
-

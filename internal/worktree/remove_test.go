@@ -11,7 +11,10 @@ import (
 )
 
 func TestRemove(t *testing.T) {
-	commit := func(r *rig, wt Worktree) { r.write(wt.Path, map[string]string{"f": "agent\n"}); r.commitAll(wt.Path, "agent") }
+	commit := func(r *rig, wt Worktree) {
+		r.write(wt.Path, map[string]string{"f": "agent\n"})
+		r.commitAll(wt.Path, "agent")
+	}
 	tests := []struct {
 		name    string
 		baseRef string
