@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -68,6 +70,7 @@ func TestCreateOfBaseRef(t *testing.T) {
 		{first, first, "one\n"},
 		{first[:10], first, "one\n"},
 	}
+	calls := r.recordGit()
 	for i, tt := range tests {
 		t.Run(fmt.Sprintf("%q", tt.ref), func(t *testing.T) {
 			req := r.request(fmt.Sprintf("ref%d", i))
@@ -80,6 +83,10 @@ func TestCreateOfBaseRef(t *testing.T) {
 			content, err := os.ReadFile(filepath.Join(wt.Path, "f"))
 			require.NoError(t, err)
 			assert.Equal(t, tt.content, string(content))
+			if tt.ref != "" && tt.ref != tt.commit {
+				// Only the commit the ref names reaches git worktree add.
+				refOnlyAfterEndOfOptions(t, calls(), tt.ref)
+			}
 		})
 	}
 }
@@ -88,6 +95,7 @@ func TestCreateOfBaseRef(t *testing.T) {
 // git never reads it as an option, and nothing is created.
 func TestCreateRefusesOptionLikeRefs(t *testing.T) {
 	r := newRig(t, nil)
+	calls := r.recordGit()
 	smuggled := filepath.Join(t.TempDir(), "smuggled")
 	for i, ref := range []string{
 		"-h", "--help", "--output=" + smuggled, "--git-dir=/nonexistent", "--end-of-options",
@@ -103,6 +111,7 @@ func TestCreateRefusesOptionLikeRefs(t *testing.T) {
 			assert.Equal(t, UnknownRef, e.Code)
 			assert.Contains(t, e.Msg, fmt.Sprintf("%q", ref))
 			assert.NoFileExists(t, smuggled)
+			refOnlyAfterEndOfOptions(t, calls(), ref)
 			r.nothingLeft(id, "")
 		})
 	}
@@ -401,16 +410,18 @@ func TestCreateRefusesBadTaskIDs(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "nothing created")
 }
 
-// A Create cancelled while git runs stops it, hook and all, and undoes
-// what was made.
+// A Create cancelled while git runs stops it, with the hook it started
+// (its process group is killed), and undoes what was made.
 func TestCreateCancelled(t *testing.T) {
 	r := newRig(t, map[string]string{"f": "x\n"})
-	fifo := filepath.Join(t.TempDir(), "started")
-	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	dir := t.TempDir()
+	started, block := filepath.Join(dir, "started"), filepath.Join(dir, "block")
+	require.NoError(t, syscall.Mkfifo(started, 0o600))
+	require.NoError(t, syscall.Mkfifo(block, 0o600))
 	hook := filepath.Join(r.repo, ".git", "hooks", "post-checkout")
-	// The hook says it runs, then waits on a pipe nobody writes: only
-	// killing its process group ends it.
-	script := fmt.Sprintf("#!/bin/sh\necho started > %q\nexec cat\n", fifo)
+	// The hook says it runs, with its pid, then opens a pipe nobody ever
+	// writes: only a signal ends it.
+	script := fmt.Sprintf("#!/bin/sh\necho $$ > %q\nexec cat < %q\n", started, block)
 	require.NoError(t, os.WriteFile(hook, []byte(script), 0o755))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -419,16 +430,31 @@ func TestCreateCancelled(t *testing.T) {
 		_, err := r.m.Create(ctx, r.request("c"))
 		done <- err
 	}()
-	started, err := os.ReadFile(fifo) // blocks until the hook runs
+	out, err := os.ReadFile(started) // returns once the hook runs
 	require.NoError(t, err)
-	require.Equal(t, "started\n", string(started))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // only needed if the test fails
 	cancel()
 	err = <-done
 	var e *Error
 	require.ErrorAs(t, err, &e)
 	assert.ErrorIs(t, err, context.Canceled)
+	assert.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 10*time.Millisecond,
+		"the hook (pid %d) was killed with git", pid)
 	require.NoError(t, os.Remove(hook))
 	r.nothingLeft("c", "")
+}
+
+// alive reports whether pid is a process that has not exited (a zombie has).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 // Creates of one repository may run at once (a fleet starts several).

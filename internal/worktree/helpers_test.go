@@ -2,6 +2,7 @@ package worktree
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,4 +172,50 @@ func mustJSON(t testing.TB, v any) []byte {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return b
+}
+
+// recordGit makes r's Manager run git through a script that records every
+// command line, and returns a function that reads (and forgets) the ones
+// recorded since it was last called.
+func (r *rig) recordGit() func() [][]string {
+	r.t.Helper()
+	real, err := r.m.LookPath("git")
+	require.NoError(r.t, err)
+	dir := r.t.TempDir()
+	log := filepath.Join(dir, "log")
+	script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do printf '%%s\\037' \"$a\" >> %q; done\nprintf '\\036' >> %q\nexec %q \"$@\"\n", log, log, real)
+	wrapper := filepath.Join(dir, "git")
+	require.NoError(r.t, os.WriteFile(wrapper, []byte(script), 0o755))
+	r.m.LookPath = func(string) (string, error) { return wrapper, nil }
+	return func() [][]string {
+		b, err := os.ReadFile(log)
+		require.NoError(r.t, err)
+		require.NoError(r.t, os.Remove(log))
+		var calls [][]string
+		for rec := range strings.SplitSeq(strings.TrimSuffix(string(b), "\x1e"), "\x1e") {
+			calls = append(calls, strings.Split(strings.TrimSuffix(rec, "\x1f"), "\x1f"))
+		}
+		return calls
+	}
+}
+
+// refOnlyAfterEndOfOptions checks that ref reaches git only as the
+// revision of a rev-parse (ref^{commit}), right after --end-of-options.
+func refOnlyAfterEndOfOptions(t testing.TB, calls [][]string, ref string) {
+	t.Helper()
+	seen := false
+	for _, args := range calls {
+		revParse := slices.Contains(args, "rev-parse")
+		for i, a := range args {
+			switch {
+			case a == ref+"^{commit}":
+				seen = true
+				require.True(t, revParse, "%q reaches only rev-parse: %q", ref, args)
+				require.True(t, i > 0 && args[i-1] == "--end-of-options", "%q comes right after --end-of-options: %q", ref, args)
+			case a == ref:
+				require.True(t, revParse, "%q reaches only rev-parse: %q", ref, args)
+			}
+		}
+	}
+	require.True(t, seen, "%q was looked up", ref)
 }
