@@ -56,9 +56,10 @@ type FileChange struct {
 	Binary     bool   `json:"binary"`
 }
 
-// Diff reports the changes in wt against wt.BaseCommit. It reads the
-// worktree and stages it into a temporary index; the worktree's own index
-// and files are not changed. Cancelling ctx stops it. Its errors are *Error.
+// Diff reports the changes in wt against wt.BaseCommit. It lists the
+// worktree's files into a temporary index and compares the base commit with
+// the files themselves; the worktree's own index and files, and the
+// repository's objects, are not changed. Cancelling ctx stops it. Its errors are *Error.
 func (m *Manager) Diff(ctx context.Context, wt Worktree) (Diff, error) {
 	if !isObjectID(wt.BaseCommit) {
 		return Diff{}, newError(GitFailed, nil, "the base commit %q of %q is not a commit id", wt.BaseCommit, wt.Path)
@@ -80,16 +81,20 @@ func (m *Manager) Diff(ctx context.Context, wt Worktree) (Diff, error) {
 	}
 	defer os.RemoveAll(tmp)
 	index := filepath.Join(tmp, "index")
-	// Starting from a copy of the worktree's index lets `git add` skip every
-	// file whose stat data is unchanged instead of hashing the whole tree.
+	// Starting from a copy of the worktree's index keeps what the agent
+	// staged and lets git skip every file whose stat data is unchanged.
 	if err := copyFile(trimNL(out), index); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fail(err, "copying its index")
 	}
 	env := []string{"GIT_INDEX_FILE=" + index}
-	if _, err := g.run(ctx, wt.Path, env, "add", "--all"); err != nil {
-		return fail(err, "staging into a temporary index")
+	// Untracked files enter the temporary index as intents to add (the
+	// empty blob), and the diff compares the base commit with the work tree
+	// itself: no file's content is written into the repository's object
+	// store, however large the files an agent left.
+	if _, err := g.run(ctx, wt.Path, env, "add", "--all", "--intent-to-add"); err != nil {
+		return fail(err, "listing untracked files into a temporary index")
 	}
-	out, err = g.run(ctx, wt.Path, env, "diff", "--cached", "--raw", "--numstat", "-z",
+	out, err = g.run(ctx, wt.Path, env, "diff", "--raw", "--numstat", "-z",
 		"--find-renames", "--no-ext-diff", "--no-textconv", "--no-color", "--no-relative",
 		wt.BaseCommit, "--")
 	if err != nil {

@@ -14,7 +14,8 @@ import (
 
 // TestDiff: what the task committed, staged, left unstaged and left
 // untracked is reported alike, against the base commit; paths come as they
-// are; the worktree's index and files are not touched.
+// are; the worktree's index and files, and the object store, are not
+// touched.
 func TestDiff(t *testing.T) {
 	r := newRig(t, map[string]string{
 		"committed.txt":   "one\n",
@@ -27,12 +28,14 @@ func TestDiff(t *testing.T) {
 		".gitignore":      "*.log\n",
 		"mode.sh":         "echo\n",
 		"to be a link.md": "text\n",
+		"was.go":          strings.Repeat("// a line that stays the same\n", 20),
 	})
 	wt, err := r.m.Create(context.Background(), r.request("diff"))
 	require.NoError(t, err)
 	w := wt.Path
 
 	r.write(w, map[string]string{"committed.txt": "one\ntwo\n"})
+	r.git(w, "mv", "was.go", "is.go")
 	r.commitAll(w, "the agent commits")
 	r.write(w, map[string]string{"staged.txt": "A\n"})
 	r.git(w, "add", "staged.txt")
@@ -56,6 +59,10 @@ func TestDiff(t *testing.T) {
 	index, err := os.ReadFile(filepath.Join(r.repo, ".git", "worktrees", "diff", "index"))
 	require.NoError(t, err)
 
+	unstored := strings.TrimSpace(r.git(w, "hash-object", "new dir/ünïcödé"))
+	_, err = r.tryGit(w, "cat-file", "-e", unstored)
+	require.Error(t, err, "the untracked file's content is not in the object store")
+
 	d, err := r.m.Diff(context.Background(), wt)
 	require.NoError(t, err)
 	assert.Equal(t, Diff{
@@ -65,6 +72,7 @@ func TestDiff(t *testing.T) {
 			{Path: "deleted.txt", Status: Deleted, Deletions: 1},
 			{Path: "dir/new name.txt", OldPath: "old name.txt", Status: Renamed},
 			{Path: "image.bin", Status: Modified, Binary: true},
+			{Path: "is.go", OldPath: "was.go", Status: Renamed},
 			{Path: "mode.sh", Status: Modified},
 			{Path: "new dir/ünïcödé", Status: Added, Insertions: 2},
 			{Path: "new.bin", Status: Added, Binary: true},
@@ -82,6 +90,8 @@ func TestDiff(t *testing.T) {
 	after, err := os.ReadFile(filepath.Join(r.repo, ".git", "worktrees", "diff", "index"))
 	require.NoError(t, err)
 	assert.Equal(t, index, after, "the worktree's index is untouched")
+	_, err = r.tryGit(w, "cat-file", "-e", unstored)
+	assert.Error(t, err, "nor is it after the diff")
 	assert.ElementsMatch(t, []string{"base_commit", "files", "insertions", "deletions", "truncated"}, jsonKeys(t, d))
 	assert.ElementsMatch(t, []string{"path", "status", "insertions", "deletions", "binary"},
 		jsonKeys(t, FileChange{Path: "p", Status: Added}), "old_path only for a rename")

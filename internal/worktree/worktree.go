@@ -16,10 +16,10 @@
 //
 // Diff reports the worktree's changes against the commit it was made from:
 // what the task committed, left uncommitted or left untracked, alike. It
-// stages the work tree into a temporary index (GIT_INDEX_FILE), so the
-// worktree's own index and files are untouched; it does write the blobs of
-// changed files into the repository's object store, as `git add` would
-// (unreferenced, they are pruned by git's gc).
+// lists the work tree into a temporary index (GIT_INDEX_FILE, untracked
+// files as intents to add) and compares the base commit with the files, so
+// the worktree's own index and files are untouched and no file's content is
+// written into the repository's object store.
 //
 // Remove deletes a worktree and its branch when the work is safe: nothing
 // uncommitted, no commit off its branch, the branch merged into base_ref (or
