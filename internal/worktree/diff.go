@@ -82,17 +82,28 @@ func (m *Manager) Diff(ctx context.Context, wt Worktree) (Diff, error) {
 	defer os.RemoveAll(tmp)
 	index := filepath.Join(tmp, "index")
 	// Starting from a copy of the worktree's index keeps what the agent
-	// staged and lets git skip every file whose stat data is unchanged.
-	if err := copyFile(trimNL(out), index); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// staged and lets git skip every file whose stat data is unchanged. The
+	// copy keeps the index's time: git takes an entry whose file is as new
+	// as the index for possibly changed ("racily clean") and reads it.
+	if err := copyIndex(trimNL(out), index); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fail(err, "copying its index")
 	}
 	env := []string{"GIT_INDEX_FILE=" + index}
 	// Untracked files enter the temporary index as intents to add (the
 	// empty blob), and the diff compares the base commit with the work tree
 	// itself: no file's content is written into the repository's object
-	// store, however large the files an agent left.
-	if _, err := g.run(ctx, wt.Path, env, "add", "--all", "--intent-to-add"); err != nil {
-		return fail(err, "listing untracked files into a temporary index")
+	// store, however large the files an agent left. Deleted files need no
+	// entry change: the work tree lacks them.
+	untracked, err := g.run(ctx, wt.Path, env, "ls-files", "-z", "--others", "--exclude-standard")
+	if err != nil {
+		return fail(err, "listing untracked files")
+	}
+	if len(untracked) > 0 {
+		// Literal pathspecs: a file named "*" names itself, not every file.
+		if _, err := g.runInput(ctx, wt.Path, env, untracked, "--literal-pathspecs", "add", "--intent-to-add",
+			"--pathspec-from-file=-", "--pathspec-file-nul"); err != nil {
+			return fail(err, "adding untracked files to a temporary index")
+		}
 	}
 	out, err = g.run(ctx, wt.Path, env, "diff", "--raw", "--numstat", "-z",
 		"--find-renames", "--no-ext-diff", "--no-textconv", "--no-color", "--no-relative",
@@ -206,17 +217,25 @@ func parseDiff(out []byte) ([]FileChange, error) {
 	return files, nil
 }
 
-// copyFile copies src to the new file dst.
-func copyFile(src, dst string) error {
+// copyIndex copies the index src to the new file dst, with src's
+// modification time.
+func copyIndex(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
 	_, err = io.Copy(out, in)
-	return errors.Join(err, out.Close())
+	if err = errors.Join(err, out.Close()); err != nil {
+		return err
+	}
+	return os.Chtimes(dst, fi.ModTime(), fi.ModTime())
 }

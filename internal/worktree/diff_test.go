@@ -44,6 +44,8 @@ func TestDiff(t *testing.T) {
 		"new dir/ünïcödé":  "x\ny\n",
 		"with\nnewline":    "n\n",
 		"tab\there":        "t\n",
+		"*":                "star\n", // a pathspec would name every file
+		"[ab]":             "brackets\n",
 		"image.bin":        "\x00\x03",
 		"new.bin":          "\x00\x00\x00",
 		"ignored.log":      "noise\n",
@@ -68,6 +70,8 @@ func TestDiff(t *testing.T) {
 	assert.Equal(t, Diff{
 		BaseCommit: wt.BaseCommit,
 		Files: []FileChange{
+			{Path: "*", Status: Added, Insertions: 1},
+			{Path: "[ab]", Status: Added, Insertions: 1},
 			{Path: "committed.txt", Status: Modified, Insertions: 1},
 			{Path: "deleted.txt", Status: Deleted, Deletions: 1},
 			{Path: "dir/new name.txt", OldPath: "old name.txt", Status: Renamed},
@@ -82,7 +86,7 @@ func TestDiff(t *testing.T) {
 			{Path: "unstaged.txt", Status: Modified, Deletions: 1},
 			{Path: "with\nnewline", Status: Added, Insertions: 1},
 		},
-		Insertions: 7,
+		Insertions: 9,
 		Deletions:  4,
 	}, d)
 

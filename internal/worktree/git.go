@@ -104,7 +104,15 @@ func isLocalEnv(name string) bool {
 // run runs git in dir with args and returns its stdout. extraEnv is added
 // to the environment. Cancelling ctx kills git's process group.
 func (g *git) run(ctx context.Context, dir string, extraEnv []string, args ...string) ([]byte, error) {
+	return g.runInput(ctx, dir, extraEnv, nil, args...)
+}
+
+// runInput is run with stdin read from input (nil: no input).
+func (g *git) runInput(ctx context.Context, dir string, extraEnv []string, input []byte, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, g.path, append([]string{"-C", dir}, args...)...)
+	if input != nil {
+		cmd.Stdin = bytes.NewReader(input)
+	}
 	cmd.Env = g.env
 	if len(extraEnv) > 0 {
 		cmd.Env = append(append([]string(nil), g.env...), extraEnv...)
