@@ -440,6 +440,7 @@ func TestCreateCancelled(t *testing.T) {
 	var e *Error
 	require.ErrorAs(t, err, &e)
 	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, GitFailed, e.Code, "a cancelled call is not the input's fault: %s", e.Msg)
 	assert.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 10*time.Millisecond,
 		"the hook (pid %d) was killed with git", pid)
 	require.NoError(t, os.Remove(hook))

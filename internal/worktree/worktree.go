@@ -190,10 +190,15 @@ func (m *Manager) Create(ctx context.Context, req Request) (Worktree, error) {
 	return wt, nil
 }
 
-// gitFailure is an *Error of code, unless git could not run at all.
+// gitFailure is an *Error of code, unless git could not run at all
+// (GitMissing) or was stopped by the caller's context (GitFailed: not the
+// input's fault).
 func gitFailure(code Code, err error, format string, args ...any) *Error {
 	var ge *gitError
-	if errors.As(err, &ge) && ge.notStarted() {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		code = GitFailed
+	case errors.As(err, &ge) && ge.notStarted():
 		return newError(GitMissing, err, "git cannot be run: %v", ge.err)
 	}
 	return newError(code, err, format, args...)
