@@ -94,11 +94,11 @@ func (m *Manager) Diff(ctx context.Context, wt Worktree) (Diff, error) {
 	// itself: no file's content is written into the repository's object
 	// store, however large the files an agent left. Deleted files need no
 	// entry change: the work tree lacks them.
-	untracked, err := g.run(ctx, wt.Path, env, "ls-files", "-z", "--others", "--exclude-standard")
+	out, err = g.run(ctx, wt.Path, env, "ls-files", "-z", "--others", "--exclude-standard")
 	if err != nil {
 		return fail(err, "listing untracked files")
 	}
-	if len(untracked) > 0 {
+	if untracked := untrackedFiles(out); len(untracked) > 0 {
 		// Literal pathspecs: a file named "*" names itself, not every file.
 		if _, err := g.runInput(ctx, wt.Path, env, untracked, "--literal-pathspecs", "add", "--intent-to-add",
 			"--pathspec-from-file=-", "--pathspec-file-nul"); err != nil {
@@ -125,6 +125,19 @@ func (m *Manager) Diff(ctx context.Context, wt Worktree) (Diff, error) {
 		d.Files, d.Truncated = d.Files[:MaxDiffFiles:MaxDiffFiles], true
 	}
 	return d, nil
+}
+
+// untrackedFiles keeps the files of `ls-files -z --others`: a repository
+// the agent made (or cloned) inside the worktree is listed as its directory,
+// "name/", which git cannot add as an intent (and will not look into).
+func untrackedFiles(out []byte) []byte {
+	var kept []byte
+	for field := range bytes.SplitSeq(out, []byte{0}) {
+		if len(field) > 0 && !bytes.HasSuffix(field, []byte("/")) {
+			kept = append(append(kept, field...), 0)
+		}
+	}
+	return kept
 }
 
 // parseDiff reads `git diff --raw --numstat -z`: every file's raw record,

@@ -54,6 +54,13 @@ func TestDiff(t *testing.T) {
 	require.NoError(t, os.Remove(filepath.Join(w, "deleted.txt")))
 	require.NoError(t, os.Remove(filepath.Join(w, "old name.txt")))
 	require.NoError(t, os.Chmod(filepath.Join(w, "mode.sh"), 0o755))
+	// Repositories the agent made inside the worktree are not looked into,
+	// with a commit or without.
+	r.git(w, "init", "--quiet", "nested-empty")
+	r.write(w, map[string]string{"nested-empty/x": "x\n"})
+	r.git(w, "init", "--quiet", "nested")
+	r.write(w, map[string]string{"nested/f": "f\n"})
+	r.commitAll(filepath.Join(w, "nested"), "nested")
 	require.NoError(t, os.Remove(filepath.Join(w, "to be a link.md")))
 	require.NoError(t, os.Symlink("mode.sh", filepath.Join(w, "to be a link.md")))
 
