@@ -33,7 +33,7 @@ func TestImportRules(t *testing.T) {
 		}
 		return r
 	}
-	for _, leaf := range []string{"ledger", "supervisor", "permission", "notify", "envfile", "leakcheck", "syncbuf", "acpsession/fakeagent"} {
+	for _, leaf := range []string{"ledger", "supervisor", "permission", "notify", "worktree", "envfile", "leakcheck", "syncbuf", "acpsession/fakeagent"} {
 		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
 	}
 	// A ledger imports nothing of ours but the ledger contract.
