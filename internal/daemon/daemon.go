@@ -91,7 +91,7 @@ const (
 // their locks, replaces a stale socket and listens. A daemon already
 // running on the same state directory or socket is a *RunningError; a
 // refused path is a *PathError. Nothing is left behind on failure.
-func Listen(cfg Config) (d *Daemon, err error) {
+func Listen(cfg Config) (_ *Daemon, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -102,7 +102,7 @@ func Listen(cfg Config) (d *Daemon, err error) {
 		cfg.peerCred = peerCred
 	}
 	uid := os.Geteuid()
-	d = &Daemon{cfg: cfg, log: cfg.Logger, uid: uint32(uid), stop: make(chan struct{})}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, uid: uint32(uid), stop: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			d.release()
