@@ -98,9 +98,17 @@ func gatedAgent(t *testing.T) (env []string, gate string) {
 	return env, gate
 }
 
+// openGate lets the agent start. The FIFO is opened read-write, which
+// never blocks, and kept open to the end, so that the line waits in it for
+// an agent that has not opened it yet (and no test hangs on an agent that
+// is gone).
 func openGate(t *testing.T, gate string) {
 	t.Helper()
-	require.NoError(t, os.WriteFile(gate, []byte("go\n"), 0o600))
+	f, err := os.OpenFile(gate, os.O_RDWR, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	_, err = f.WriteString("go\n")
+	require.NoError(t, err)
 }
 
 const quickPrompt = `{"steps":[{"message":"done"}]}`
@@ -139,7 +147,7 @@ func TestTaskOutlivesTheFront(t *testing.T) {
 
 	st, code := d.status(t)
 	require.Equal(t, 0, code)
-	assert.Equal(t, 1, st.LiveTasks, "the task goes on without its host")
+	require.Equal(t, 1, st.LiveTasks, "the task goes on without its host")
 	openGate(t, gate)
 
 	b := d.front(t)
