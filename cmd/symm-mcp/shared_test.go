@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -375,4 +376,27 @@ func TestServeFlags(t *testing.T) {
 	}
 	stderr, code := runBinary(t, "--socket", "/x/y.sock")
 	assert.Equal(t, 2, code, "--socket without --shared: %s", stderr)
+}
+
+// TestAgentsDieWithAKilledDaemon: an agent that outlives its stdin and
+// ignores SIGTERM still dies when its daemon is SIGKILLed, by its death
+// signal (PR_SET_PDEATHSIG).
+func TestAgentsDieWithAKilledDaemon(t *testing.T) {
+	bin := t.TempDir()
+	require.NoError(t, os.Symlink(fakeBin, filepath.Join(bin, "opencode")))
+	d := newShared(t, []string{"PATH=" + bin, `SYMM_FAKE_AGENT_CONFIG={"linger_after_eof":true,"ignore_sigterm":true}`})
+	s := d.front(t)
+	out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": `{"steps":[{"message":"up"},{"hang":true}]}`, "workspace": t.TempDir()})
+	id := out["task_id"].(string)
+	ev := s.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{"process_started"}})
+	require.Len(t, ev["events"], 1)
+	agent := int(ev["events"].([]any)[0].(map[string]any)["pid"].(float64))
+	t.Cleanup(func() { _ = syscall.Kill(-agent, syscall.SIGKILL) })
+	st, code := d.status(t)
+	require.Equal(t, 0, code)
+
+	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	assert.NoError(t, daemon.WaitExited(ctx, agent), "the agent %d died with the daemon", agent)
 }

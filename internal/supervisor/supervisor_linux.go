@@ -14,6 +14,17 @@ import (
 
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER, linux/prctl.h
 
+// withDeathSignal sets PR_SET_PDEATHSIG: the kernel sends the agent
+// SIGKILL when the thread that started it ends, which for a Go program is
+// when the process ends (the runtime ends a thread only when a goroutine
+// locked to it exits, and Start runs on no such goroutine). SIGKILL, not
+// SIGTERM: an agent that ignores SIGTERM must not outlive a killed server.
+// It reaches the agent only, not the rest of its group.
+func withDeathSignal(a *syscall.SysProcAttr) *syscall.SysProcAttr {
+	a.Pdeathsig = syscall.SIGKILL
+	return a
+}
+
 // reaper reaps zombies adopted by this process as a child subreaper. It is
 // owned by one Supervisor, whose Shutdown stops it.
 type reaper struct {

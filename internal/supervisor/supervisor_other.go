@@ -5,7 +5,11 @@ package supervisor
 import (
 	"errors"
 	"log/slog"
+	"syscall"
 )
+
+// withDeathSignal does nothing where there is no PR_SET_PDEATHSIG.
+func withDeathSignal(a *syscall.SysProcAttr) *syscall.SysProcAttr { return a }
 
 // reaper does nothing where there is no child subreaper: orphans of an
 // agent's group go to init, which reaps them.
