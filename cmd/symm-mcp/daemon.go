@@ -112,7 +112,8 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	defer signal.Stop(sigpipe)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 
-	svc, markers, err := newService(o, env, log)
+	groups := daemon.NewGroups(o.stateDir, log)
+	svc, markers, err := newService(o, env, log, groups)
 	if err != nil {
 		log.Error("cannot read the working directory", "err", err)
 		return 1
@@ -125,7 +126,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	version := buildVersion()
 	d, err := daemon.Listen(daemon.Config{
 		Socket: o.socket, StateDir: o.stateDir, Tasks: svc, Version: version, Ledger: *ledger, Logger: log,
-		ShutdownBound: mcpserver.ShutdownBound,
+		ShutdownBound: mcpserver.ShutdownBound, Groups: groups,
 		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
 			out2 := mcpserver.ServeShared(ctx, svc, version, in, out)
 			log.Debug("MCP session ended", "reason", out2.Reason)

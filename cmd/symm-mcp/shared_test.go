@@ -400,3 +400,33 @@ func TestAgentsDieWithAKilledDaemon(t *testing.T) {
 	defer cancel()
 	assert.NoError(t, daemon.WaitExited(ctx, agent), "the agent %d died with the daemon", agent)
 }
+
+// TestSurvivingGroupEndedAtNextStart: the death signal ends the agent of
+// a killed daemon, not the grandchild it left in its process group; the
+// next daemon on the state directory ends that group from its record.
+func TestSurvivingGroupEndedAtNextStart(t *testing.T) {
+	d := newShared(t, agentPath(t))
+	s := d.front(t)
+	_, pids := liveTasks(t, s, 1)
+	require.Len(t, pids, 2, "the agent and its grandchild")
+	agent, grandchild := pids[0], pids[1]
+	t.Cleanup(func() { _ = syscall.Kill(-agent, syscall.SIGKILL) })
+	entries, err := os.ReadDir(filepath.Join(d.state, "groups"))
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, fmt.Sprint(agent), entries[0].Name(), "the group is recorded by its id")
+
+	st, code := d.status(t)
+	require.Equal(t, 0, code)
+	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, daemon.WaitExited(ctx, agent), "the agent died with the daemon")
+	require.NoError(t, syscall.Kill(grandchild, 0), "its grandchild survived in the group")
+
+	startServe(t, d)
+	assert.NoError(t, daemon.WaitExited(ctx, grandchild), "the next daemon ended the surviving group")
+	entries, err = os.ReadDir(filepath.Join(d.state, "groups"))
+	require.NoError(t, err)
+	assert.Empty(t, entries, "the record is cleared")
+}

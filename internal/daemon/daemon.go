@@ -58,6 +58,9 @@ type Config struct {
 	Logger  *slog.Logger
 	// ShutdownBound bounds the tasks' cleanup at shutdown (0: 30 s).
 	ShutdownBound time.Duration
+	// Groups, when set, is the record of the agents' process groups that
+	// the supervisor keeps; Listen ends the groups a previous daemon left.
+	Groups *Groups
 
 	// peerCred reads a connection's credentials; tests inject others.
 	peerCred func(net.Conn) (*syscall.Ucred, error)
@@ -83,6 +86,7 @@ type Daemon struct {
 // The files the daemon keeps in the state directory.
 const (
 	stateLockName = "daemon.lock"
+	// groupsDirName (groups.go) is the process-group record.
 	logName       = "daemon.log"
 	startLockName = "start.lock"
 )
@@ -129,6 +133,14 @@ func Listen(cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.locks = append(d.locks, l)
+
+	// Holding the state directory's lock, no daemon runs the groups left
+	// in its record.
+	if cfg.Groups != nil {
+		if _, err := cfg.Groups.endSurvivors(); err != nil {
+			return nil, err
+		}
+	}
 
 	// Holding the socket's lock, whatever is at its path is stale.
 	if fi, err := os.Lstat(cfg.Socket); err == nil {

@@ -143,3 +143,27 @@ func parseStat(b []byte) (procStat, bool) {
 	}
 	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp}, true
 }
+
+// processStart is the start time of pid in clock ticks since boot
+// (/proc/<pid>/stat field 22), or 0 when it cannot be read.
+func processStart(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	// Field 3 (state) is the first after the command name; field 22 is
+	// the twentieth.
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	v, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
