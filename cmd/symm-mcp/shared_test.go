@@ -196,6 +196,9 @@ func TestDaemonKilledMidCall(t *testing.T) {
 	s.send(t, `{"jsonrpc":"2.0","id":"in-flight","method":"tools/call","params":{"name":"wait_tasks","arguments":{"task_ids":["`+id+`"],"timeout_seconds":30}}}`)
 	require.NoError(t, syscall.Kill(before.PID, syscall.SIGKILL))
 	m := s.server.next(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, daemon.WaitExited(ctx, before.PID))
 	assert.Equal(t, "in-flight", m["id"])
 	require.Contains(t, m, "error", "%v", m)
 	e := m["error"].(map[string]any)
@@ -398,6 +401,7 @@ func TestAgentsDieWithAKilledDaemon(t *testing.T) {
 	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	require.NoError(t, daemon.WaitExited(ctx, st.PID))
 	assert.NoError(t, daemon.WaitExited(ctx, agent), "the agent %d died with the daemon", agent)
 }
 
@@ -421,6 +425,7 @@ func TestSurvivingGroupEndedAtNextStart(t *testing.T) {
 	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	require.NoError(t, daemon.WaitExited(ctx, st.PID))
 	require.NoError(t, daemon.WaitExited(ctx, agent), "the agent died with the daemon")
 	require.NoError(t, syscall.Kill(grandchild, 0), "its grandchild survived in the group")
 

@@ -236,6 +236,10 @@ func envelopes(line []byte) []envelope {
 
 func (e envelope) hasID() bool { return len(e.ID) > 0 && string(e.ID) != "null" }
 
+// errReplayLost is a connection that ended before it answered the
+// replayed initialize.
+var errReplayLost = errors.New("the daemon closed the connection during initialize")
+
 // replayID is the id of the front's own initialize, replayed to a new
 // daemon connection; its answer goes to nobody.
 const replayID = `"symm-mcp-front-replay"`
@@ -362,6 +366,11 @@ func (r *relay) fromHost(ctx context.Context, line []byte) error {
 	}
 	if r.l == nil {
 		l, err := r.reattach(ctx)
+		if errors.Is(err, errReplayLost) {
+			// A daemon that was dying still took the connection; nothing
+			// of the host's was sent on it, so connecting again is safe.
+			l, err = r.reattach(ctx)
+		}
 		if err != nil {
 			r.f.log.Warn("the daemon is unavailable", "err", err)
 			return r.answerLost(reqs, fmt.Sprintf("symm-mcp: the daemon is unavailable (%v); the request was not sent", err))
@@ -401,7 +410,7 @@ func (r *relay) reattach(ctx context.Context) (*link, error) {
 		case line, ok := <-l.lines:
 			if !ok {
 				l.close()
-				return nil, errors.New("the daemon closed the connection during initialize")
+				return nil, errReplayLost
 			}
 			for _, e := range envelopes(line) {
 				answered = answered || (e.Method == "" && string(e.ID) == replayID)
