@@ -33,7 +33,7 @@ func TestImportRules(t *testing.T) {
 		}
 		return r
 	}
-	for _, leaf := range []string{"ledger", "supervisor", "permission", "notify", "worktree", "envfile", "leakcheck", "syncbuf", "acpsession/fakeagent"} {
+	for _, leaf := range []string{"ledger", "supervisor", "permission", "notify", "worktree", "envfile", "leakcheck", "syncbuf", "acpsession/fakeagent", "daemon"} {
 		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
 	}
 	// A ledger imports nothing of ours but the ledger contract.
@@ -54,6 +54,8 @@ func TestImportRules(t *testing.T) {
 				assert.True(t, within(pkg, module+"/internal/acpsession"), "%s: only the ACP session imports the ACP SDK", pkg)
 			case imp == module+"/internal/mcpserver":
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the MCP layer")
+			case imp == module+"/internal/daemon":
+				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the daemon")
 			}
 		}
 	}

@@ -59,24 +59,65 @@ type options struct {
 	noNotify     bool
 	stderrCapMiB int64
 	envFile      string
+
+	// --shared and serve
+	shared   bool
+	socket   string
+	stateDir string
+	// set lists the server flags given, as given, for an autostarted
+	// daemon (--shared).
+	set []string
 }
 
-func parse(args []string, stderr io.Writer) (options, int, bool) {
-	var o options
-	fs := flag.NewFlagSet("symm-mcp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	level := fs.String("log-level", "info", "log level on stderr: debug, info, warn or error")
+// serverFlags are the flags of a server: plain, the front, and serve.
+type serverFlags struct {
+	showVersion *bool
+	level       *string
+}
+
+func addServerFlags(fs *flag.FlagSet, o *options) serverFlags {
+	var f serverFlags
+	f.showVersion = fs.Bool("version", false, "print the version and exit")
+	f.level = fs.String("log-level", "info", "log level on stderr: debug, info, warn or error")
 	fs.StringVar(&o.notifyDir, "notify-dir", "", "base directory for completion markers (default $XDG_RUNTIME_DIR/symm-mcp or symm-mcp-<uid> in the temp dir)")
 	fs.BoolVar(&o.noNotify, "no-notify", false, "turn completion markers off")
 	fs.Int64Var(&o.stderrCapMiB, "stderr-cap-mib", task.DefaultStderrCap>>20,
 		"MiB of stderr events kept per task; past it the oldest are dropped and counted (0: no cap)")
 	fs.StringVar(&o.envFile, "env-file", "", envFileUsage)
+	return f
+}
+
+func addDaemonFlags(fs *flag.FlagSet, o *options) {
+	fs.StringVar(&o.socket, "socket", "", "the daemon's Unix socket (default $XDG_RUNTIME_DIR/symm-mcp/symm.sock, else /run/user/<uid>/symm-mcp/symm.sock, else symm-mcp-<uid>/symm.sock in the temp dir)")
+	fs.StringVar(&o.stateDir, "state-dir", "", "the daemon's state directory (default $XDG_STATE_HOME/symm-mcp, else ~/.local/state/symm-mcp)")
+}
+
+const usage = `Usage: symm-mcp [flags]
+       symm-mcp --shared [--socket PATH] [--state-dir DIR] [flags]
+       symm-mcp serve [--socket PATH] [--state-dir DIR] [--ledger memory|jetstream] [flags]
+       symm-mcp status [--json] [--socket PATH]
+       symm-mcp shutdown [--socket PATH]
+       symm-mcp doctor [--json] [--env-file FILE]
+
+symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.
+Register it, for example: claude mcp add symm -- symm-mcp
+With --shared it relays to the user's daemon (symm-mcp serve), starting it
+when none answers, so that tasks outlive the host and every host sees them:
+claude mcp add symm -- symm-mcp --shared
+symm-mcp status reports the daemon; symm-mcp shutdown ends its tasks and it.
+symm-mcp doctor checks the agents on PATH and reports what each offers.
+
+Flags:
+`
+
+func parse(args []string, stderr io.Writer) (o options, code int, done bool) {
+	fs := flag.NewFlagSet("symm-mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := addServerFlags(fs, &o)
+	fs.BoolVar(&o.shared, "shared", false, "relay to the user's daemon, starting `symm-mcp serve` when none answers")
+	addDaemonFlags(fs, &o)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: symm-mcp [flags]\n       symm-mcp doctor [--json] [--env-file FILE]\n\n"+
-			"symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.\n"+
-			"Register it, for example: claude mcp add symm -- symm-mcp\n"+
-			"symm-mcp doctor checks the agents on PATH and reports what each offers.\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -89,13 +130,28 @@ func parse(args []string, stderr io.Writer) (options, int, bool) {
 		fmt.Fprintf(stderr, "symm-mcp: unexpected argument %q\n", fs.Arg(0))
 		return o, 2, true
 	}
-	if *showVersion {
+	if *f.showVersion {
 		fmt.Fprintf(stderr, "symm-mcp %s\n", buildVersion())
 		return o, 0, true
 	}
-	if err := o.logLevel.UnmarshalText([]byte(*level)); err != nil {
+	if err := o.logLevel.UnmarshalText([]byte(*f.level)); err != nil {
 		fmt.Fprintf(stderr, "symm-mcp: --log-level: %v\n", err)
 		return o, 2, true
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "socket", "state-dir":
+			if !o.shared {
+				fmt.Fprintf(stderr, "symm-mcp: --%s is a flag of --shared\n", fl.Name)
+				code = 2
+			}
+		case "shared", "version":
+		default:
+			o.set = append(o.set, "--"+fl.Name+"="+fl.Value.String())
+		}
+	})
+	if code != 0 {
+		return o, code, true
 	}
 	return o, 0, false
 }
@@ -152,12 +208,24 @@ func isTerminal(f *os.File) bool {
 }
 
 func run(args []string, stdin *os.File, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "doctor" {
-		return doctor(args[1:], os.Stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "doctor":
+			return doctor(args[1:], os.Stdout, stderr)
+		case "serve":
+			return serveDaemon(args[1:], stderr)
+		case "status":
+			return status(args[1:], os.Stdout, stderr)
+		case "shutdown":
+			return shutdown(args[1:], os.Stdout, stderr)
+		}
 	}
 	o, code, done := parse(args, stderr)
 	if done {
 		return code
+	}
+	if o.shared {
+		return front(o, stderr)
 	}
 	env, code := agentEnv(o.envFile, os.Environ(), "symm-mcp", stderr)
 	if code != 0 {
@@ -176,21 +244,11 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 			"(Ctrl-D or Ctrl-C ends it.)")
 	}
 
-	wd, err := os.Getwd()
+	svc, markers, err := newService(o, env, log, nil)
 	if err != nil {
 		log.Error("cannot read the working directory", "err", err)
 		return 1
 	}
-	if o.envFile != "" {
-		log.Info("agent environment from --env-file", "file", o.envFile, "names", strings.Join(envNames(env.vars), " "))
-	}
-	markers := notify.Open(notify.Config{Base: o.notifyDir, Disabled: o.noNotify, Logger: log})
-	sup := supervisor.New(supervisor.Config{Env: env.all, Logger: log, Subreaper: true})
-	svc := task.New(task.Config{
-		Store: store.New(), Agents: agents.Default(), Supervisor: sup, Markers: markers,
-		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: buildVersion(),
-		Getenv: func(k string) string { return envValue(env.all, k) },
-	})
 
 	// A signal ends the session. The signals stay handled until cleanup is
 	// done, so stop is deferred to the very end rather than called when the
@@ -221,4 +279,25 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 		log.Warn("removing the marker directory", "err", err)
 	}
 	return code
+}
+
+// newService builds the task service of a server (plain or daemon) and
+// its markers.
+// groups, when not nil, records the agents' process groups (the daemon).
+func newService(o options, env agentEnvironment, log *slog.Logger, groups supervisor.GroupRecord) (*task.Service, *notify.Markers, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.envFile != "" {
+		log.Info("agent environment from --env-file", "file", o.envFile, "names", strings.Join(envNames(env.vars), " "))
+	}
+	markers := notify.Open(notify.Config{Base: o.notifyDir, Disabled: o.noNotify, Logger: log})
+	sup := supervisor.New(supervisor.Config{Env: env.all, Logger: log, Subreaper: true, Groups: groups})
+	svc := task.New(task.Config{
+		Store: store.New(), Agents: agents.Default(), Supervisor: sup, Markers: markers,
+		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: buildVersion(),
+		Getenv: func(k string) string { return envValue(env.all, k) },
+	})
+	return svc, markers, nil
 }

@@ -241,6 +241,17 @@ func RunStdio(ctx context.Context, svc Service, version string) Outcome {
 // schemas; every other request waits until the tools are in place. Tool
 // replies are written from stored JSON past the SDK's encoding (splicer).
 func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) Outcome {
+	return serve(ctx, svc, version, in, out, true)
+}
+
+// ServeShared serves one session of a service that other sessions share
+// (the daemon's connections): as Serve, except that the session's end
+// does not shut svc down; its tasks go on. Outcome.Shutdown is nil.
+func ServeShared(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) Outcome {
+	return serve(ctx, svc, version, in, out, false)
+}
+
+func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer, owned bool) Outcome {
 	client := newClientWriter(out, WriteTimeout)
 	sp := newSplicer(client)
 	sdkIn, feed := io.Pipe()
@@ -310,7 +321,9 @@ func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	f.closing.Store(true)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownBound)
 	defer cancel()
-	o.Shutdown = svc.Shutdown(sctx)
+	if owned {
+		o.Shutdown = svc.Shutdown(sctx)
+	}
 	awaitAnswers(sctx, f, client, ran)
 
 	close(f.done)

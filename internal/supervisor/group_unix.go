@@ -15,9 +15,11 @@ const (
 )
 
 // groupAttr puts the agent in a process group of its own, whose id is its
-// pid, so that one kill(-pgid) reaches every process it started there.
+// pid, so that one kill(-pgid) reaches every process it started there;
+// where the system has one, the agent also gets a death signal, so that it
+// dies with us even when we are killed and no cleanup runs.
 func groupAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true}
+	return withDeathSignal(&syscall.SysProcAttr{Setpgid: true})
 }
 
 // signal sends sig to the group, and to the agent itself in case it moved to

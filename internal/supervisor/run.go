@@ -17,12 +17,13 @@ import (
 // Start before the goroutines start are read-only afterwards; the rest are
 // written by one goroutine before it closes the channel that publishes them.
 type run struct {
-	id   RunID
-	pid  int // also the process group id (Setpgid)
-	sink Sink
-	conv Conversation
-	t    Timeouts
-	log  *slog.Logger
+	id     RunID
+	pid    int         // also the process group id (Setpgid)
+	groups GroupRecord // nil: none
+	sink   Sink
+	conv   Conversation
+	t      Timeouts
+	log    *slog.Logger
 
 	cmd    *exec.Cmd
 	stdin  *os.File // our write end of the agent's stdin
@@ -132,6 +133,8 @@ func (r *run) coordinate() {
 	r.exit = exit
 	if exit.CleanupErr != nil {
 		r.log.Warn("agent process group left behind", "err", exit.CleanupErr)
+	} else if r.groups != nil {
+		r.groups.Ended(r.pid)
 	}
 	r.sink.Exited(exit)
 	close(r.done)

@@ -29,6 +29,23 @@ type Config struct {
 	// Subreaper makes the server a child subreaper (Linux) and starts a
 	// goroutine that reaps adopted zombies. See the package doc.
 	Subreaper bool
+	// Groups, when set, is told of every agent's process group when the
+	// agent starts and when its group is confirmed gone.
+	Groups GroupRecord
+}
+
+// GroupRecord keeps, outside this process, the process groups of the
+// agents still running: PR_SET_PDEATHSIG ends an agent when the server is
+// killed, but not the rest of its group, so a later server ends what
+// survived. Its calls must not block for long: Started runs within Start.
+type GroupRecord interface {
+	// Started records the group pgid, whose leader (the agent) started at
+	// startTime: clock ticks since boot, /proc/<pid>/stat's field 22 (0
+	// where unknown), which tells the agent from a later process that got
+	// its pid.
+	Started(pgid int, startTime uint64)
+	// Ended forgets the group: it is confirmed gone.
+	Ended(pgid int)
 }
 
 // Supervisor launches agent processes and ends them. Its methods are safe
@@ -39,6 +56,7 @@ type Supervisor struct {
 	t      Timeouts
 	log    *slog.Logger
 	reaper *reaper // nil without a subreaper
+	groups GroupRecord
 
 	mu           sync.Mutex
 	nextID       RunID
@@ -69,6 +87,7 @@ func New(cfg Config) *Supervisor {
 		log:     log,
 		runs:    make(map[RunID]*run),
 		drained: make(chan struct{}),
+		groups:  cfg.Groups,
 	}
 	if cfg.Subreaper {
 		r, err := startReaper(log)
@@ -164,6 +183,10 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec, sink Sink) (RunID, er
 		r.requestStop()
 	}
 
+	if s.groups != nil {
+		s.groups.Started(r.pid, processStart(r.pid))
+		r.groups = s.groups
+	}
 	argv := slices.Clone(spec.Argv)
 	argv[0] = path
 	sink.ProcessStarted(r.pid, argv)

@@ -14,6 +14,17 @@ import (
 
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER, linux/prctl.h
 
+// withDeathSignal sets PR_SET_PDEATHSIG: the kernel sends the agent
+// SIGKILL when the thread that started it ends, which for a Go program is
+// when the process ends (the runtime ends a thread only when a goroutine
+// locked to it exits, and Start runs on no such goroutine). SIGKILL, not
+// SIGTERM: an agent that ignores SIGTERM must not outlive a killed server.
+// It reaches the agent only, not the rest of its group.
+func withDeathSignal(a *syscall.SysProcAttr) *syscall.SysProcAttr {
+	a.Pdeathsig = syscall.SIGKILL
+	return a
+}
+
 // reaper reaps zombies adopted by this process as a child subreaper. It is
 // owned by one Supervisor, whose Shutdown stops it.
 type reaper struct {
@@ -131,4 +142,28 @@ func parseStat(b []byte) (procStat, bool) {
 		return procStat{}, false
 	}
 	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp}, true
+}
+
+// processStart is the start time of pid in clock ticks since boot
+// (/proc/<pid>/stat field 22), or 0 when it cannot be read.
+func processStart(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	// Field 3 (state) is the first after the command name; field 22 is
+	// the twentieth.
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	v, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
 }

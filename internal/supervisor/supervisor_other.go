@@ -5,7 +5,14 @@ package supervisor
 import (
 	"errors"
 	"log/slog"
+	"syscall"
 )
+
+// withDeathSignal does nothing where there is no PR_SET_PDEATHSIG.
+func withDeathSignal(a *syscall.SysProcAttr) *syscall.SysProcAttr { return a }
+
+// processStart is unknown here.
+func processStart(int) uint64 { return 0 }
 
 // reaper does nothing where there is no child subreaper: orphans of an
 // agent's group go to init, which reaps them.

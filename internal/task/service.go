@@ -557,3 +557,18 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// LiveTasks counts the tasks whose end is not recorded yet.
+func (s *Service) LiveTasks() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.runs {
+		select {
+		case <-r.done:
+		default:
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/daemon"
+	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
+)
+
+// The ledgers serve can keep. jetstream is the issue's default; until its
+// package is wired in, serve refuses it and defaults to memory.
+const (
+	ledgerMemory    = "memory"
+	ledgerJetStream = "jetstream"
+	defaultLedger   = ledgerMemory
+)
+
+// daemonPaths resolves --socket and --state-dir, or their defaults, to
+// absolute paths: an autostarted daemon and every front must name the
+// same socket whatever their working directories.
+func daemonPaths(o *options) error {
+	e := daemon.Env{UID: os.Geteuid()}
+	if o.socket == "" {
+		o.socket = daemon.DefaultSocket(e)
+	}
+	if o.stateDir == "" {
+		d, err := daemon.DefaultStateDir(e)
+		if err != nil {
+			return err
+		}
+		o.stateDir = d
+	}
+	var err error
+	if o.socket, err = filepath.Abs(o.socket); err != nil {
+		return err
+	}
+	if o.stateDir, err = filepath.Abs(o.stateDir); err != nil {
+		return err
+	}
+	return daemon.CheckSocketPath(o.socket)
+}
+
+// serveDaemon is `symm-mcp serve`: the daemon on its socket.
+func serveDaemon(args []string, stderr io.Writer) int {
+	var o options
+	fs := flag.NewFlagSet("symm-mcp serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := addServerFlags(fs, &o)
+	addDaemonFlags(fs, &o)
+	ledger := fs.String("ledger", defaultLedger, "where tasks and events are kept: memory (lost when the daemon ends) or jetstream")
+	httpAddr := fs.String("http", "", "also serve Streamable HTTP on this loopback `ADDR` (not yet available)")
+	readyFD := fs.Int("ready-fd", 0, "descriptor to report readiness on (used by --shared when it starts the daemon)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: symm-mcp serve [flags]\n\n"+
+			"symm-mcp serve is the daemon: it serves MCP on a Unix socket, one session per\n"+
+			"connection, all sharing one ledger and its agents. symm-mcp --shared attaches to it.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "symm-mcp serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *f.showVersion {
+		fmt.Fprintf(stderr, "symm-mcp %s\n", buildVersion())
+		return 0
+	}
+	if err := o.logLevel.UnmarshalText([]byte(*f.level)); err != nil {
+		fmt.Fprintf(stderr, "symm-mcp serve: --log-level: %v\n", err)
+		return 2
+	}
+	switch *ledger {
+	case ledgerMemory:
+	case ledgerJetStream:
+		fmt.Fprintln(stderr, "symm-mcp serve: --ledger jetstream is not yet available in this build; use --ledger memory")
+		return 2
+	default:
+		fmt.Fprintf(stderr, "symm-mcp serve: --ledger %q: want memory or jetstream\n", *ledger)
+		return 2
+	}
+	if *httpAddr != "" {
+		fmt.Fprintln(stderr, "symm-mcp serve: --http is not yet available in this build")
+		return 2
+	}
+	if err := daemonPaths(&o); err != nil {
+		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
+		return 2
+	}
+	env, code := agentEnv(o.envFile, os.Environ(), "symm-mcp serve", stderr)
+	if code != 0 {
+		return code
+	}
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+
+	groups := daemon.NewGroups(o.stateDir, log)
+	svc, markers, err := newService(o, env, log, groups)
+	if err != nil {
+		log.Error("cannot read the working directory", "err", err)
+		return 1
+	}
+	defer func() {
+		if err := markers.Close(); err != nil {
+			log.Warn("removing the marker directory", "err", err)
+		}
+	}()
+	version := buildVersion()
+	d, err := daemon.Listen(daemon.Config{
+		Socket: o.socket, StateDir: o.stateDir, Tasks: svc, Version: version, Ledger: *ledger, Logger: log,
+		ShutdownBound: mcpserver.ShutdownBound, Groups: groups,
+		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
+			out2 := mcpserver.ServeShared(ctx, svc, version, in, out)
+			log.Debug("MCP session ended", "reason", out2.Reason)
+		},
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
+		return 1
+	}
+	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", *ledger, "version", version)
+	if *readyFD > 0 {
+		if err := daemon.NotifyReady(*readyFD); err != nil {
+			log.Warn("reporting readiness", "err", err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	if err := d.Serve(ctx); err != nil {
+		return 1
+	}
+	log.Info("daemon stopped")
+	return 0
+}
+
+// front is `symm-mcp --shared`: the host's stdio relayed to the daemon.
+func front(o options, stderr io.Writer) int {
+	if err := daemonPaths(&o); err != nil {
+		fmt.Fprintf(stderr, "symm-mcp: %v\n", err)
+		return 2
+	}
+	// The env file is the daemon's to read; checked here too, so that a
+	// bad one is refused where the user sees it.
+	if _, code := agentEnv(o.envFile, os.Environ(), "symm-mcp", stderr); code != 0 {
+		return code
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	exe, err := os.Executable()
+	if err != nil {
+		log.Error("cannot find this executable to start the daemon", "err", err)
+		return 1
+	}
+	f := daemon.NewFront(daemon.FrontConfig{
+		Socket: o.socket, StateDir: o.stateDir, Logger: log,
+		Daemon: func() *exec.Cmd {
+			args := append([]string{"serve", "--socket", o.socket, "--state-dir", o.stateDir,
+				fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD)}, o.set...)
+			return exec.Command(exe, args...)
+		},
+	})
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	if err := f.Relay(ctx, daemon.OpenStdin(), os.Stdout); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("symm-mcp --shared", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// controlFlags parses status's and shutdown's flags.
+func controlFlags(name string, args []string, stderr io.Writer, jsonFlag bool) (o options, asJSON bool, code int, done bool) {
+	fs := flag.NewFlagSet("symm-mcp "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addDaemonFlags(fs, &o)
+	if jsonFlag {
+		fs.BoolVar(&asJSON, "json", false, "print the status as one JSON object")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, false, 0, true
+		}
+		return o, false, 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "symm-mcp %s: unexpected argument %q\n", name, fs.Arg(0))
+		return o, false, 2, true
+	}
+	if err := daemonPaths(&o); err != nil {
+		fmt.Fprintf(stderr, "symm-mcp %s: %v\n", name, err)
+		return o, false, 2, true
+	}
+	return o, asJSON, 0, false
+}
+
+// status is `symm-mcp status`: exit 0 when a daemon answers, 1 when none
+// does, 2 on a usage error.
+func status(args []string, stdout, stderr io.Writer) int {
+	o, asJSON, code, done := controlFlags("status", args, stderr, true)
+	if done {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := daemon.QueryStatus(ctx, o.socket)
+	if err != nil {
+		if asJSON {
+			b, _ := json.Marshal(map[string]any{"running": false, "socket": o.socket, "state_dir": o.stateDir, "error": err.Error()})
+			fmt.Fprintf(stdout, "%s\n", b)
+		} else {
+			fmt.Fprintf(stdout, "not running: %v\n", err)
+		}
+		return 1
+	}
+	if asJSON {
+		b, _ := json.Marshal(st)
+		fmt.Fprintf(stdout, "%s\n", b)
+		return 0
+	}
+	httpAddr := "off"
+	if st.HTTP != nil {
+		httpAddr = *st.HTTP
+	}
+	fmt.Fprintf(stdout, "running: pid %d, version %s\nsocket:     %s\nstate dir:  %s\nledger:     %s\nhttp:       %s\nhost:       %s\nlive tasks: %d\n",
+		st.PID, st.Version, st.Socket, st.StateDir, st.Ledger, httpAddr, st.Host, st.LiveTasks)
+	return 0
+}
+
+// shutdown is `symm-mcp shutdown`: exit 0 once the daemon exited (or none
+// ran), 1 when its cleanup could not be confirmed.
+func shutdown(args []string, stdout, stderr io.Writer) int {
+	o, _, code, done := controlFlags("shutdown", args, stderr, false)
+	if done {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), mcpserver.ShutdownBound+10*time.Second)
+	defer cancel()
+	reply, err := daemon.RequestShutdown(ctx, o.socket)
+	if errors.Is(err, daemon.ErrNotRunning) {
+		fmt.Fprintf(stdout, "no daemon was running on %s\n", o.socket)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "symm-mcp shutdown: %v\n", err)
+		return 1
+	}
+	if err := daemon.WaitExited(ctx, reply.PID); err != nil {
+		fmt.Fprintf(stderr, "symm-mcp shutdown: the daemon (pid %d) released its socket but did not exit: %v\n", reply.PID, err)
+		return 1
+	}
+	if !reply.CleanupConfirmed {
+		fmt.Fprintf(stderr, "symm-mcp shutdown: the daemon (pid %d) exited, but some agent processes could not be confirmed gone: %s\n", reply.PID, reply.Error)
+		return 1
+	}
+	fmt.Fprintf(stdout, "daemon (pid %d) stopped; every task ended\n", reply.PID)
+	return 0
+}

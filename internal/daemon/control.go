@@ -1,0 +1,130 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The control protocol. A connection's first line says what it is:
+//
+//	symm-mcp/1 mcp        an MCP session follows (what a front sends)
+//	symm-mcp/1 status     one JSON line answers: Status
+//	symm-mcp/1 shutdown   one JSON line answers once the daemon has ended
+//	                      every task and released its socket and state
+//	                      directory: ShutdownReply; then the connection closes
+//
+// Any other first line is the first message of an MCP session, so a plain
+// MCP client (socat, a host speaking to the socket) works as is. Control
+// is never a JSON-RPC method: nothing a connected model can make its host
+// send inside a session stops the daemon, and a front always opens its
+// connection with the mcp line, so not even the host's first line is read
+// as control (intent 0018).
+const (
+	controlPrefix = "symm-mcp/1 "
+	verbMCP       = "mcp"
+	verbStatus    = "status"
+	verbShutdown  = "shutdown"
+)
+
+// Status is the answer to status.
+type Status struct {
+	Running   bool    `json:"running"`
+	PID       int     `json:"pid"`
+	Version   string  `json:"version"`
+	Socket    string  `json:"socket"`
+	StateDir  string  `json:"state_dir"`
+	Ledger    string  `json:"ledger"`
+	HTTP      *string `json:"http"` // the Streamable HTTP address; null when not served
+	Host      string  `json:"host"` // the machine the daemon runs on
+	LiveTasks int     `json:"live_tasks"`
+}
+
+// ShutdownReply is the answer to shutdown.
+type ShutdownReply struct {
+	PID int `json:"pid"`
+	// CleanupConfirmed is false when some agent process could not be
+	// confirmed gone; Error says why.
+	CleanupConfirmed bool   `json:"cleanup_confirmed"`
+	Error            string `json:"error,omitempty"`
+}
+
+// ErrNotRunning is the answer of a socket no daemon listens on.
+var ErrNotRunning = errors.New("no daemon answers")
+
+// dial connects to the daemon's socket; a socket that is missing or that
+// nobody listens on is ErrNotRunning.
+func dial(ctx context.Context, socket string) (*net.UnixConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w on %s", ErrNotRunning, socket)
+		}
+		return nil, fmt.Errorf("connecting to %s: %w", socket, err)
+	}
+	return c.(*net.UnixConn), nil
+}
+
+// control sends one control request and decodes its one-line answer into
+// v. ctx bounds the whole exchange.
+func control(ctx context.Context, socket, verb string, v any) error {
+	if err := CheckSocketPath(socket); err != nil {
+		return err
+	}
+	c, err := dial(ctx, socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := io.WriteString(c, controlPrefix+verb+"\n"); err != nil {
+		return fmt.Errorf("sending %s: %w", verb, err)
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: no answer: %w", verb, ctx.Err())
+		}
+		// The daemon went away before it answered.
+		return fmt.Errorf("%s: the daemon closed the connection without an answer: %w", verb, err)
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(line, &e) == nil && e.Error != "" && verb != verbShutdown {
+		return fmt.Errorf("%s: the daemon refused: %s", verb, e.Error)
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("%s: undecodable answer %q: %w", verb, strings.TrimSpace(string(line)), err)
+	}
+	// The daemon closes the connection as its last act.
+	_, _ = io.Copy(io.Discard, r)
+	return nil
+}
+
+// QueryStatus asks the daemon on socket for its status; ErrNotRunning
+// when none answers.
+func QueryStatus(ctx context.Context, socket string) (Status, error) {
+	var s Status
+	err := control(ctx, socket, verbStatus, &s)
+	return s, err
+}
+
+// RequestShutdown asks the daemon on socket to end every task and exit,
+// and returns once it has released its socket and state directory (its
+// last act); ErrNotRunning when none answers.
+func RequestShutdown(ctx context.Context, socket string) (ShutdownReply, error) {
+	var r ShutdownReply
+	err := control(ctx, socket, verbShutdown, &r)
+	return r, err
+}

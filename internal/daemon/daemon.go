@@ -1,0 +1,326 @@
+// Package daemon is symm-mcp's daemon and its front: the Unix socket
+// listener with its checks (the socket directory, every peer's uid), the
+// state directory and its lock, the control requests (status, shutdown)
+// that are not MCP tools, and the stdio front (--shared) that relays MCP
+// to the daemon, starting one when none answers.
+//
+// The package knows nothing of MCP's tools: the daemon is handed a
+// function that serves one MCP session over a connection, and the Tasks it
+// ends at shutdown. Every connection is one session; all share one task
+// service.
+//
+// Lock order: Daemon.mu guards the shutdown waiters and is never held
+// across I/O.
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Tasks is what the daemon needs of the task service.
+type Tasks interface {
+	// Shutdown ends every live task with the bounded cleanup; an error
+	// means some cleanup could not be confirmed.
+	Shutdown(ctx context.Context) error
+	// LiveTasks counts the tasks still running.
+	LiveTasks() int
+}
+
+// SessionFunc serves one MCP session: it reads requests from in, writes
+// replies to out (a connection, with write deadlines), and closes in when
+// the session ends. Its end must not stop the shared service's tasks.
+type SessionFunc func(ctx context.Context, in io.ReadCloser, out io.Writer)
+
+// Config wires a Daemon.
+type Config struct {
+	Socket   string // absolute
+	StateDir string // absolute
+	Session  SessionFunc
+	Tasks    Tasks
+	// Version, Ledger and HTTP are what status reports.
+	Version string
+	Ledger  string
+	HTTP    string // "": not served
+	Logger  *slog.Logger
+	// ShutdownBound bounds the tasks' cleanup at shutdown (0: 30 s).
+	ShutdownBound time.Duration
+	// Groups, when set, is the record of the agents' process groups that
+	// the supervisor keeps; Listen ends the groups a previous daemon left.
+	Groups *Groups
+
+	// peerCred reads a connection's credentials; tests inject others.
+	peerCred func(net.Conn) (*syscall.Ucred, error)
+}
+
+// Daemon is a daemon listening on its socket, its locks held.
+type Daemon struct {
+	cfg   Config
+	log   *slog.Logger
+	uid   uint32
+	ln    *net.UnixListener
+	locks []*lockFile
+
+	stopOnce sync.Once
+	stop     chan struct{} // closed by a shutdown request
+
+	mu      sync.Mutex
+	waiters []net.Conn     // shutdown requests, answered at the end
+	ended   bool           // the end is under way: no new waiters
+	conn    sync.WaitGroup // one per connection handler
+}
+
+// The files the daemon keeps in the state directory.
+const (
+	stateLockName = "daemon.lock"
+	// groupsDirName (groups.go) is the process-group record.
+	logName       = "daemon.log"
+	startLockName = "start.lock"
+)
+
+// Listen checks the state directory and the socket's directory, takes
+// their locks, replaces a stale socket and listens. A daemon already
+// running on the same state directory or socket is a *RunningError; a
+// refused path is a *PathError. Nothing is left behind on failure.
+func Listen(cfg Config) (_ *Daemon, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ShutdownBound == 0 {
+		cfg.ShutdownBound = 30 * time.Second
+	}
+	if cfg.peerCred == nil {
+		cfg.peerCred = peerCred
+	}
+	uid := os.Geteuid()
+	d := &Daemon{cfg: cfg, log: cfg.Logger, uid: uint32(uid), stop: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			d.release()
+		}
+	}()
+	if err := CheckSocketPath(cfg.Socket); err != nil {
+		return nil, err
+	}
+	if err := PrepareStateDir(cfg.StateDir, uid); err != nil {
+		return nil, err
+	}
+	if err := prepareSocketDir(filepath.Dir(cfg.Socket), uid); err != nil {
+		return nil, err
+	}
+	l, err := lock(filepath.Join(cfg.StateDir, stateLockName), "state directory", cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	d.locks = append(d.locks, l)
+	// The socket has its own lock beside it: two daemons with two state
+	// directories must not share a socket either.
+	l, err = lock(cfg.Socket+".lock", "socket", cfg.Socket)
+	if err != nil {
+		return nil, err
+	}
+	d.locks = append(d.locks, l)
+
+	// Holding the state directory's lock, no daemon runs the groups left
+	// in its record.
+	if cfg.Groups != nil {
+		if _, err := cfg.Groups.endSurvivors(); err != nil {
+			return nil, err
+		}
+	}
+
+	// Holding the socket's lock, whatever is at its path is stale.
+	if fi, err := os.Lstat(cfg.Socket); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, &PathError{Path: cfg.Socket, Err: errors.New("exists and is not a socket; remove it or give another --socket")}
+		}
+		if err := os.Remove(cfg.Socket); err != nil {
+			return nil, &PathError{Path: cfg.Socket, Err: fmt.Errorf("cannot replace the stale socket: %w", err)}
+		}
+		d.log.Info("replaced a stale socket", "socket", cfg.Socket)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
+	if err != nil {
+		return nil, &PathError{Path: cfg.Socket, Err: fmt.Errorf("cannot listen: %w", err)}
+	}
+	d.ln = ln
+	// The directory already keeps others out; the socket's own mode is a
+	// second wall, and the peer check a third.
+	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
+		return nil, &PathError{Path: cfg.Socket, Err: err}
+	}
+	return d, nil
+}
+
+// release closes the listener (removing the socket) and drops the locks.
+func (d *Daemon) release() {
+	if d.ln != nil {
+		_ = d.ln.Close()
+	}
+	for i := len(d.locks) - 1; i >= 0; i-- {
+		d.locks[i].unlock()
+	}
+	d.locks = nil
+}
+
+// LogPath is the daemon's log in stateDir, where an autostarted daemon
+// writes.
+func LogPath(stateDir string) string { return filepath.Join(stateDir, logName) }
+
+// Serve accepts connections until ctx ends or a shutdown request comes;
+// then it stops accepting, ends every task (bounded), ends the sessions,
+// releases the socket and the locks, answers the shutdown requests and
+// returns the tasks' cleanup error.
+func (d *Daemon) Serve(ctx context.Context) error {
+	sessCtx, cancelSessions := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSessions()
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		d.accept(sessCtx)
+	}()
+	select {
+	case <-ctx.Done():
+		d.log.Info("shutting down on a signal")
+	case <-d.stop:
+		d.log.Info("shutting down on request")
+	}
+	_ = d.ln.Close() // accept returns; the socket is removed
+	<-accepted
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownBound)
+	err := d.cfg.Tasks.Shutdown(sctx)
+	cancel()
+	if err != nil {
+		d.log.Error("shutdown: some agent processes could not be confirmed gone", "err", err)
+	}
+	cancelSessions()
+	d.conn.Wait()
+
+	reply := ShutdownReply{PID: os.Getpid(), CleanupConfirmed: err == nil}
+	if err != nil {
+		reply.Error = err.Error()
+	}
+	d.mu.Lock()
+	d.ended = true
+	waiters := d.waiters
+	d.waiters = nil
+	d.mu.Unlock()
+
+	d.release()
+	line, _ := json.Marshal(reply)
+	for _, c := range waiters {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write(append(line, '\n'))
+		_ = c.Close()
+	}
+	return err
+}
+
+func (d *Daemon) accept(ctx context.Context) {
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				d.log.Error("accept", "err", err)
+			}
+			return
+		}
+		d.conn.Add(1)
+		go func() {
+			defer d.conn.Done()
+			if keep := d.handle(ctx, c); !keep {
+				_ = c.Close()
+			}
+		}()
+	}
+}
+
+// handle serves one connection; keep reports that the connection now
+// belongs to the shutdown waiters.
+func (d *Daemon) handle(ctx context.Context, c net.Conn) (keep bool) {
+	cred, err := d.cfg.peerCred(c)
+	if err == nil {
+		err = checkPeer(cred, d.uid)
+	}
+	if err != nil {
+		d.log.Warn("connection refused", "err", err)
+		return false
+	}
+	// The first line is read while the session's context is live: a
+	// shutdown closes every connection, which ends this read too.
+	stop := context.AfterFunc(ctx, func() { _ = c.SetReadDeadline(time.Now()) })
+	r := bufio.NewReaderSize(c, 64<<10)
+	first, err := r.ReadSlice('\n')
+	stopped := !stop()
+	if stopped || (err != nil && !errors.Is(err, bufio.ErrBufferFull)) {
+		return false
+	}
+	verb, isControl := bytes.CutPrefix(bytes.TrimRight(first, "\r\n"), []byte(controlPrefix))
+	if !isControl {
+		// A plain MCP client: its first line is its first message.
+		first = append([]byte(nil), first...)
+		d.cfg.Session(ctx, readCloser{io.MultiReader(bytes.NewReader(first), r), c}, c)
+		return false
+	}
+	switch string(verb) {
+	case verbMCP:
+		d.cfg.Session(ctx, readCloser{r, c}, c)
+		return false
+	case verbStatus:
+		d.answer(c, d.status())
+		return false
+	case verbShutdown:
+		d.mu.Lock()
+		if d.ended {
+			d.mu.Unlock()
+			return false
+		}
+		d.waiters = append(d.waiters, c)
+		d.mu.Unlock()
+		d.stopOnce.Do(func() { close(d.stop) })
+		return true
+	default:
+		d.answer(c, map[string]string{"error": fmt.Sprintf("unknown control request %q", verb)})
+		return false
+	}
+}
+
+func (d *Daemon) answer(c net.Conn, v any) {
+	line, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, _ = c.Write(append(line, '\n'))
+}
+
+func (d *Daemon) status() Status {
+	host, _ := os.Hostname()
+	s := Status{
+		Running: true, PID: os.Getpid(), Version: d.cfg.Version, Socket: d.cfg.Socket, StateDir: d.cfg.StateDir,
+		Ledger: d.cfg.Ledger, Host: host, LiveTasks: d.cfg.Tasks.LiveTasks(),
+	}
+	if d.cfg.HTTP != "" {
+		s.HTTP = &d.cfg.HTTP
+	}
+	return s
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}

@@ -1,0 +1,384 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeTasks counts shutdowns and fails them when told.
+type fakeTasks struct {
+	mu        sync.Mutex
+	shutdowns int
+	err       error
+	live      int
+}
+
+func (f *fakeTasks) Shutdown(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.shutdowns++
+	return f.err
+}
+
+func (f *fakeTasks) LiveTasks() int { return f.live }
+
+// echo is a session that answers every line with "echo: <line>".
+func echo(sessions chan<- string) SessionFunc {
+	return func(ctx context.Context, in io.ReadCloser, out io.Writer) {
+		defer in.Close()
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			if sessions != nil {
+				sessions <- sc.Text()
+			}
+			if _, err := io.WriteString(out, "echo: "+sc.Text()+"\n"); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// shortDir is a directory whose socket paths stay well under 108 bytes.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dm")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func testConfig(t *testing.T, tasks Tasks) Config {
+	dir := shortDir(t)
+	return Config{
+		Socket: filepath.Join(dir, "run", "symm.sock"), StateDir: filepath.Join(dir, "state"),
+		Session: echo(nil), Tasks: tasks, Version: "v-test", Ledger: "memory",
+	}
+}
+
+// serve runs a daemon until the test ends or it is shut down; wait
+// returns what Serve returned.
+func serve(t *testing.T, cfg Config) (d *Daemon, wait func() error) {
+	t.Helper()
+	d, err := Listen(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var serveErr error
+	go func() {
+		defer close(done)
+		serveErr = d.Serve(ctx)
+	}()
+	wait = func() error {
+		<-done
+		return serveErr
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return d, wait
+}
+
+func TestCheckPeer(t *testing.T) {
+	tests := []struct {
+		name string
+		cred *syscall.Ucred
+		ok   bool
+	}{
+		{"same uid", &syscall.Ucred{Pid: 1, Uid: 1000, Gid: 1000}, true},
+		{"same uid, other gid", &syscall.Ucred{Pid: 1, Uid: 1000, Gid: 0}, true},
+		{"other uid", &syscall.Ucred{Pid: 1, Uid: 1001, Gid: 1000}, false},
+		{"root", &syscall.Ucred{Pid: 1, Uid: 0, Gid: 0}, false},
+		{"unknown", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkPeer(tt.cred, 1000)
+			if tt.ok {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			if tt.cred != nil {
+				var pe *PeerError
+				require.ErrorAs(t, err, &pe)
+				assert.Equal(t, tt.cred.Uid, pe.PeerUID)
+			}
+		})
+	}
+}
+
+// TestPeerCredOfARealConnection: SO_PEERCRED reads this process's own
+// credentials off a real connection.
+func TestPeerCredOfARealConnection(t *testing.T) {
+	cfg := testConfig(t, &fakeTasks{})
+	serve(t, cfg)
+	c, err := net.Dial("unix", cfg.Socket)
+	require.NoError(t, err)
+	defer c.Close()
+	cred, err := peerCred(c)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(os.Geteuid()), cred.Uid)
+	assert.Equal(t, int32(os.Getpid()), cred.Pid)
+}
+
+// TestOtherUIDRefused: a connection whose peer is another user gets no
+// session and no control answer: the daemon closes it.
+func TestOtherUIDRefused(t *testing.T) {
+	sessions := make(chan string, 1)
+	cfg := testConfig(t, &fakeTasks{})
+	cfg.Session = echo(sessions)
+	cfg.peerCred = func(c net.Conn) (*syscall.Ucred, error) {
+		cred, err := peerCred(c)
+		if err == nil {
+			cred.Uid++
+		}
+		return cred, err
+	}
+	serve(t, cfg)
+	for _, first := range []string{`{"jsonrpc":"2.0","id":1,"method":"ping"}`, "symm-mcp/1 status", "symm-mcp/1 shutdown"} {
+		c, err := net.Dial("unix", cfg.Socket)
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+		_, _ = io.WriteString(c, first+"\n")
+		b, err := io.ReadAll(c)
+		c.Close()
+		assert.Empty(t, b, first)
+		// Closed by the daemon: EOF, or a reset when it closed with our
+		// line unread.
+		if !errors.Is(err, syscall.ECONNRESET) {
+			assert.NoError(t, err, "closed by the daemon")
+		}
+	}
+	assert.Empty(t, sessions, "no session for another uid")
+	st, err := QueryStatus(context.Background(), cfg.Socket)
+	assert.Error(t, err, "status refused too")
+	assert.False(t, st.Running)
+}
+
+// TestFirstLine: a control line is control; any other first line is the
+// session's first message, and later lines are never control.
+func TestFirstLine(t *testing.T) {
+	sessions := make(chan string, 8)
+	cfg := testConfig(t, &fakeTasks{})
+	cfg.Session = echo(sessions)
+	serve(t, cfg)
+
+	c, err := net.Dial("unix", cfg.Socket)
+	require.NoError(t, err)
+	defer c.Close()
+	r := bufio.NewReader(c)
+	_, err = io.WriteString(c, `{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\nsymm-mcp/1 shutdown\n")
+	require.NoError(t, err)
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, `echo: {"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n", line)
+	line, err = r.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "echo: symm-mcp/1 shutdown\n", line, "inside a session, a control line is just a line")
+
+	m, err := net.Dial("unix", cfg.Socket)
+	require.NoError(t, err)
+	defer m.Close()
+	_, err = io.WriteString(m, "symm-mcp/1 mcp\nhello\n")
+	require.NoError(t, err)
+	line, err = bufio.NewReader(m).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "echo: hello\n", line, "the mcp line opens a session and is not part of it")
+
+	st, err := QueryStatus(context.Background(), cfg.Socket)
+	require.NoError(t, err)
+	assert.Equal(t, Status{Running: true, PID: os.Getpid(), Version: "v-test", Socket: cfg.Socket, StateDir: cfg.StateDir,
+		Ledger: "memory", Host: st.Host, LiveTasks: 0}, st)
+	assert.NotEmpty(t, st.Host)
+
+	u, err := net.Dial("unix", cfg.Socket)
+	require.NoError(t, err)
+	defer u.Close()
+	_, err = io.WriteString(u, "symm-mcp/1 reboot\n")
+	require.NoError(t, err)
+	line, err = bufio.NewReader(u).ReadString('\n')
+	require.NoError(t, err)
+	assert.Contains(t, line, `unknown control request \"reboot\"`)
+}
+
+// TestShutdownRequest: shutdown ends the tasks once, releases the socket
+// and the locks, then answers; a cleanup that was not confirmed says so.
+func TestShutdownRequest(t *testing.T) {
+	for _, failing := range []bool{false, true} {
+		t.Run(map[bool]string{false: "confirmed", true: "unconfirmed"}[failing], func(t *testing.T) {
+			tasks := &fakeTasks{}
+			if failing {
+				tasks.err = errors.New("2 process groups not confirmed gone")
+			}
+			cfg := testConfig(t, tasks)
+			_, wait := serve(t, cfg)
+			reply, err := RequestShutdown(context.Background(), cfg.Socket)
+			require.NoError(t, err)
+			assert.Equal(t, os.Getpid(), reply.PID)
+			assert.Equal(t, !failing, reply.CleanupConfirmed)
+			if failing {
+				assert.Contains(t, reply.Error, "not confirmed gone")
+			}
+			// By the answer the daemon has let go of everything.
+			_, err = os.Lstat(cfg.Socket)
+			assert.ErrorIs(t, err, os.ErrNotExist)
+			d, err := Listen(cfg)
+			require.NoError(t, err, "the locks are free")
+			d.release()
+			assert.Equal(t, tasks.err, wait())
+			assert.Equal(t, 1, tasks.shutdowns)
+
+			_, err = RequestShutdown(context.Background(), cfg.Socket)
+			assert.ErrorIs(t, err, ErrNotRunning)
+		})
+	}
+}
+
+// TestSecondDaemon: the same state directory, or the same socket, is
+// refused naming the running daemon's pid.
+func TestSecondDaemon(t *testing.T) {
+	cfg := testConfig(t, &fakeTasks{})
+	serve(t, cfg)
+	other := shortDir(t)
+	for name, c := range map[string]Config{
+		"same state dir": {Socket: filepath.Join(other, "a.sock"), StateDir: cfg.StateDir},
+		"same socket":    {Socket: cfg.Socket, StateDir: filepath.Join(other, "state")},
+	} {
+		_, err := Listen(c)
+		var re *RunningError
+		require.ErrorAs(t, err, &re, name)
+		assert.Equal(t, os.Getpid(), re.PID, name)
+		assert.Contains(t, err.Error(), "another daemon (pid ", name)
+	}
+	_, err := os.Lstat(filepath.Join(other, "a.sock"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the refused daemon made no socket")
+}
+
+// TestStaleSocket: a socket nobody listens on is replaced; a file that is
+// not a socket is refused and left alone.
+func TestStaleSocket(t *testing.T) {
+	cfg := testConfig(t, &fakeTasks{})
+	require.NoError(t, os.MkdirAll(filepath.Dir(cfg.Socket), 0o700))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
+	require.NoError(t, err)
+	ln.SetUnlinkOnClose(false)
+	require.NoError(t, ln.Close())
+	_, err = QueryStatus(context.Background(), cfg.Socket)
+	require.ErrorIs(t, err, ErrNotRunning, "a stale socket answers nobody")
+	serve(t, cfg)
+	st, err := QueryStatus(context.Background(), cfg.Socket)
+	require.NoError(t, err)
+	assert.True(t, st.Running)
+
+	cfg2 := testConfig(t, &fakeTasks{})
+	require.NoError(t, os.MkdirAll(filepath.Dir(cfg2.Socket), 0o700))
+	require.NoError(t, os.WriteFile(cfg2.Socket, []byte("mine"), 0o600))
+	_, err = Listen(cfg2)
+	assert.ErrorContains(t, err, "is not a socket")
+	b, err := os.ReadFile(cfg2.Socket)
+	require.NoError(t, err)
+	assert.Equal(t, "mine", string(b))
+}
+
+// TestDirectoryChecks: the socket directory and the state directory are
+// refused when a link, not ours, or open to others (the uid is the
+// daemon's; "not ours" is checked against another uid, so it needs no
+// root to chown).
+func TestDirectoryChecks(t *testing.T) {
+	base := shortDir(t)
+	uid := os.Geteuid()
+	mk := func(name string, mode os.FileMode) string {
+		p := filepath.Join(base, name)
+		require.NoError(t, os.Mkdir(p, 0o700))
+		require.NoError(t, os.Chmod(p, mode))
+		return p
+	}
+	target := mk("target", 0o700)
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(target, link))
+
+	for _, tt := range []struct {
+		name    string
+		check   func(dir string, uid int) error
+		dir     string
+		uid     int
+		refused string
+	}{
+		{"socket dir ok", prepareSocketDir, mk("s-ok", 0o700), uid, ""},
+		{"socket dir 0755 ok", prepareSocketDir, mk("s-755", 0o755), uid, ""},
+		{"socket dir missing is made", prepareSocketDir, filepath.Join(base, "s-new", "sub"), uid, ""},
+		{"socket dir group-writable", prepareSocketDir, mk("s-770", 0o770), uid, "lets group or others in"},
+		{"socket dir world-writable", prepareSocketDir, mk("s-777", 0o777), uid, "lets group or others in"},
+		{"socket dir a link", prepareSocketDir, link, uid, "symbolic link"},
+		{"socket dir not ours", prepareSocketDir, mk("s-other", 0o700), uid + 1, "owned by uid"},
+		{"state dir ok", PrepareStateDir, mk("st-ok", 0o700), uid, ""},
+		{"state dir group-readable", PrepareStateDir, mk("st-750", 0o750), uid, "lets group or others in"},
+		{"state dir a link", PrepareStateDir, link, uid, "symbolic link"},
+		{"state dir not ours", PrepareStateDir, mk("st-other", 0o700), uid + 1, "owned by uid"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.check(tt.dir, tt.uid)
+			if tt.refused == "" {
+				require.NoError(t, err)
+				fi, err := os.Lstat(tt.dir)
+				require.NoError(t, err)
+				assert.True(t, fi.IsDir())
+				return
+			}
+			var pe *PathError
+			require.ErrorAs(t, err, &pe)
+			assert.ErrorContains(t, err, tt.refused)
+		})
+	}
+	fi, err := os.Stat(filepath.Join(base, "s-new"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "made 0700")
+}
+
+func TestSocketPathLimit(t *testing.T) {
+	assert.NoError(t, CheckSocketPath("/"+strings.Repeat("a", MaxSocketPath-1)))
+	err := CheckSocketPath("/" + strings.Repeat("a", MaxSocketPath))
+	assert.ErrorContains(t, err, "109 bytes; a Unix socket path is at most 108")
+	cfg := testConfig(t, &fakeTasks{})
+	cfg.Socket = filepath.Join(filepath.Dir(cfg.Socket), strings.Repeat("s", 120))
+	_, err = Listen(cfg)
+	assert.ErrorContains(t, err, "at most 108")
+}
+
+func TestDefaults(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	assert.Equal(t, "/xdg/symm-mcp/symm.sock", DefaultSocket(Env{Getenv: env(map[string]string{"XDG_RUNTIME_DIR": "/xdg"}), UID: 4242}))
+	assert.Equal(t, "/t/symm-mcp-4242/symm.sock", DefaultSocket(Env{Getenv: env(map[string]string{"TMPDIR": "/t"}), UID: 4242}),
+		"no /run/user/4242 here")
+	assert.Equal(t, "/tmp/symm-mcp-4242/symm.sock", DefaultSocket(Env{Getenv: env(map[string]string{"XDG_RUNTIME_DIR": "relative"}), UID: 4242}))
+
+	d, err := DefaultStateDir(Env{Getenv: env(map[string]string{"XDG_STATE_HOME": "/st", "HOME": "/h"})})
+	require.NoError(t, err)
+	assert.Equal(t, "/st/symm-mcp", d)
+	d, err = DefaultStateDir(Env{Getenv: env(map[string]string{"HOME": "/h"})})
+	require.NoError(t, err)
+	assert.Equal(t, "/h/.local/state/symm-mcp", d)
+	_, err = DefaultStateDir(Env{Getenv: env(map[string]string{})})
+	assert.Error(t, err)
+}
+
+func TestWaitExited(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, WaitExited(ctx, os.Getpid()), context.DeadlineExceeded, "this process runs")
+	assert.NoError(t, WaitExited(context.Background(), 1<<22+1), "no such process")
+}

@@ -1,0 +1,56 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+)
+
+// PeerError refuses a connection from a process of another user.
+type PeerError struct {
+	PeerUID, UID uint32
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("connection refused: its peer runs as uid %d, the daemon as uid %d", e.PeerUID, e.UID)
+}
+
+// checkPeer is the decision on a connection's credentials: only the
+// daemon's own user gets in (not even root: root can read the state
+// directory anyway, but it has no business driving this user's agents
+// through the daemon, and a mistaken sudo should not mix two users'
+// ledgers).
+func checkPeer(cred *syscall.Ucred, uid uint32) error {
+	if cred == nil {
+		return errors.New("connection refused: its peer's credentials are unknown")
+	}
+	if cred.Uid != uid {
+		return &PeerError{PeerUID: cred.Uid, UID: uid}
+	}
+	return nil
+}
+
+// peerCred reads the credentials the kernel recorded for the peer when it
+// connected (SO_PEERCRED).
+func peerCred(c net.Conn) (*syscall.Ucred, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil, fmt.Errorf("not a Unix connection: %T", c)
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *syscall.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	if credErr != nil {
+		return nil, fmt.Errorf("SO_PEERCRED: %w", credErr)
+	}
+	return cred, nil
+}
