@@ -16,16 +16,63 @@ import (
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
+	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
-// The ledgers serve can keep. jetstream is the issue's default; until its
-// package is wired in, serve refuses it and defaults to memory.
+// The ledgers serve can keep: jetstream, the default, in the state
+// directory (jetstreamDir); memory, lost when the daemon ends.
 const (
 	ledgerMemory    = "memory"
 	ledgerJetStream = "jetstream"
-	defaultLedger   = ledgerMemory
+	defaultLedger   = ledgerJetStream
+	jetstreamDir    = "jetstream"
+	// ledgerOpenWait bounds the restore of a JetStream store (a store of
+	// 10,000 tasks and 1,000,000 events opens in about a second).
+	ledgerOpenWait = 2 * time.Minute
 )
+
+// openLedger opens the daemon's ledger. A JetStream store that cannot be
+// used is the jetstream package's *StoreError, which says how to move it
+// aside: the daemon never starts empty over it. closeFn closes the ledger,
+// then its server.
+func openLedger(kind, stateDir string, log *slog.Logger) (led task.Ledger, closeFn func(), err error) {
+	if kind == ledgerMemory {
+		return store.New(), func() {}, nil
+	}
+	srv, err := jetstream.Start(filepath.Join(stateDir, jetstreamDir), log.With("ledger", ledgerJetStream))
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerOpenWait)
+	defer cancel()
+	l, err := jetstream.Open(ctx, srv, jetstream.Options{Logger: log})
+	if err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	return l, func() { l.Close(); srv.Close() }, nil
+}
+
+// daemonTasks is the task service as the daemon sees it. The service is
+// built after daemon.Listen, because its ledger is opened under the state
+// directory's lock that Listen takes; its ledger is closed once the
+// service's shutdown ended every task, before the daemon lets go of the
+// lock (a daemon started next then finds the store free).
+type daemonTasks struct {
+	svc         *task.Service
+	closeLedger func()
+}
+
+func (t *daemonTasks) Shutdown(ctx context.Context) error {
+	err := t.svc.Shutdown(ctx)
+	t.closeLedger()
+	return err
+}
+
+func (t *daemonTasks) LiveTasks() int { return t.svc.LiveTasks() }
 
 // daemonPaths resolves --socket and --state-dir, or their defaults, to
 // absolute paths: an autostarted daemon and every front must name the
@@ -59,7 +106,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	f := addServerFlags(fs, &o)
 	addDaemonFlags(fs, &o)
-	ledger := fs.String("ledger", defaultLedger, "where tasks and events are kept: memory (lost when the daemon ends) or jetstream")
+	ledger := fs.String("ledger", defaultLedger, "where tasks and events are kept: jetstream (in the state directory, kept across restarts) or memory (lost when the daemon ends)")
 	httpAddr := fs.String("http", "", "also serve Streamable HTTP on this loopback `ADDR` (not yet available)")
 	readyFD := fs.Int("ready-fd", 0, "descriptor to report readiness on (used by --shared when it starts the daemon)")
 	fs.Usage = func() {
@@ -87,10 +134,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		return 2
 	}
 	switch *ledger {
-	case ledgerMemory:
-	case ledgerJetStream:
-		fmt.Fprintln(stderr, "symm-mcp serve: --ledger jetstream is not yet available in this build; use --ledger memory")
-		return 2
+	case ledgerMemory, ledgerJetStream:
 	default:
 		fmt.Fprintf(stderr, "symm-mcp serve: --ledger %q: want memory or jetstream\n", *ledger)
 		return 2
@@ -113,8 +157,30 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 
 	groups := daemon.NewGroups(o.stateDir, log)
-	svc, markers, err := newService(o, env, log, groups)
+	tasks := &daemonTasks{}
+	version := buildVersion()
+	d, err := daemon.Listen(daemon.Config{
+		Socket: o.socket, StateDir: o.stateDir, Tasks: tasks, Version: version, Ledger: *ledger, Logger: log,
+		ShutdownBound: mcpserver.ShutdownBound, Groups: groups,
+		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
+			out2 := mcpserver.ServeShared(ctx, tasks.svc, version, in, out)
+			log.Debug("MCP session ended", "reason", out2.Reason)
+		},
+	})
 	if err != nil {
+		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
+		return 1
+	}
+	led, closeLedger, err := openLedger(*ledger, o.stateDir, log)
+	if err != nil {
+		d.Close()
+		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
+		return 1
+	}
+	svc, markers, err := newService(o, env, log, groups, led)
+	if err != nil {
+		closeLedger()
+		d.Close()
 		log.Error("cannot read the working directory", "err", err)
 		return 1
 	}
@@ -123,19 +189,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 			log.Warn("removing the marker directory", "err", err)
 		}
 	}()
-	version := buildVersion()
-	d, err := daemon.Listen(daemon.Config{
-		Socket: o.socket, StateDir: o.stateDir, Tasks: svc, Version: version, Ledger: *ledger, Logger: log,
-		ShutdownBound: mcpserver.ShutdownBound, Groups: groups,
-		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
-			out2 := mcpserver.ServeShared(ctx, svc, version, in, out)
-			log.Debug("MCP session ended", "reason", out2.Reason)
-		},
-	})
-	if err != nil {
-		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
-		return 1
-	}
+	tasks.svc, tasks.closeLedger = svc, closeLedger
 	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", *ledger, "version", version)
 	if *readyFD > 0 {
 		if err := daemon.NotifyReady(*readyFD); err != nil {

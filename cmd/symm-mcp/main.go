@@ -244,7 +244,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 			"(Ctrl-D or Ctrl-C ends it.)")
 	}
 
-	svc, markers, err := newService(o, env, log, nil)
+	svc, markers, err := newService(o, env, log, nil, store.New())
 	if err != nil {
 		log.Error("cannot read the working directory", "err", err)
 		return 1
@@ -283,8 +283,9 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 
 // newService builds the task service of a server (plain or daemon) and
 // its markers.
-// groups, when not nil, records the agents' process groups (the daemon).
-func newService(o options, env agentEnvironment, log *slog.Logger, groups supervisor.GroupRecord) (*task.Service, *notify.Markers, error) {
+// groups, when not nil, records the agents' process groups (the daemon);
+// led is its ledger.
+func newService(o options, env agentEnvironment, log *slog.Logger, groups supervisor.GroupRecord, led task.Ledger) (*task.Service, *notify.Markers, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return nil, nil, err
@@ -295,7 +296,7 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 	markers := notify.Open(notify.Config{Base: o.notifyDir, Disabled: o.noNotify, Logger: log})
 	sup := supervisor.New(supervisor.Config{Env: env.all, Logger: log, Subreaper: true, Groups: groups})
 	svc := task.New(task.Config{
-		Store: store.New(), Agents: agents.Default(), Supervisor: sup, Markers: markers,
+		Store: led, Agents: agents.Default(), Supervisor: sup, Markers: markers,
 		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: buildVersion(),
 		Getenv: func(k string) string { return envValue(env.all, k) },
 	})

@@ -206,7 +206,8 @@ func TestDaemonKilledMidCall(t *testing.T) {
 	assert.Contains(t, e["message"], "not retried")
 
 	list := s.call(t, "list_tasks", map[string]any{})
-	assert.Empty(t, list["tasks"], "a new daemon with the memory ledger")
+	require.Len(t, list["tasks"], 1, "the restarted daemon has the ledger")
+	assert.Equal(t, id, list["tasks"].([]any)[0].(map[string]any)["task_id"])
 	after, code := d.status(t)
 	require.Equal(t, 0, code)
 	assert.NotEqual(t, before.PID, after.PID, "the daemon was restarted")
@@ -244,7 +245,7 @@ func TestStatusAndShutdown(t *testing.T) {
 	assert.Equal(t, true, raw["running"])
 	assert.Equal(t, d.socket, raw["socket"])
 	assert.Equal(t, d.state, raw["state_dir"])
-	assert.Equal(t, "memory", raw["ledger"])
+	assert.Equal(t, "jetstream", raw["ledger"], "the default ledger")
 	assert.Nil(t, raw["http"])
 	assert.Equal(t, 2.0, raw["live_tasks"])
 	pid := int(raw["pid"].(float64))
@@ -371,9 +372,10 @@ func TestSocketAndStateRefusals(t *testing.T) {
 	assert.Empty(t, entries, "nothing written in a refused state directory")
 }
 
-// TestServeFlags: the ledgers and HTTP not wired yet are usage errors.
+// TestServeFlags: a ledger that does not exist and HTTP not wired yet are
+// usage errors.
 func TestServeFlags(t *testing.T) {
-	for _, args := range [][]string{{"--ledger", "jetstream"}, {"--ledger", "sqlite"}, {"--http", "127.0.0.1:0"}, {"extra"}} {
+	for _, args := range [][]string{{"--ledger", "sqlite"}, {"--http", "127.0.0.1:0"}, {"extra"}} {
 		stderr, code := runBinary(t, append([]string{"serve"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 	}

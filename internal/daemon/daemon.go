@@ -176,6 +176,10 @@ func (d *Daemon) release() {
 	d.locks = nil
 }
 
+// Close releases a daemon that will not Serve (its start failed after
+// Listen): the socket is removed and the locks dropped.
+func (d *Daemon) Close() { d.release() }
+
 // LogPath is the daemon's log in stateDir, where an autostarted daemon
 // writes.
 func LogPath(stateDir string) string { return filepath.Join(stateDir, logName) }
