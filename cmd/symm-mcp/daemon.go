@@ -189,8 +189,20 @@ func serveDaemon(args []string, stderr io.Writer) int {
 			log.Warn("removing the marker directory", "err", err)
 		}
 	}()
+	// Before the first connection is accepted, the tasks a killed daemon
+	// left live are ended failed (their agents died with it).
+	recovered, err := svc.Recover(time.Now())
+	if err != nil {
+		closeLedger()
+		d.Close()
+		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
+		return 1
+	}
+	if len(recovered.Ended) > 0 {
+		log.Warn("tasks live when the previous daemon stopped are ended failed", "tasks", recovered.Ended)
+	}
 	tasks.svc, tasks.closeLedger = svc, closeLedger
-	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", *ledger, "version", version)
+	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", *ledger, "tasks", recovered.Tasks, "version", version)
 	if *readyFD > 0 {
 		if err := daemon.NotifyReady(*readyFD); err != nil {
 			log.Warn("reporting readiness", "err", err)

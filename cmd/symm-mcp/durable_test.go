@@ -1,12 +1,19 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/daemon"
 )
 
 // TestServeRefusesAnUnusableStore: a JetStream store that held a ledger
@@ -65,4 +72,66 @@ func TestPlainServerKeepsNoLedgerOnDisk(t *testing.T) {
 	entries, err := os.ReadDir(home)
 	require.NoError(t, err)
 	assert.Empty(t, entries, "no state directory, no JetStream store")
+}
+
+// TestRestartsLoseNothing: a daemon SIGKILLed mid-turn leaves its tasks,
+// events and resolutions in the ledger; the daemon that a new front
+// starts ends the live task failed, its error naming the session to
+// resume, with every event it had served; a shutdown and restart keep all
+// of it.
+func TestRestartsLoseNothing(t *testing.T) {
+	d := newShared(t, agentPath(t))
+	s := d.front(t)
+	out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
+	done := out["task_id"].(string)
+	s.call(t, "wait_tasks", map[string]any{"task_ids": []string{done}, "timeout_seconds": 30})
+	s.call(t, "resolve_task", map[string]any{"task_id": done, "resolution": "accepted", "note": "kept"})
+	ids, pids := liveTasks(t, s, 1)
+	live := ids[0]
+	before := s.call(t, "get_events", map[string]any{"task_id": live, "limit": 1000})["events"].([]any)
+	session, ok := s.call(t, "get_task", map[string]any{"task_id": live})["session_id"].(string)
+	require.True(t, ok, "the fake agent gave a session")
+	st, code := d.status(t)
+	require.Equal(t, 0, code)
+
+	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, daemon.WaitExited(ctx, st.PID))
+	require.NoError(t, s.stdin.Close())
+	s.waitExit(t)
+
+	b := d.front(t) // starts a new daemon
+	after, code := d.status(t)
+	require.Equal(t, 0, code)
+	require.NotEqual(t, st.PID, after.PID)
+	assert.Equal(t, 0, after.LiveTasks)
+	task := b.call(t, "get_task", map[string]any{"task_id": live})
+	assert.Equal(t, "failed", task["status"])
+	assert.Equal(t, fmt.Sprintf("the server stopped while the task ran (its agent was ended with it); to continue its conversation, call spawn_task with session_id=%q", session), task["error"])
+	events := b.call(t, "get_events", map[string]any{"task_id": live, "limit": 1000})["events"].([]any)
+	require.Len(t, events, len(before)+2, "the events served before the kill, the error and the end")
+	assert.Equal(t, before, events[:len(before)], "every event served before the kill is there, unchanged")
+	assert.Equal(t, "error", events[len(before)].(map[string]any)["type"])
+	assert.Equal(t, "failed", events[len(before)+1].(map[string]any)["to"])
+	for _, pid := range pids {
+		assert.NoError(t, daemon.WaitExited(ctx, pid), "the agent and its grandchild %d are gone", pid)
+	}
+	finished := b.call(t, "get_task", map[string]any{"task_id": done})
+	assert.Equal(t, "succeeded", finished["status"])
+	assert.Equal(t, "accepted", finished["resolution"])
+	assert.Equal(t, "kept", finished["resolution_note"])
+	b.call(t, "resolve_task", map[string]any{"task_id": live, "resolution": "needs_followup"})
+	allBefore := b.call(t, "get_events", map[string]any{"task_id": live, "limit": 1000})["events"]
+
+	res, code := d.run(t, "shutdown")
+	require.Equal(t, 0, code, res)
+	c := d.front(t)
+	list := c.call(t, "list_tasks", map[string]any{})
+	require.Len(t, list["tasks"], 2)
+	assert.Equal(t, live, list["tasks"].([]any)[0].(map[string]any)["task_id"], "newest first, as before")
+	assert.Equal(t, "needs_followup", list["tasks"].([]any)[0].(map[string]any)["resolution"])
+	assert.Equal(t, "accepted", list["tasks"].([]any)[1].(map[string]any)["resolution"])
+	assert.Equal(t, allBefore, c.call(t, "get_events", map[string]any{"task_id": live, "limit": 1000})["events"])
+	assert.Equal(t, 3, strings.Count(d.log(t), "daemon listening"))
 }

@@ -1,0 +1,99 @@
+package task
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/store"
+)
+
+// recoverPageBytes bounds the summaries Recover reads at once.
+const recoverPageBytes = 16 << 20
+
+// Recovered is what Recover found in the ledger.
+type Recovered struct {
+	// Tasks is how many tasks the ledger held.
+	Tasks int
+	// Ended lists the tasks that were live when the previous server
+	// stopped, now failed.
+	Ended []string
+}
+
+// Recover takes over the tasks a durable ledger kept from the server that
+// ran before (the daemon's previous life): every task becomes the
+// service's, so that resolve_task, cancel_task and wait_tasks find it, and
+// a task that was still live when that server stopped (its agent died with
+// it) ends failed, its error saying so and naming its session for
+// spawn_task(session_id=...). It reads only the ledger's listing, so the
+// ledger contract keeps only serializable state. Run it once, before any
+// call reaches the service. A record the ledger cannot write is an error:
+// the caller must not serve a ledger that says a dead task runs.
+func (s *Service) Recover(now time.Time) (Recovered, error) {
+	var rec Recovered
+	for before := 0; ; {
+		page, rest := s.cfg.Store.ListBefore(before, MaxListLimit, recoverPageBytes)
+		for _, raw := range page {
+			var sum struct {
+				TaskID    string       `json:"task_id"`
+				Status    store.Status `json:"status"`
+				SessionID *string      `json:"session_id"`
+			}
+			if err := json.Unmarshal(raw, &sum); err != nil {
+				return rec, fmt.Errorf("reading a task summary of the ledger: %w", err)
+			}
+			rec.Tasks++
+			r := newTaskRun(s, sum.TaskID, nil)
+			r.ended = true
+			if !sum.Status.Terminal() {
+				if err := s.endStopped(sum.TaskID, sum.Status, sum.SessionID, now); err != nil {
+					return rec, err
+				}
+				rec.Ended = append(rec.Ended, sum.TaskID)
+			}
+			close(r.done)
+			s.mu.Lock()
+			s.runs[sum.TaskID] = r
+			s.mu.Unlock()
+		}
+		if rest <= 0 || len(page) == 0 {
+			return rec, nil
+		}
+		before = rest
+	}
+}
+
+// StoppedMessage is the error of a task that was live when the server
+// stopped: what happened, and how to go on when the agent gave a session.
+func StoppedMessage(sessionID *string) string {
+	const stopped = "the server stopped while the task ran (its agent was ended with it)"
+	if sessionID == nil || *sessionID == "" {
+		return stopped + "; the agent had reported no session, so spawn a new task to retry"
+	}
+	return fmt.Sprintf("%s; to continue its conversation, call spawn_task with session_id=%q", stopped, *sessionID)
+}
+
+// endStopped fails a task that was live when the server stopped: an error
+// event, then failed with that error. A task still created goes through
+// starting, as the status diagram has no created -> failed.
+func (s *Service) endStopped(id string, st store.Status, sessionID *string, now time.Time) error {
+	msg := StoppedMessage(sessionID)
+	if st == store.Created {
+		if _, err := s.cfg.Store.Transition(id, store.Starting, now); err != nil {
+			return fmt.Errorf("ending task %s, live when the server stopped: %w", id, err)
+		}
+	}
+	fe := encoders.Get().(*fieldEncoder)
+	defer encoders.Put(fe)
+	fields, err := fe.encode(errorFields{Message: msg})
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.Store.Append(id, "error", now, fields); err != nil {
+		return fmt.Errorf("ending task %s, live when the server stopped: %w", id, err)
+	}
+	if _, err := s.cfg.Store.Transition(id, store.Failed, now, store.SetError(msg)); err != nil {
+		return fmt.Errorf("ending task %s, live when the server stopped: %w", id, err)
+	}
+	return nil
+}
