@@ -228,6 +228,12 @@ func oneTurn(ctx context.Context, e *env) (r turnRun, err error) {
 	if err != nil {
 		return r, err
 	}
+	return turnOn(ctx, e, s)
+}
+
+// turnOn runs the large turn on s, a session whose pid is the server
+// measured, and closes s.
+func turnOn(ctx context.Context, e *env, s *server) (r turnRun, err error) {
 	defer func() { err = errors.Join(err, s.close()) }()
 	if err := s.call(ctx, "list_tasks", map[string]any{}, nil); err != nil {
 		return r, err

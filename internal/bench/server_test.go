@@ -130,7 +130,12 @@ type server struct {
 // start launches the server and returns once initialize was answered,
 // with how long that took from just before exec.
 func (e *env) start(ctx context.Context) (*server, time.Duration, error) {
-	cmd := exec.Command(e.server, "--log-level", "warn", "--notify-dir", filepath.Join(e.dir, "notify"))
+	return e.startWith(ctx)
+}
+
+// startWith is start with more arguments (--shared and its paths).
+func (e *env) startWith(ctx context.Context, args ...string) (*server, time.Duration, error) {
+	cmd := exec.Command(e.server, append([]string{"--log-level", "warn", "--notify-dir", filepath.Join(e.dir, "notify")}, args...)...)
 	cmd.Dir = e.workspace
 	cmd.Env = []string{"PATH=" + e.pathDir, "HOME=" + e.dir, "TMPDIR=" + e.dir}
 	st := &syncbuf.Buffer{Max: 8 << 10}
