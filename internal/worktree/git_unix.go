@@ -22,3 +22,28 @@ func ownGroup(cmd *exec.Cmd) {
 		return err
 	}
 }
+
+// lockRepository serializes the worktree commands on one repository, within
+// this process and across processes (two servers on one repository): `git
+// worktree add` reads every entry of the repository's worktrees directory
+// and fails ("failed to read .git/worktrees/<name>/commondir") on one that
+// another add is still writing. The lock is a flock on the common git
+// directory itself, so it leaves no file behind; the kernel drops it with a
+// process that dies holding it.
+func lockRepository(common string) (unlock func(), err error) {
+	f, err := os.Open(common)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil // closing the last descriptor releases the lock
+}

@@ -46,6 +46,11 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, force bool) (Reason, 
 	fail := func(err error, what string) (Reason, error) {
 		return "", gitFailure(GitFailed, err, "cannot remove the worktree %q: %s: %v", wt.Path, what, err)
 	}
+	unlock, err := lockRepository(wt.Repository)
+	if err != nil {
+		return fail(err, "locking "+wt.Repository)
+	}
+	defer unlock()
 	registered, err := g.registered(ctx, wt.Repository, wt.Path)
 	if err != nil {
 		return fail(err, "listing the worktrees of "+wt.Repository)

@@ -161,6 +161,11 @@ func (m *Manager) Create(ctx context.Context, req Request) (Worktree, error) {
 	if err != nil {
 		return Worktree{}, newError(GitFailed, err, "cannot look up branch %s: %v", wt.Branch, err)
 	}
+	unlock, err := lockRepository(src.common)
+	if err != nil {
+		return Worktree{}, newError(GitFailed, err, "cannot lock the repository %q: %v", src.common, err)
+	}
+	defer unlock()
 	// A fresh directory of our own, made here rather than by git, so that
 	// two Creates of one task id cannot share it and a failure knows it may
 	// remove it.
