@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -60,7 +61,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	f := addServerFlags(fs, &o)
 	addDaemonFlags(fs, &o)
 	ledger := fs.String("ledger", defaultLedger, "where tasks and events are kept: memory (lost when the daemon ends) or jetstream")
-	httpAddr := fs.String("http", "", "also serve Streamable HTTP on this loopback `ADDR` (not yet available)")
+	httpAddr := fs.String("http", "", "also serve Streamable HTTP at /mcp on this loopback `ADDR` (127.0.0.1:PORT; port 0 picks one), behind the bearer token in <state-dir>/token")
 	readyFD := fs.Int("ready-fd", 0, "descriptor to report readiness on (used by --shared when it starts the daemon)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: symm-mcp serve [flags]\n\n"+
@@ -96,8 +97,10 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		return 2
 	}
 	if *httpAddr != "" {
-		fmt.Fprintln(stderr, "symm-mcp serve: --http is not yet available in this build")
-		return 2
+		if err := daemon.CheckHTTPAddr(*httpAddr); err != nil {
+			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
+			return 2
+		}
 	}
 	if err := daemonPaths(&o); err != nil {
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
@@ -131,12 +134,19 @@ func serveDaemon(args []string, stderr io.Writer) int {
 			out2 := mcpserver.ServeShared(ctx, svc, version, in, out)
 			log.Debug("MCP session ended", "reason", out2.Reason)
 		},
+		HTTP: *httpAddr,
+		HTTPHandler: func(token string) http.Handler {
+			return mcpserver.HTTPHandler(svc, version, token, log.With("http", true))
+		},
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 		return 1
 	}
 	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", *ledger, "version", version)
+	if u := d.HTTPURL(); u != "" {
+		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(o.stateDir))
+	}
 	if *readyFD > 0 {
 		if err := daemon.NotifyReady(*readyFD); err != nil {
 			log.Warn("reporting readiness", "err", err)

@@ -371,9 +371,9 @@ func TestSocketAndStateRefusals(t *testing.T) {
 	assert.Empty(t, entries, "nothing written in a refused state directory")
 }
 
-// TestServeFlags: the ledgers and HTTP not wired yet are usage errors.
+// TestServeFlags: a ledger not wired yet, a non-loopback --http and a stray argument are usage errors.
 func TestServeFlags(t *testing.T) {
-	for _, args := range [][]string{{"--ledger", "jetstream"}, {"--ledger", "sqlite"}, {"--http", "127.0.0.1:0"}, {"extra"}} {
+	for _, args := range [][]string{{"--ledger", "jetstream"}, {"--ledger", "sqlite"}, {"--http", "0.0.0.0:0"}, {"extra"}} {
 		stderr, code := runBinary(t, append([]string{"serve"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 	}
