@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -107,7 +109,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	f := addServerFlags(fs, &o)
 	addDaemonFlags(fs, &o)
 	ledger := fs.String("ledger", defaultLedger, "where tasks and events are kept: jetstream (in the state directory, kept across restarts) or memory (lost when the daemon ends)")
-	httpAddr := fs.String("http", "", "also serve Streamable HTTP on this loopback `ADDR` (not yet available)")
+	httpAddr := fs.String("http", "", "also serve Streamable HTTP at /mcp on this loopback `ADDR` (127.0.0.1:PORT; port 0 picks one), behind the bearer token in <state-dir>/token")
 	readyFD := fs.Int("ready-fd", 0, "descriptor to report readiness on (used by --shared when it starts the daemon)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: symm-mcp serve [flags]\n\n"+
@@ -140,8 +142,10 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		return 2
 	}
 	if *httpAddr != "" {
-		fmt.Fprintln(stderr, "symm-mcp serve: --http is not yet available in this build")
-		return 2
+		if err := daemon.CheckHTTPAddr(*httpAddr); err != nil {
+			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
+			return 2
+		}
 	}
 	if err := daemonPaths(&o); err != nil {
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
@@ -165,6 +169,16 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
 			out2 := mcpserver.ServeShared(ctx, tasks.svc, version, in, out)
 			log.Debug("MCP session ended", "reason", out2.Reason)
+		},
+		HTTP: *httpAddr,
+		HTTPHandler: func(token string) http.Handler {
+			// Built at the first request: the service exists only once
+			// Listen holds the state directory's lock (which the ledger
+			// needs), and HTTP is served from Serve on, after it.
+			h := sync.OnceValue(func() http.Handler {
+				return mcpserver.HTTPHandler(tasks.svc, version, token, log.With("http", true))
+			})
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) })
 		},
 	})
 	if err != nil {
@@ -203,6 +217,9 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	}
 	tasks.svc, tasks.closeLedger = svc, closeLedger
 	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", *ledger, "tasks", recovered.Tasks, "version", version)
+	if u := d.HTTPURL(); u != "" {
+		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(o.stateDir))
+	}
 	if *readyFD > 0 {
 		if err := daemon.NotifyReady(*readyFD); err != nil {
 			log.Warn("reporting readiness", "err", err)

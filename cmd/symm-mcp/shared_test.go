@@ -372,10 +372,10 @@ func TestSocketAndStateRefusals(t *testing.T) {
 	assert.Empty(t, entries, "nothing written in a refused state directory")
 }
 
-// TestServeFlags: a ledger that does not exist and HTTP not wired yet are
-// usage errors.
+// TestServeFlags: a ledger that does not exist, a non-loopback --http and a
+// stray argument are usage errors.
 func TestServeFlags(t *testing.T) {
-	for _, args := range [][]string{{"--ledger", "sqlite"}, {"--http", "127.0.0.1:0"}, {"extra"}} {
+	for _, args := range [][]string{{"--ledger", "sqlite"}, {"--http", "0.0.0.0:0"}, {"extra"}} {
 		stderr, code := runBinary(t, append([]string{"serve"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 	}

@@ -42,7 +42,7 @@ type Status struct {
 	Socket    string  `json:"socket"`
 	StateDir  string  `json:"state_dir"`
 	Ledger    string  `json:"ledger"`
-	HTTP      *string `json:"http"` // the Streamable HTTP address; null when not served
+	HTTP      *string `json:"http"` // the Streamable HTTP endpoint's URL, on its bound address; null when not served
 	Host      string  `json:"host"` // the machine the daemon runs on
 	LiveTasks int     `json:"live_tasks"`
 }

@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -51,11 +52,15 @@ type Config struct {
 	StateDir string // absolute
 	Session  SessionFunc
 	Tasks    Tasks
-	// Version, Ledger and HTTP are what status reports.
+	// Version and Ledger are what status reports.
 	Version string
 	Ledger  string
-	HTTP    string // "": not served
-	Logger  *slog.Logger
+	// HTTP, when not "", is a loopback address (CheckHTTPAddr) on which
+	// HTTPHandler serves Streamable HTTP at HTTPPath, behind the bearer
+	// token kept in the state directory (TokenPath).
+	HTTP        string
+	HTTPHandler HTTPHandlerFunc
+	Logger      *slog.Logger
 	// ShutdownBound bounds the tasks' cleanup at shutdown (0: 30 s).
 	ShutdownBound time.Duration
 	// Groups, when set, is the record of the agents' process groups that
@@ -73,6 +78,11 @@ type Daemon struct {
 	uid   uint32
 	ln    *net.UnixListener
 	locks []*lockFile
+
+	httpLn   net.Listener // nil: no HTTP
+	httpSrv  *http.Server
+	httpURL  string
+	httpReqs sync.WaitGroup // one per HTTP request being handled
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed by a shutdown request
@@ -162,13 +172,33 @@ func Listen(cfg Config) (_ *Daemon, err error) {
 	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
 		return nil, &PathError{Path: cfg.Socket, Err: err}
 	}
+	if cfg.HTTP != "" {
+		if err := CheckHTTPAddr(cfg.HTTP); err != nil {
+			return nil, err
+		}
+		token, err := loadToken(cfg.StateDir, uid)
+		if err != nil {
+			return nil, err
+		}
+		if d.httpLn, d.httpSrv, err = listenHTTP(cfg.HTTP, token, cfg.HTTPHandler, &d.httpReqs); err != nil {
+			return nil, err
+		}
+		d.httpURL = httpURL(d.httpLn)
+	}
 	return d, nil
 }
+
+// HTTPURL is the Streamable HTTP endpoint's URL on its bound address; ""
+// when HTTP is not served.
+func (d *Daemon) HTTPURL() string { return d.httpURL }
 
 // release closes the listener (removing the socket) and drops the locks.
 func (d *Daemon) release() {
 	if d.ln != nil {
 		_ = d.ln.Close()
+	}
+	if d.httpLn != nil {
+		_ = d.httpLn.Close()
 	}
 	for i := len(d.locks) - 1; i >= 0; i-- {
 		d.locks[i].unlock()
@@ -196,6 +226,17 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		defer close(accepted)
 		d.accept(sessCtx)
 	}()
+	servedHTTP := make(chan struct{})
+	if d.httpSrv != nil {
+		go func() {
+			defer close(servedHTTP)
+			if err := d.httpSrv.Serve(d.httpLn); !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("http", "err", err)
+			}
+		}()
+	} else {
+		close(servedHTTP)
+	}
 	select {
 	case <-ctx.Done():
 		d.log.Info("shutting down on a signal")
@@ -213,6 +254,14 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	cancelSessions()
 	d.conn.Wait()
+	// Close ends the listener and the connections, and so the requests
+	// still in flight (their contexts end); Serve returns at once, and the
+	// handlers are waited for.
+	if d.httpSrv != nil {
+		_ = d.httpSrv.Close()
+	}
+	<-servedHTTP
+	d.httpReqs.Wait()
 
 	reply := ShutdownReply{PID: os.Getpid(), CleanupConfirmed: err == nil}
 	if err != nil {
@@ -318,8 +367,8 @@ func (d *Daemon) status() Status {
 		Running: true, PID: os.Getpid(), Version: d.cfg.Version, Socket: d.cfg.Socket, StateDir: d.cfg.StateDir,
 		Ledger: d.cfg.Ledger, Host: host, LiveTasks: d.cfg.Tasks.LiveTasks(),
 	}
-	if d.cfg.HTTP != "" {
-		s.HTTP = &d.cfg.HTTP
+	if d.httpURL != "" {
+		s.HTTP = &d.httpURL
 	}
 	return s
 }

@@ -600,3 +600,23 @@ func TestLostStderrIsDropped(t *testing.T) {
 		assert.NotContains(t, e, `"type":"stderr"`)
 	}
 }
+
+// TestIdempotencyKeySurvivesReopen: a key is held by its task in the
+// store, so a reopened ledger still refuses it to another task.
+func TestIdempotencyKeySurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := Start(dir, nil)
+	require.NoError(t, err)
+	l, err := Open(context.Background(), srv, Options{})
+	require.NoError(t, err)
+	_, err = l.Create(ledger.NewTask{ID: "t1", Agent: "codex", Workspace: "/w", Prompt: "p", IdempotencyKey: "k", ArgumentsSHA256: "d"}, t0)
+	require.NoError(t, err)
+	l.Close()
+	srv.Close()
+
+	l2 := open(t, start(t, dir))
+	_, err = l2.Create(ledger.NewTask{ID: "t2", Agent: "codex", Workspace: "/w", Prompt: "p", IdempotencyKey: "k", ArgumentsSHA256: "d"}, t0)
+	var kt *ledger.KeyTakenError
+	require.ErrorAs(t, err, &kt)
+	assert.Equal(t, ledger.KeyTakenError{Key: "k", TaskID: "t1", Digest: "d"}, *kt)
+}

@@ -90,9 +90,10 @@ type Ledger struct {
 
 	createMu sync.Mutex // serializes Create across its write, so that positions follow creation
 
-	mu    sync.RWMutex // guards tasks and order
+	mu    sync.RWMutex // guards tasks, order and keys
 	tasks map[string]*task
 	order []*task
+	keys  map[string]*task // by idempotency key
 
 	dirtyMu    sync.Mutex // guards dirty and dirtyBytes
 	dirty      map[*task]struct{}
@@ -168,7 +169,7 @@ func Open(ctx context.Context, srv *Server, opts Options) (*Ledger, error) {
 	}
 	l := &Ledger{
 		js: srv.js, opts: opts, log: opts.Logger, types: newTypeTable(),
-		tasks: map[string]*task{}, dirty: map[*task]struct{}{},
+		tasks: map[string]*task{}, keys: map[string]*task{}, dirty: map[*task]struct{}{},
 		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1), reqs: make(chan chan error),
 		done: make(chan struct{}), stopped: make(chan struct{}),
 	}
@@ -291,9 +292,16 @@ func (l *Ledger) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 	l.mu.RLock()
 	_, exists := l.tasks[n.ID]
 	pos := len(l.order)
+	var holder *task
+	if rec.IdempotencyKey != nil {
+		holder = l.keys[*rec.IdempotencyKey]
+	}
 	l.mu.RUnlock()
 	if exists {
 		return ledger.Task{}, fmt.Errorf("%w: %s", ledger.ErrExists, n.ID)
+	}
+	if holder != nil { // createMu keeps the key free until this Create is done
+		return ledger.Task{}, holder.keyTaken()
 	}
 	key := keyOf(n.ID)
 	ctx, cancel := opContext()
@@ -311,9 +319,24 @@ func (l *Ledger) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 	l.mu.Lock()
 	l.tasks[n.ID] = t
 	l.order = append(l.order, t)
+	if rec.IdempotencyKey != nil {
+		l.keys[*rec.IdempotencyKey] = t
+	}
 	l.mu.Unlock()
 	l.markDirty(t, len(ev))
 	return out, nil
+}
+
+// keyTaken is the refusal of t's idempotency key to another task. The key
+// and the digest never change once the task is created.
+func (t *task) keyTaken() *ledger.KeyTakenError {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	e := &ledger.KeyTakenError{Key: *t.rec.IdempotencyKey, TaskID: t.id}
+	if t.rec.ArgumentsSHA256 != nil {
+		e.Digest = *t.rec.ArgumentsSHA256
+	}
+	return e
 }
 
 // maxAttempts bounds the compare-and-set retries of one write.
@@ -585,6 +608,27 @@ func (l *Ledger) ListBefore(before, limit, maxBytes int) ([]json.RawMessage, int
 		size += len(sum)
 	}
 	return out, before - len(out)
+}
+
+// ListMatching is ListBefore of the tasks f selects; rest is 0 when no
+// older task matches (ledger.ListPage).
+func (l *Ledger) ListMatching(f ledger.Filter, before, limit, maxBytes int) ([]json.RawMessage, int) {
+	l.mu.RLock()
+	order := l.order[:len(l.order):len(l.order)] // tasks are only appended
+	l.mu.RUnlock()
+	return ledger.ListPage(len(order), before, limit, maxBytes,
+		func(pos int) bool {
+			t := order[pos]
+			t.mu.RLock()
+			defer t.mu.RUnlock()
+			return f.MatchesTask(&t.rec)
+		},
+		func(pos int) json.RawMessage {
+			t := order[pos]
+			t.mu.RLock()
+			defer t.mu.RUnlock()
+			return ledger.SummaryOf(t.recJSON, t.sumEnd)
+		})
 }
 
 // Count returns how many tasks the ledger holds.

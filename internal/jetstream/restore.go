@@ -115,6 +115,9 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 	slices.SortFunc(l.order, func(a, b *task) int { return cmp.Compare(a.pos, b.pos) })
 	for i, t := range l.order {
 		t.pos = i // positions stay dense whatever a crash left
+		if k := t.rec.IdempotencyKey; k != nil && l.keys[*k] == nil {
+			l.keys[*k] = t
+		}
 	}
 	slices.SortFunc(l.losses, func(a, b Loss) int { return cmp.Compare(a.TaskID, b.TaskID) })
 	return nil

@@ -15,7 +15,9 @@ import (
 // *TransitionError.
 type Ledger interface {
 	// Create adds a task in status created and records task_created (seq 1).
-	// A task with that id already is ErrExists.
+	// A task with that id already is ErrExists; an IdempotencyKey that a
+	// task holds already is a *KeyTakenError naming it, decided at once
+	// with the creation, so that of two concurrent calls one creates.
 	Create(n NewTask, now time.Time) (Task, error)
 	// Transition moves the task to status to, applies edits and records
 	// status_changed, all at once, or refuses with a *TransitionError.
@@ -39,5 +41,8 @@ type Ledger interface {
 	Events(id string, q Query) (Page, error)
 	// ListBefore pages the summaries newest first by creation position.
 	ListBefore(before, limit, maxBytes int) (summaries []json.RawMessage, rest int)
+	// ListMatching is ListBefore of the tasks f selects, by ListPage's
+	// rule: rest is 0 when no older task matches.
+	ListMatching(f Filter, before, limit, maxBytes int) (summaries []json.RawMessage, rest int)
 	Count() int
 }

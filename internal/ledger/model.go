@@ -139,6 +139,11 @@ type Task struct {
 	Effort          *string  `json:"effort"`
 	// StderrDropped counts the stderr lines and bytes the cap dropped.
 	StderrDropped Dropped `json:"stderr_dropped"`
+	// IdempotencyKey is spawn_task's idempotency_key and ArgumentsSHA256
+	// the digest of the arguments it came with, which a retry's must
+	// equal; both are present only with a key.
+	IdempotencyKey  *string `json:"idempotency_key,omitempty"`
+	ArgumentsSHA256 *string `json:"arguments_sha256,omitempty"`
 }
 
 // NewTask describes a task to create.
@@ -154,6 +159,10 @@ type NewTask struct {
 	InitiatorID string
 	ExecutorID  string
 	NotifyPath  string
+	// IdempotencyKey, when not "", is held by this task alone: Create
+	// refuses it to another with a *KeyTakenError.
+	IdempotencyKey  string
+	ArgumentsSHA256 string
 }
 
 func optional(s string) *string {
@@ -181,10 +190,12 @@ func (n NewTask) record(now time.Time) Task {
 			NotifyPath:  optional(n.NotifyPath),
 			CreatedAt:   Time{now},
 		},
-		Prompt: n.Prompt,
-		Allow:  slices.Clone(allow),
-		Model:  optional(n.Model),
-		Effort: optional(n.Effort),
+		Prompt:          n.Prompt,
+		Allow:           slices.Clone(allow),
+		Model:           optional(n.Model),
+		Effort:          optional(n.Effort),
+		IdempotencyKey:  optional(n.IdempotencyKey),
+		ArgumentsSHA256: optional(n.ArgumentsSHA256),
 	}.withPromptPreview()
 }
 

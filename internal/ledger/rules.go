@@ -63,7 +63,7 @@ func (t *Task) validUTF8() {
 		fix(&t.Allow[i])
 	}
 	for _, p := range []**string{&t.Signal, &t.Error, &t.SessionID, &t.InitiatorID, &t.ExecutorID, &t.NotifyPath,
-		&t.ResolutionNote, &t.Model, &t.Effort, &t.PromptSHA256} {
+		&t.ResolutionNote, &t.Model, &t.Effort, &t.PromptSHA256, &t.IdempotencyKey} {
 		fixPtr(p)
 	}
 }

@@ -37,6 +37,13 @@ type spawnArgs struct {
 	SessionID   string   `json:"session_id,omitempty" jsonschema:"resume this agent session (same agent and workspace) instead of starting a new one"`
 	InitiatorID string   `json:"initiator_id,omitempty" jsonschema:"descriptive label of who dispatched the task; grants nothing"`
 	ExecutorID  string   `json:"executor_id,omitempty" jsonschema:"descriptive label of who executes the task; grants nothing"`
+	spawnRetry
+}
+
+// spawnRetry is spawn_task's idempotency_key, apart from the other
+// arguments so that it stays one line wherever they change.
+type spawnRetry struct {
+	IdempotencyKey string `json:"idempotency_key,omitempty" jsonschema:"at most 200 characters; a retry with the same key and the same arguments returns the task the first call created instead of a new one; the same key with other arguments is invalid_request"`
 }
 
 var spawnTaskTool = toolDef[spawnArgs]{
@@ -56,6 +63,7 @@ func (h handlers) spawnTask(ctx context.Context, a spawnArgs) (json.RawMessage, 
 	return h.svc.Spawn(ctx, task.SpawnRequest{
 		Agent: a.Agent, Prompt: a.Prompt, Workspace: a.Workspace, Allow: a.Allow, Model: a.Model,
 		Effort: a.Effort, SessionID: a.SessionID, InitiatorID: a.InitiatorID, ExecutorID: a.ExecutorID,
+		IdempotencyKey: a.IdempotencyKey,
 	})
 }
 
@@ -178,6 +186,16 @@ func (h handlers) waitTasks(ctx context.Context, a waitArgs) (json.RawMessage, e
 type listArgs struct {
 	Limit  int    `json:"limit,omitempty" jsonschema:"most tasks to return; default 100, at most 1000"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"the previous page's next_cursor; omit for the newest tasks"`
+	listFilters
+}
+
+// listFilters select list_tasks' tasks: lists, any value of one, all of
+// them (intent 0020).
+type listFilters struct {
+	Status      []string `json:"status,omitempty" jsonschema:"only tasks in one of these statuses: created, starting, running, succeeded, failed, cancelled"`
+	Agent       []string `json:"agent,omitempty" jsonschema:"only tasks of one of these agents"`
+	InitiatorID []string `json:"initiator_id,omitempty" jsonschema:"only tasks with one of these initiator_id labels (\"\" for none)"`
+	Resolution  []string `json:"resolution,omitempty" jsonschema:"only tasks with one of these resolutions: unresolved, accepted, rejected, needs_followup, superseded"`
 }
 
 type listOut struct {
@@ -190,7 +208,8 @@ var listTasksTool = toolDef[listArgs]{
 	tool: mcp.Tool{
 		Name: "list_tasks",
 		Description: "This server's tasks, newest first, as summaries, at most limit (default 100) a page; recovers task ids " +
-			"a caller lost. Call again with cursor=next_cursor while next_cursor is not null.",
+			"a caller lost. Call again with cursor=next_cursor while next_cursor is not null. status, agent, initiator_id " +
+			"and resolution select tasks (any value of each list given, all lists); the cursor goes on under them.",
 		Annotations: annotations(true, false, true, false),
 	},
 	edit: func(s *jsonschema.Schema) {
@@ -201,7 +220,8 @@ var listTasksTool = toolDef[listArgs]{
 }
 
 func (h handlers) listTasks(_ context.Context, a listArgs) (json.RawMessage, error) {
-	p, err := h.svc.ListTasks(task.ListRequest{Limit: a.Limit, Cursor: a.Cursor})
+	p, err := h.svc.ListTasks(task.ListRequest{Limit: a.Limit, Cursor: a.Cursor, Statuses: a.Status, Agents: a.Agent,
+		InitiatorIDs: a.InitiatorID, Resolutions: a.Resolution})
 	if err != nil {
 		return nil, err
 	}

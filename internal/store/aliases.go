@@ -27,6 +27,8 @@ type (
 	Cost            = ledger.Cost
 	ContextUsage    = ledger.ContextUsage
 	UsageTotal      = ledger.UsageTotal
+	Filter          = ledger.Filter
+	KeyTakenError   = ledger.KeyTakenError
 )
 
 const (

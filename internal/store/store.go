@@ -20,9 +20,10 @@ import (
 
 // Store is the in-memory ledger. The zero value is not usable; call New.
 type Store struct {
-	mu    sync.RWMutex      // guards tasks and order
+	mu    sync.RWMutex      // guards tasks, order and keys
 	tasks map[string]*entry // by task id
 	order []*entry          // creation order
+	keys  map[string]*entry // by idempotency key
 	types *typeTable        // event types of every task's log
 }
 
@@ -40,10 +41,17 @@ type entry struct {
 	taskJSON   []byte // encoding of the record, refreshed on every change
 	summaryEnd int    // taskJSON[:summaryEnd] is the Summary's encoding but its '}'
 	log        eventLog
+
+	// What list filters select by, kept beside the record at rest.
+	agent, initiator string
+	resolution       Resolution
+	id, digest       string // the task id and ArgumentsSHA256, for a KeyTakenError
 }
 
 // New returns an empty store.
-func New() *Store { return &Store{tasks: make(map[string]*entry), types: newTypeTable()} }
+func New() *Store {
+	return &Store{tasks: make(map[string]*entry), keys: make(map[string]*entry), types: newTypeTable()}
+}
 
 // recordLocked returns the decoded record, to be changed; mu is held for
 // writing.
@@ -87,6 +95,7 @@ func (e *entry) refreshLocked() {
 	e.taskJSON = b
 	e.summaryEnd = end
 	e.status = e.task.Status
+	e.resolution = e.task.Resolution
 	if e.status.Terminal() {
 		e.task = nil
 	}
@@ -120,7 +129,13 @@ func (s *Store) get(id string) (*entry, error) {
 // Create adds a task in status created and records task_created.
 func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
 	t := n.Record(now)
-	e := &entry{task: &t}
+	e := &entry{task: &t, agent: t.Agent, id: t.TaskID}
+	if t.InitiatorID != nil {
+		e.initiator = *t.InitiatorID
+	}
+	if t.ArgumentsSHA256 != nil {
+		e.digest = *t.ArgumentsSHA256
+	}
 	e.log.types = s.types
 	e.log.append(ledger.EventTaskCreated, now, n.CreatedFields())
 	e.refreshLocked()
@@ -129,6 +144,13 @@ func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
 	defer s.mu.Unlock()
 	if _, ok := s.tasks[n.ID]; ok {
 		return Task{}, fmt.Errorf("%w: %s", ErrExists, n.ID)
+	}
+	if t.IdempotencyKey != nil {
+		key := *t.IdempotencyKey
+		if held := s.keys[key]; held != nil {
+			return Task{}, &ledger.KeyTakenError{Key: key, TaskID: held.id, Digest: held.digest}
+		}
+		s.keys[key] = e
 	}
 	s.tasks[n.ID] = e
 	s.order = append(s.order, e)
@@ -221,6 +243,27 @@ func (s *Store) ListBefore(before, limit, maxBytes int) (summaries []json.RawMes
 		size += len(sum)
 	}
 	return out, before - len(out)
+}
+
+// ListMatching is ListBefore of the tasks f selects; rest is 0 when no
+// older task matches (ledger.ListPage).
+func (s *Store) ListMatching(f ledger.Filter, before, limit, maxBytes int) (summaries []json.RawMessage, rest int) {
+	s.mu.RLock()
+	order := s.order[:len(s.order):len(s.order)] // entries are only appended
+	s.mu.RUnlock()
+	return ledger.ListPage(len(order), before, limit, maxBytes,
+		func(pos int) bool {
+			e := order[pos]
+			e.mu.RLock()
+			defer e.mu.RUnlock()
+			return f.Matches(e.status, e.agent, e.initiator, e.resolution)
+		},
+		func(pos int) json.RawMessage {
+			e := order[pos]
+			e.mu.RLock()
+			defer e.mu.RUnlock()
+			return e.summaryLocked()
+		})
 }
 
 // Count returns how many tasks the store holds.

@@ -32,7 +32,7 @@ type Recovered struct {
 func (s *Service) Recover(now time.Time) (Recovered, error) {
 	var rec Recovered
 	for before := 0; ; {
-		page, rest := s.cfg.Store.ListBefore(before, MaxListLimit, recoverPageBytes)
+		page, rest := s.cfg.Store.ListMatching(store.Filter{}, before, MaxListLimit, recoverPageBytes)
 		for _, raw := range page {
 			var sum struct {
 				TaskID    string       `json:"task_id"`

@@ -59,7 +59,7 @@ type Ledger interface {
 	TaskJSON(id string) (json.RawMessage, error)
 	SummaryJSON(id string) (json.RawMessage, error)
 	Events(id string, q store.Query) (store.Page, error)
-	ListBefore(before, limit, maxBytes int) (summaries []json.RawMessage, rest int)
+	ListMatching(f store.Filter, before, limit, maxBytes int) (summaries []json.RawMessage, rest int)
 	Count() int
 }
 
@@ -170,6 +170,9 @@ type SpawnRequest struct {
 	SessionID   string
 	InitiatorID string
 	ExecutorID  string
+	// IdempotencyKey, when not "", makes a retry with the same arguments
+	// return the task the first call created.
+	IdempotencyKey string
 }
 
 func (s *Service) workspace(ws string) (string, error) {
@@ -213,6 +216,9 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 			return nil, errorf(InvalidRequest, "%s has %d bytes, more than %d", f.name, len(f.value), MaxLabelBytes)
 		}
 	}
+	if err := checkIdempotencyKey(req.IdempotencyKey); err != nil {
+		return nil, err
+	}
 	areq := agents.Request{Allow: req.Allow, Model: req.Model, Effort: req.Effort}
 	if err := adapter.Check(areq); err != nil {
 		return nil, errorf(InvalidRequest, "%v", err)
@@ -222,6 +228,10 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 		return nil, err
 	}
 
+	digest := ""
+	if req.IdempotencyKey != "" {
+		digest = argumentsDigest(req, ws)
+	}
 	id := uuid.NewString()
 	notifyPath := ""
 	if s.cfg.Markers != nil {
@@ -234,7 +244,11 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: req.SessionID,
 		InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID, NotifyPath: notifyPath,
+		IdempotencyKey: req.IdempotencyKey, ArgumentsSHA256: digest,
 	}, s.cfg.Now()); err != nil {
+		if b, ok, err := s.retried(err, req.IdempotencyKey, digest); ok {
+			return b, err
+		}
 		return nil, fmt.Errorf("creating task: %w", err)
 	}
 
@@ -373,6 +387,9 @@ type ListRequest struct {
 	Limit int
 	// Cursor is a previous page's NextCursor; "" starts with the newest.
 	Cursor string
+	// Statuses, Agents, InitiatorIDs and Resolutions select the tasks
+	// listed (see store.Filter); a cursor goes on under any of them.
+	Statuses, Agents, InitiatorIDs, Resolutions []string
 }
 
 // TaskList is one page of list_tasks.
@@ -415,7 +432,11 @@ func (s *Service) ListTasks(req ListRequest) (TaskList, error) {
 			return TaskList{}, errorf(InvalidRequest, "cursor %.80q is not a cursor list_tasks returned", req.Cursor)
 		}
 	}
-	tasks, rest := s.cfg.Store.ListBefore(before, limit, MaxListBytes)
+	f, err := listFilter(req)
+	if err != nil {
+		return TaskList{}, err
+	}
+	tasks, rest := s.cfg.Store.ListMatching(f, before, limit, MaxListBytes)
 	page := TaskList{Tasks: tasks, UsageTotal: store.TotalUsage(tasks)}
 	if rest > 0 {
 		c := base64.RawURLEncoding.EncodeToString([]byte(listCursorPrefix + strconv.Itoa(rest)))

@@ -40,6 +40,9 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"Paging", paging},
 		{"LargeEventsKeptWhole", largeEventsKeptWhole},
 		{"ListBeforePagesNewestFirst", listBeforePagesNewestFirst},
+		{"ListMatchingFiltersAndPages", listMatchingFiltersAndPages},
+		{"IdempotencyKeyHeldByOneTask", idempotencyKeyHeldByOneTask},
+		{"ConcurrentCreatesWithOneKeyCreateOne", concurrentCreatesWithOneKey},
 		{"ConcurrentAppendAndRead", concurrentAppendAndRead},
 		{"ConcurrentTransitionsOneWins", concurrentTransitionsOneWins},
 		{"CappedEventsDropTheOldest", cappedEventsDropTheOldest},
@@ -473,6 +476,155 @@ func listBeforePagesNewestFirst(t *testing.T, l ledger.Ledger) {
 	sum, err := l.SummaryJSON("2")
 	require.NoError(t, err)
 	assert.Equal(t, string(sum), string(page[0]))
+}
+
+func ids(t *testing.T, page []json.RawMessage) []string {
+	t.Helper()
+	out := []string{}
+	for _, raw := range page {
+		out = append(out, decode(t, raw)["task_id"].(string))
+	}
+	return out
+}
+
+// listMatchingFiltersAndPages: each filter selects by its field, lists
+// combine (any value of one, all of them), and pages of a filter follow
+// each other by position with rest 0 once no older task matches.
+func listMatchingFiltersAndPages(t *testing.T, l ledger.Ledger) {
+	// Ten tasks: agent a for even i, b for odd; initiator "x" for i < 5
+	// and none after; 0, 3, 6, 9 succeeded, 9 accepted too; 1 cancelled.
+	for i := range 10 {
+		n := ledger.NewTask{ID: fmt.Sprint(i), Agent: "a", Workspace: "/w", Prompt: "p"}
+		if i%2 == 1 {
+			n.Agent = "b"
+		}
+		if i < 5 {
+			n.InitiatorID = "x"
+		}
+		_, err := l.Create(n, T0)
+		require.NoError(t, err)
+		switch {
+		case i%3 == 0:
+			for _, st := range []ledger.Status{ledger.Starting, ledger.Running, ledger.Succeeded} {
+				_, err := l.Transition(n.ID, st, T0)
+				require.NoError(t, err)
+			}
+		case i == 1:
+			_, err := l.Transition(n.ID, ledger.Cancelled, T0)
+			require.NoError(t, err)
+		}
+	}
+	_, err := l.Resolve("9", ledger.Accepted, "", T0)
+	require.NoError(t, err)
+
+	all := func(f ledger.Filter) []string {
+		page, rest := l.ListMatching(f, 0, 100, 1<<20)
+		assert.Zero(t, rest)
+		return ids(t, page)
+	}
+	assert.Equal(t, []string{"9", "8", "7", "6", "5", "4", "3", "2", "1", "0"}, all(ledger.Filter{}))
+	assert.Equal(t, []string{"9", "6", "3", "0"}, all(ledger.Filter{Statuses: []ledger.Status{ledger.Succeeded}}))
+	assert.Equal(t, []string{"9", "6", "3", "1", "0"}, all(ledger.Filter{Statuses: []ledger.Status{ledger.Succeeded, ledger.Cancelled}}))
+	assert.Equal(t, []string{"9", "7", "5", "3", "1"}, all(ledger.Filter{Agents: []string{"b"}}))
+	assert.Equal(t, []string{"4", "3", "2", "1", "0"}, all(ledger.Filter{InitiatorIDs: []string{"x"}}))
+	assert.Equal(t, []string{"9", "8", "7", "6", "5"}, all(ledger.Filter{InitiatorIDs: []string{""}}), `"" is no initiator`)
+	assert.Equal(t, []string{"9"}, all(ledger.Filter{Resolutions: []ledger.Resolution{ledger.Accepted}}))
+	assert.Equal(t, []string{"3"}, all(ledger.Filter{Agents: []string{"b"}, InitiatorIDs: []string{"x"}, Statuses: []ledger.Status{ledger.Succeeded}}))
+	assert.Equal(t, []string{}, all(ledger.Filter{Agents: []string{"nobody"}}))
+
+	// Paging a filter: two a page; the last page says it is the last.
+	f := ledger.Filter{Agents: []string{"a"}} // 8, 6, 4, 2, 0
+	page, rest := l.ListMatching(f, 0, 2, 1<<20)
+	assert.Equal(t, []string{"8", "6"}, ids(t, page))
+	assert.Equal(t, 5, rest, "one past the next match (4)")
+	_, err = l.Create(ledger.NewTask{ID: "10", Agent: "a", Workspace: "/w", Prompt: "p"}, T0) // shifts no later page
+	require.NoError(t, err)
+	page, rest = l.ListMatching(f, rest, 2, 1<<20)
+	assert.Equal(t, []string{"4", "2"}, ids(t, page))
+	assert.Equal(t, 1, rest)
+	page, rest = l.ListMatching(f, rest, 2, 1<<20)
+	assert.Equal(t, []string{"0"}, ids(t, page))
+	assert.Zero(t, rest)
+	page, rest = l.ListMatching(ledger.Filter{Agents: []string{"b"}}, 0, 5, 1<<20)
+	assert.Equal(t, []string{"9", "7", "5", "3", "1"}, ids(t, page))
+	assert.Zero(t, rest, "a full page with no older match is the last")
+	page, rest = l.ListMatching(f, 0, 100, 1)
+	assert.Equal(t, []string{"10"}, ids(t, page), "the byte bound keeps one summary")
+	assert.Equal(t, 9, rest)
+
+	sum, err := l.SummaryJSON("10")
+	require.NoError(t, err)
+	assert.Equal(t, string(sum), string(page[0]), "summaries as stored")
+}
+
+// idempotencyKeyHeldByOneTask: a key and its digest are in the task's
+// record; another task with that key is refused with the holder named,
+// and nothing of it is recorded.
+func idempotencyKeyHeldByOneTask(t *testing.T, l ledger.Ledger) {
+	first, err := l.Create(ledger.NewTask{ID: "t1", Agent: "codex", Workspace: "/w", Prompt: "p",
+		IdempotencyKey: "k-1", ArgumentsSHA256: "d-1"}, T0)
+	require.NoError(t, err)
+	require.NotNil(t, first.IdempotencyKey)
+	assert.Equal(t, "k-1", *first.IdempotencyKey)
+	rec, err := l.TaskJSON("t1")
+	require.NoError(t, err)
+	m := decode(t, rec)
+	assert.Equal(t, "k-1", m["idempotency_key"])
+	assert.Equal(t, "d-1", m["arguments_sha256"])
+
+	_, err = l.Create(ledger.NewTask{ID: "t2", Agent: "codex", Workspace: "/w", Prompt: "other",
+		IdempotencyKey: "k-1", ArgumentsSHA256: "d-2"}, T0)
+	var kt *ledger.KeyTakenError
+	require.ErrorAs(t, err, &kt)
+	assert.Equal(t, ledger.KeyTakenError{Key: "k-1", TaskID: "t1", Digest: "d-1"}, *kt)
+	_, err = l.Status("t2")
+	require.ErrorIs(t, err, ledger.ErrNotFound, "the refused task is not recorded")
+	assert.Equal(t, 1, l.Count())
+
+	_, err = l.Create(ledger.NewTask{ID: "t3", Agent: "codex", Workspace: "/w", Prompt: "p", IdempotencyKey: "k-2"}, T0)
+	require.NoError(t, err, "another key is free")
+	_, err = l.Create(ledger.NewTask{ID: "t4", Agent: "codex", Workspace: "/w", Prompt: "p"}, T0)
+	require.NoError(t, err, "no key is no key")
+	rec, err = l.TaskJSON("t4")
+	require.NoError(t, err)
+	assert.NotContains(t, decode(t, rec), "idempotency_key", "a task without a key has no key fields")
+}
+
+// concurrentCreatesWithOneKey: of creates racing with one key, exactly one
+// creates, and every other is refused naming it.
+func concurrentCreatesWithOneKey(t *testing.T, l ledger.Ledger) {
+	const n = 8
+	var wg sync.WaitGroup
+	created := make([]bool, n)
+	holders := make([]string, n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := l.Create(ledger.NewTask{ID: fmt.Sprint("t", i), Agent: "codex", Workspace: "/w", Prompt: "p",
+				IdempotencyKey: "k", ArgumentsSHA256: "d"}, T0)
+			var kt *ledger.KeyTakenError
+			switch {
+			case err == nil:
+				created[i] = true
+			case assert.ErrorAs(t, err, &kt):
+				holders[i] = kt.TaskID
+			}
+		})
+	}
+	wg.Wait()
+	winner := ""
+	for i := range n {
+		if created[i] {
+			assert.Empty(t, winner, "two creates won")
+			winner = fmt.Sprint("t", i)
+		}
+	}
+	require.NotEmpty(t, winner)
+	for i := range n {
+		if !created[i] {
+			assert.Equal(t, winner, holders[i])
+		}
+	}
+	assert.Equal(t, 1, l.Count())
 }
 
 func concurrentAppendAndRead(t *testing.T, l ledger.Ledger) {

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/daemon"
+	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
+)
+
+// startServeHTTP starts `symm-mcp serve --http 127.0.0.1:0` with the
+// daemon's agent environment, waits for its readiness, and returns the
+// endpoint's URL (from status) and the token (from the state directory).
+func startServeHTTP(t *testing.T, d *shared) (url, token string, s *server) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	cmd := exec.Command(binary, "serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
+		"--http", "127.0.0.1:0", fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))
+	cmd.Env = append(os.Environ(), d.env...)
+	s = &server{cmd: cmd, stderr: &syncbuf.Buffer{}}
+	cmd.Stderr = s.stderr
+	cmd.ExtraFiles = []*os.File{w}
+	require.NoError(t, cmd.Start())
+	w.Close()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	require.NoError(t, r.SetReadDeadline(time.Now().Add(30*time.Second)))
+	line, err := bufio.NewReader(r).ReadString('\n')
+	require.Equal(t, "ready\n", line, "%v; stderr:\n%s", err, s.stderr.String())
+
+	st, code := d.status(t)
+	require.Equal(t, 0, code)
+	require.NotNil(t, st.HTTP, "status shows the endpoint")
+	url = *st.HTTP
+	require.True(t, strings.HasPrefix(url, "http://127.0.0.1:") && strings.HasSuffix(url, "/mcp"), url)
+	require.NotContains(t, url, ":0/", "the bound port, not the one asked for")
+
+	fi, err := os.Stat(daemon.TokenPath(d.state))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	b, err := os.ReadFile(daemon.TokenPath(d.state))
+	require.NoError(t, err)
+	return url, strings.TrimSpace(string(b)), s
+}
+
+// bearer adds the token to every request of an HTTP client.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// connectHTTP opens an MCP session with the go-sdk's Streamable HTTP
+// client, carrying the token.
+func connectHTTP(t *testing.T, url, token string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token}},
+	}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func callHTTP(t *testing.T, cs *mcp.ClientSession, name string, args any) map[string]any {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	require.False(t, res.IsError, "%s: %v", name, res.Content)
+	b, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+// post sends an initialize request by hand, with the headers given.
+func post(t *testing.T, url string, header map[string]string) (int, string) {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(b)
+}
+
+// TestServeHTTP: serve --http serves the tools at /mcp to a go-sdk
+// Streamable HTTP client with the token, beside the socket's sessions (one
+// ledger); without the token, with another, from a foreign Origin or with
+// a foreign Host it refuses; the token is kept across a restart.
+func TestServeHTTP(t *testing.T) {
+	d := newShared(t, agentPath(t))
+	url, token, _ := startServeHTTP(t, d)
+	require.Len(t, token, 64)
+
+	for _, c := range []struct {
+		name   string
+		header map[string]string
+		code   int
+	}{
+		{"no token", nil, http.StatusUnauthorized},
+		{"wrong token", map[string]string{"Authorization": "Bearer " + strings.Repeat("0", 64)}, http.StatusUnauthorized},
+		{"not a bearer token", map[string]string{"Authorization": "Basic " + token}, http.StatusUnauthorized},
+		{"foreign Origin", map[string]string{"Authorization": "Bearer " + token, "Origin": "http://evil.example"}, http.StatusForbidden},
+		{"foreign Origin, no token", map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden},
+		{"cross-site fetch", map[string]string{"Authorization": "Bearer " + token, "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		{"foreign Host (DNS rebinding)", map[string]string{"Authorization": "Bearer " + token, "Host": "evil.example:80"}, http.StatusForbidden},
+		{"the token", map[string]string{"Authorization": "Bearer " + token}, http.StatusOK},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := post(t, url, c.header)
+			assert.Equal(t, c.code, code, body)
+		})
+	}
+
+	cs := connectHTTP(t, url, token)
+	tools, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Len(t, tools.Tools, 8, "the same tools")
+	out := callHTTP(t, cs, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
+	id := out["task_id"].(string)
+	waited := callHTTP(t, cs, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 30})
+	assert.Equal(t, "succeeded", waited["completed"].([]any)[0].(map[string]any)["status"], "%v", waited)
+	front := d.front(t)
+	list := front.call(t, "list_tasks", map[string]any{})
+	require.Len(t, list["tasks"], 1, "the socket's sessions share the ledger")
+	assert.Equal(t, id, list["tasks"].([]any)[0].(map[string]any)["task_id"])
+	require.NoError(t, cs.Close())
+
+	out2, code := d.run(t, "shutdown")
+	require.Equal(t, 0, code, out2)
+	url2, token2, _ := startServeHTTP(t, d)
+	assert.Equal(t, token, token2, "the token is kept across restarts")
+	cs = connectHTTP(t, url2, token)
+	callHTTP(t, cs, "list_tasks", map[string]any{})
+}
+
+// TestServeHTTPRefusals: an address that is not loopback is a usage
+// error (exit 2); a token file others can read is refused (exit 1).
+func TestServeHTTPRefusals(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:8080", "[::]:0", "example.com:80", "127.0.0.1"} {
+		stderr, code := runBinary(t, "serve", "--http", addr)
+		assert.Equal(t, 2, code, "%s: %s", addr, stderr)
+		assert.Contains(t, stderr, "--http")
+	}
+	d := newShared(t, nil)
+	require.NoError(t, os.MkdirAll(d.state, 0o700))
+	require.NoError(t, os.WriteFile(daemon.TokenPath(d.state), []byte(strings.Repeat("a", 64)+"\n"), 0o644))
+	stderr, code := runBinary(t, "serve", "--socket", d.socket, "--state-dir", d.state, "--http", "127.0.0.1:0")
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, stderr, "readable by others")
+}

@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// HTTPHandlerFunc builds the handler of /mcp from the bearer token it must
+// require: the daemon owns the listener and the token, the MCP layer the
+// handler and its protections.
+type HTTPHandlerFunc func(token string) http.Handler
+
+// HTTPPath is where the Streamable HTTP endpoint is served.
+const HTTPPath = "/mcp"
+
+// tokenName is the bearer token's file in the state directory.
+const tokenName = "token"
+
+// TokenPath is the bearer token's file in stateDir.
+func TokenPath(stateDir string) string { return filepath.Join(stateDir, tokenName) }
+
+// AddrError is an --http address that is not a loopback address: the
+// endpoint runs agents with the user's rights, so it is never reachable
+// from another machine.
+type AddrError struct {
+	Addr string
+	Err  error
+}
+
+func (e *AddrError) Error() string { return fmt.Sprintf("--http %q: %v", e.Addr, e.Err) }
+func (e *AddrError) Unwrap() error { return e.Err }
+
+// CheckHTTPAddr accepts host:port with a loopback IP address (127.0.0.0/8,
+// ::1) or localhost as its host, and any port (0: one the system picks).
+func CheckHTTPAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return &AddrError{Addr: addr, Err: err}
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return &AddrError{Addr: addr, Err: fmt.Errorf("bad port: %w", err)}
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return &AddrError{Addr: addr, Err: errors.New("only a loopback address is served, such as 127.0.0.1:PORT (port 0 picks a free one)")}
+	}
+	return nil
+}
+
+// loadToken reads the bearer token from the state directory, or creates
+// it the first time: 32 random bytes in hex, in a file only its owner can
+// read, kept across restarts so that registrations stay valid. A token
+// file that is not a regular file of ours closed to group and others is
+// refused, never replaced. The state directory's lock is held.
+func loadToken(stateDir string, uid int) (string, error) {
+	path := TokenPath(stateDir)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return createToken(path)
+	}
+	if err != nil {
+		return "", &PathError{Path: path, Err: fmt.Errorf("cannot read the HTTP token: %w", err)}
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", &PathError{Path: path, Err: err}
+	}
+	owner, ok := ownerOf(fi)
+	switch {
+	case !fi.Mode().IsRegular():
+		return "", &PathError{Path: path, Err: errors.New("the HTTP token is not a regular file")}
+	case !ok || owner != uid:
+		return "", &PathError{Path: path, Err: errors.New("the HTTP token is not yours")}
+	case fi.Mode().Perm()&0o077 != 0:
+		return "", &PathError{Path: path, Err: fmt.Errorf("the HTTP token is readable by others (mode %04o); remove it and a new one is made", fi.Mode().Perm())}
+	}
+	b := make([]byte, 256)
+	n, _ := f.Read(b)
+	tok := strings.TrimSpace(string(b[:n]))
+	if len(tok) != 64 {
+		return "", &PathError{Path: path, Err: errors.New("the HTTP token is not one symm-mcp wrote; remove it and a new one is made")}
+	}
+	if _, err := hex.DecodeString(tok); err != nil {
+		return "", &PathError{Path: path, Err: errors.New("the HTTP token is not one symm-mcp wrote; remove it and a new one is made")}
+	}
+	return tok, nil
+}
+
+func createToken(path string) (string, error) {
+	raw := make([]byte, 32)
+	_, _ = rand.Read(raw) // never fails (crypto/rand)
+	tok := hex.EncodeToString(raw)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return "", &PathError{Path: path, Err: fmt.Errorf("cannot create the HTTP token: %w", err)}
+	}
+	_, err = f.WriteString(tok + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path) // a token half written is no token
+		return "", &PathError{Path: path, Err: fmt.Errorf("cannot write the HTTP token: %w", err)}
+	}
+	return tok, nil
+}
+
+// listenHTTP listens on addr and builds the server of the handler at
+// HTTPPath, every request counted in reqs, which the daemon's end waits
+// for (http.Server.Close does not).
+func listenHTTP(addr, token string, handler HTTPHandlerFunc, reqs *sync.WaitGroup) (net.Listener, *http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, &AddrError{Addr: addr, Err: err}
+	}
+	h := handler(token)
+	mux := http.NewServeMux()
+	mux.Handle(HTTPPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reqs.Add(1)
+		defer reqs.Done()
+		h.ServeHTTP(w, r)
+	}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return ln, srv, nil
+}
+
+// httpURL is the endpoint's URL on the bound listener.
+func httpURL(ln net.Listener) string { return "http://" + ln.Addr().String() + HTTPPath }

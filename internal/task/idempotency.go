@@ -1,0 +1,74 @@
+package task
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"unicode/utf8"
+
+	"github.com/symm-mcp/symm-mcp/internal/store"
+)
+
+// MaxIdempotencyKeyChars bounds spawn_task's idempotency_key.
+const MaxIdempotencyKeyChars = 200
+
+// spawnArguments are the arguments of a spawn as the task is created from
+// them, defaults applied: a retry with the same key is the same call when
+// these are equal. Every argument of spawn_task belongs here.
+type spawnArguments struct {
+	Agent       string   `json:"agent"`
+	Prompt      string   `json:"prompt"`
+	Workspace   string   `json:"workspace"`
+	Allow       []string `json:"allow"`
+	Model       string   `json:"model"`
+	Effort      string   `json:"effort"`
+	SessionID   string   `json:"session_id"`
+	InitiatorID string   `json:"initiator_id"`
+	ExecutorID  string   `json:"executor_id"`
+}
+
+// checkIdempotencyKey refuses a key over the bound or not UTF-8 (the
+// record would keep it changed, and a retry would not find it).
+func checkIdempotencyKey(key string) error {
+	if !utf8.ValidString(key) {
+		return errorf(InvalidRequest, "idempotency_key is not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(key); n > MaxIdempotencyKeyChars {
+		return errorf(InvalidRequest, "idempotency_key has %d characters, more than %d", n, MaxIdempotencyKeyChars)
+	}
+	return nil
+}
+
+// argumentsDigest is the SHA-256 of the arguments' encoding, which the
+// task record keeps beside the key (it keeps only a preview of a large
+// prompt, and its session_id changes once the agent starts one).
+func argumentsDigest(req SpawnRequest, workspace string) string {
+	allow := req.Allow
+	if allow == nil {
+		allow = []string{}
+	}
+	b, err := json.Marshal(spawnArguments{
+		Agent: req.Agent, Prompt: req.Prompt, Workspace: workspace, Allow: allow, Model: req.Model,
+		Effort: req.Effort, SessionID: req.SessionID, InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID,
+	})
+	if err != nil {
+		panic("task: encoding spawn arguments: " + err.Error()) // strings only
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// retried answers a spawn whose key a task holds: that task when the
+// arguments are the same, else invalid_request. err is Create's.
+func (s *Service) retried(err error, key, digest string) (json.RawMessage, bool, error) {
+	var kt *store.KeyTakenError
+	if !errors.As(err, &kt) {
+		return nil, false, nil
+	}
+	if kt.Digest != digest {
+		return nil, true, errorf(InvalidRequest, "idempotency_key %q belongs to task %s, spawned with other arguments", key, kt.TaskID)
+	}
+	b, err := s.cfg.Store.TaskJSON(kt.TaskID)
+	return b, true, err
+}
