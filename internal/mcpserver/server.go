@@ -59,38 +59,23 @@ func newServer(version string) *mcp.Server {
 		SchemaCache:  mcp.NewSchemaCache(),
 		Capabilities: caps,
 	})
-	s.AddReceivingMiddleware(refuseUndeclared(caps))
+	s.AddReceivingMiddleware(refuseUndeclared(caps), publishOutputSchemas)
 	return s
 }
 
-// register adds the eight tools. Resolving their schemas is most of the
-// server's start-up, so tools that share an output shape share one schema.
+// register adds the eight tools. Their output schemas are generated and
+// published apart from the SDK (publishOutputSchemas): resolving them here
+// was most of the server's start-up.
 func register(s *mcp.Server, svc Service) {
 	h := handlers{svc}
-	outs := outputSchemas{}
-	addTool(s, outs, describeAgentTool, h.describeAgent)
-	addTool(s, outs, spawnTaskTool, h.spawnTask)
-	addTool(s, outs, getTaskTool, h.getTask)
-	addTool(s, outs, getEventsTool, h.getEvents)
-	addTool(s, outs, waitTasksTool, h.waitTasks)
-	addTool(s, outs, listTasksTool, h.listTasks)
-	addTool(s, outs, resolveTaskTool, h.resolveTask)
-	addTool(s, outs, cancelTaskTool, h.cancelTask)
-}
-
-// outputSchemas holds one inferred schema per output type.
-type outputSchemas map[reflect.Type]*jsonschema.Schema
-
-func (o outputSchemas) of(t reflect.Type, tool string) *jsonschema.Schema {
-	if s, ok := o[t]; ok {
-		return s
-	}
-	s, err := inferOutput(t)
-	if err != nil {
-		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", tool, err))
-	}
-	o[t] = s
-	return s
+	addTool(s, describeAgentTool, h.describeAgent)
+	addTool(s, spawnTaskTool, h.spawnTask)
+	addTool(s, getTaskTool, h.getTask)
+	addTool(s, getEventsTool, h.getEvents)
+	addTool(s, waitTasksTool, h.waitTasks)
+	addTool(s, listTasksTool, h.listTasks)
+	addTool(s, resolveTaskTool, h.resolveTask)
+	addTool(s, cancelTaskTool, h.cancelTask)
 }
 
 type handlers struct{ svc Service }
@@ -105,7 +90,7 @@ type toolDef[In any] struct {
 
 // Replies are built from stored JSON, so handlers return raw bytes; the
 // output schema documents their shape.
-func addTool[In any](s *mcp.Server, outs outputSchemas, d toolDef[In], h func(context.Context, In) (json.RawMessage, error)) {
+func addTool[In any](s *mcp.Server, d toolDef[In], h func(context.Context, In) (json.RawMessage, error)) {
 	t := d.tool
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
@@ -115,7 +100,6 @@ func addTool[In any](s *mcp.Server, outs outputSchemas, d toolDef[In], h func(co
 		d.edit(in)
 	}
 	t.InputSchema = in
-	t.OutputSchema = outs.of(d.output, t.Name)
 	mcp.AddTool(s, &t, func(ctx context.Context, _ *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
 		b, err := h(ctx, args)
 		if err != nil {
