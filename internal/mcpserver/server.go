@@ -55,8 +55,6 @@ func newServer(version string) *mcp.Server {
 	caps := capabilities()
 	s := mcp.NewServer(&mcp.Implementation{Name: "symm-mcp", Version: version}, &mcp.ServerOptions{
 		Instructions: Instructions,
-		// Tools that share a schema value have it resolved once.
-		SchemaCache:  mcp.NewSchemaCache(),
 		Capabilities: caps,
 	})
 	s.AddReceivingMiddleware(refuseUndeclared(caps), publishOutputSchemas)
