@@ -218,10 +218,12 @@ func RunStdio(ctx context.Context, svc Service, version string) Outcome {
 // the SDK could not take (not JSON, not JSON-RPC, too long) are answered
 // with a JSON-RPC error and the session goes on (framing).
 //
-// The tools are registered while the server already reads its first
-// message, so a client's initialize is answered without waiting for the
-// schemas; every other request waits until the tools are in place. Tool
-// replies are written from stored JSON past the SDK's encoding (splicer).
+// The tools are registered once the client says it read the answer to
+// initialize (notifications/initialized), or when a request that needs
+// them comes first: on a busy machine, registering them beside initialize
+// delayed its answer by as much as it took (intent 0008). Every request but
+// initialize, its notification and ping waits until the tools are in place. Tool replies are written from stored JSON past
+// the SDK's encoding (splicer).
 func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) Outcome {
 	client := newClientWriter(out, WriteTimeout)
 	sp := newSplicer(client)
@@ -232,12 +234,16 @@ func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	})
 
 	s := newServer(version)
-	ready := make(chan struct{})
+	begin, ready := make(chan struct{}), make(chan struct{})
+	startRegistering := sync.OnceFunc(func() { close(begin) })
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			switch method {
-			case "initialize", "notifications/initialized", "ping":
+			case "initialize", "ping":
+			case "notifications/initialized":
+				startRegistering()
 			default:
+				startRegistering()
 				select {
 				case <-ready:
 				case <-ctx.Done():
@@ -256,7 +262,13 @@ func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	ran := make(chan struct{})
 	wg.Go(func() {
+		select {
+		case <-begin:
+		case <-ran: // the session ended before anything needed the tools
+			return
+		}
 		register(s, svc)
 		close(ready)
 	})
@@ -264,7 +276,6 @@ func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	// that a signal does not cut their replies off.
 	sdkCtx, cancelSDK := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSDK()
-	ran := make(chan struct{})
 	wg.Go(func() {
 		defer close(ran)
 		_ = s.Run(sdkCtx, &mcp.IOTransport{Reader: sdkIn, Writer: sdkWriter{f, sp}, MaxLineLength: -1})
