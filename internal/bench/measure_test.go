@@ -51,7 +51,7 @@ func measureStart(ctx context.Context, e *env, t *table) error {
 	x := float64(i) / float64(h)
 	t.check("exec → initialize answered", ratio(x)+" of hello",
 		fmt.Sprintf("initialize %s; static hello exec → exit %s (%d each, interleaved)", ms(i), ms(h), len(init)),
-		"≤ 5× hello", x <= 5)
+		"≤ 3× hello", x <= 3)
 	v := median(version)
 	t.info("exec → `--version` exit", ratio(float64(v)/float64(h))+" of hello",
 		fmt.Sprintf("%s: exec and package initialisation, the floor of the row above", ms(v)))
