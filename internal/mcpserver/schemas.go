@@ -20,7 +20,7 @@ import (
 // output schemas was most of the server's start-up (intent 0008), all to
 // validate outputs it never sees, since handlers hand it stored JSON. So
 // the SDK gets none, and publishOutputSchemas puts the generated JSON in
-// the tools/list reply, where it reads as the inferred schemas did.
+// the tools/list reply, byte for byte as the inferred schemas read there.
 // TestGeneratedOutputSchemas fails when the file is not what inference
 // gives now.
 
