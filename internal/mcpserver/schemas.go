@@ -1,14 +1,72 @@
 package mcpserver
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/symm-mcp/symm-mcp/internal/store"
 )
+
+//go:generate go test -run ^TestGeneratedOutputSchemas$ -update
+
+// The tools' output schemas are inferred from their Go types when
+// outputschemas_gen.go is generated, not when the server starts: the SDK
+// resolves every schema a tool is registered with, and resolving the
+// output schemas was most of the server's start-up (intent 0008), all to
+// validate outputs it never sees, since handlers hand it stored JSON. So
+// the SDK gets none, and publishOutputSchemas puts the generated JSON in
+// the tools/list reply, byte for byte as the inferred schemas read there.
+// TestGeneratedOutputSchemas fails when the file is not what inference
+// gives now.
+
+// toolOutputs is the documented shape of each tool's reply.
+func toolOutputs() map[string]reflect.Type {
+	return map[string]reflect.Type{
+		describeAgentTool.tool.Name: describeAgentTool.output,
+		spawnTaskTool.tool.Name:     spawnTaskTool.output,
+		getTaskTool.tool.Name:       getTaskTool.output,
+		getEventsTool.tool.Name:     getEventsTool.output,
+		waitTasksTool.tool.Name:     waitTasksTool.output,
+		listTasksTool.tool.Name:     listTasksTool.output,
+		resolveTaskTool.tool.Name:   resolveTaskTool.output,
+		cancelTaskTool.tool.Name:    cancelTaskTool.output,
+	}
+}
+
+// publishOutputSchemas sets each tool's output schema in tools/list
+// results, on copies of the SDK's tools.
+func publishOutputSchemas(next mcp.MethodHandler) mcp.MethodHandler {
+	schemas := make(map[string]json.RawMessage)
+	for name, t := range toolOutputs() {
+		s := generatedOutputSchema(t.String())
+		if s == "" {
+			panic(fmt.Sprintf("mcpserver: no generated output schema for %s (%s): run go generate ./internal/mcpserver", name, t))
+		}
+		schemas[name] = json.RawMessage(s)
+	}
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		r, ok := res.(*mcp.ListToolsResult)
+		if err != nil || !ok {
+			return res, err
+		}
+		out := *r
+		out.Tools = make([]*mcp.Tool, len(r.Tools))
+		for i, t := range r.Tools {
+			c := *t
+			if s, ok := schemas[c.Name]; ok {
+				c.OutputSchema = s
+			}
+			out.Tools[i] = &c
+		}
+		return &out, nil
+	}
+}
 
 // Output fields typed json.RawMessage hold JSON the ledger serves as it
 // was stored, so inference sees only bytes. Left to itself, jsonschema-go

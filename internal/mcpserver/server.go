@@ -55,42 +55,25 @@ func newServer(version string) *mcp.Server {
 	caps := capabilities()
 	s := mcp.NewServer(&mcp.Implementation{Name: "symm-mcp", Version: version}, &mcp.ServerOptions{
 		Instructions: Instructions,
-		// Tools that share a schema value have it resolved once.
-		SchemaCache:  mcp.NewSchemaCache(),
 		Capabilities: caps,
 	})
-	s.AddReceivingMiddleware(refuseUndeclared(caps))
+	s.AddReceivingMiddleware(refuseUndeclared(caps), publishOutputSchemas)
 	return s
 }
 
-// register adds the eight tools. Resolving their schemas is most of the
-// server's start-up, so tools that share an output shape share one schema.
+// register adds the eight tools. Their output schemas are generated and
+// published apart from the SDK (publishOutputSchemas): resolving them here
+// was most of the server's start-up.
 func register(s *mcp.Server, svc Service) {
 	h := handlers{svc}
-	outs := outputSchemas{}
-	addTool(s, outs, describeAgentTool, h.describeAgent)
-	addTool(s, outs, spawnTaskTool, h.spawnTask)
-	addTool(s, outs, getTaskTool, h.getTask)
-	addTool(s, outs, getEventsTool, h.getEvents)
-	addTool(s, outs, waitTasksTool, h.waitTasks)
-	addTool(s, outs, listTasksTool, h.listTasks)
-	addTool(s, outs, resolveTaskTool, h.resolveTask)
-	addTool(s, outs, cancelTaskTool, h.cancelTask)
-}
-
-// outputSchemas holds one inferred schema per output type.
-type outputSchemas map[reflect.Type]*jsonschema.Schema
-
-func (o outputSchemas) of(t reflect.Type, tool string) *jsonschema.Schema {
-	if s, ok := o[t]; ok {
-		return s
-	}
-	s, err := inferOutput(t)
-	if err != nil {
-		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", tool, err))
-	}
-	o[t] = s
-	return s
+	addTool(s, describeAgentTool, h.describeAgent)
+	addTool(s, spawnTaskTool, h.spawnTask)
+	addTool(s, getTaskTool, h.getTask)
+	addTool(s, getEventsTool, h.getEvents)
+	addTool(s, waitTasksTool, h.waitTasks)
+	addTool(s, listTasksTool, h.listTasks)
+	addTool(s, resolveTaskTool, h.resolveTask)
+	addTool(s, cancelTaskTool, h.cancelTask)
 }
 
 type handlers struct{ svc Service }
@@ -105,7 +88,7 @@ type toolDef[In any] struct {
 
 // Replies are built from stored JSON, so handlers return raw bytes; the
 // output schema documents their shape.
-func addTool[In any](s *mcp.Server, outs outputSchemas, d toolDef[In], h func(context.Context, In) (json.RawMessage, error)) {
+func addTool[In any](s *mcp.Server, d toolDef[In], h func(context.Context, In) (json.RawMessage, error)) {
 	t := d.tool
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
@@ -115,7 +98,6 @@ func addTool[In any](s *mcp.Server, outs outputSchemas, d toolDef[In], h func(co
 		d.edit(in)
 	}
 	t.InputSchema = in
-	t.OutputSchema = outs.of(d.output, t.Name)
 	mcp.AddTool(s, &t, func(ctx context.Context, _ *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
 		b, err := h(ctx, args)
 		if err != nil {
@@ -236,10 +218,12 @@ func RunStdio(ctx context.Context, svc Service, version string) Outcome {
 // the SDK could not take (not JSON, not JSON-RPC, too long) are answered
 // with a JSON-RPC error and the session goes on (framing).
 //
-// The tools are registered while the server already reads its first
-// message, so a client's initialize is answered without waiting for the
-// schemas; every other request waits until the tools are in place. Tool
-// replies are written from stored JSON past the SDK's encoding (splicer).
+// The tools are registered once the client says it read the answer to
+// initialize (notifications/initialized), or when a request that needs
+// them comes first: on a busy machine, registering them beside initialize
+// delayed its answer by as much as it took (intent 0008). Every request but
+// initialize, its notification and ping waits until the tools are in place. Tool replies are written from stored JSON past
+// the SDK's encoding (splicer).
 func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) Outcome {
 	return serve(ctx, svc, version, in, out, true)
 }
@@ -261,12 +245,16 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	})
 
 	s := newServer(version)
-	ready := make(chan struct{})
+	begin, ready := make(chan struct{}), make(chan struct{})
+	startRegistering := sync.OnceFunc(func() { close(begin) })
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			switch method {
-			case "initialize", "notifications/initialized", "ping":
+			case "initialize", "ping":
+			case "notifications/initialized":
+				startRegistering()
 			default:
+				startRegistering()
 				select {
 				case <-ready:
 				case <-ctx.Done():
@@ -285,7 +273,13 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	ran := make(chan struct{})
 	wg.Go(func() {
+		select {
+		case <-begin:
+		case <-ran: // the session ended before anything needed the tools
+			return
+		}
 		register(s, svc)
 		close(ready)
 	})
@@ -293,7 +287,6 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	// that a signal does not cut their replies off.
 	sdkCtx, cancelSDK := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSDK()
-	ran := make(chan struct{})
 	wg.Go(func() {
 		defer close(ran)
 		_ = s.Run(sdkCtx, &mcp.IOTransport{Reader: sdkIn, Writer: sdkWriter{f, sp}, MaxLineLength: -1})

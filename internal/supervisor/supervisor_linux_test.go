@@ -1,6 +1,13 @@
 package supervisor
 
-import "testing"
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+)
 
 func TestParseStat(t *testing.T) {
 	tests := []struct {
@@ -19,4 +26,52 @@ func TestParseStat(t *testing.T) {
 			t.Errorf("parseStat(%q) = %+v, %v; want %+v, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 	}
+}
+
+// freshProcessEnv makes TestHasChildrenFresh run its checks: only in a
+// process of its own, which has no child that another test left.
+const freshProcessEnv = "SYMM_SUPERVISOR_FRESH"
+
+// TestHasChildren: the reaper skips its first scan of /proc only when the
+// process has no child at all; a running child and a zombie both count.
+func TestHasChildren(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHasChildrenFresh$", "-test.v")
+	cmd.Env = append(os.Environ(), freshProcessEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("fresh process: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "children: none=false running=true zombie=true reaped=false") {
+		t.Fatalf("fresh process reported:\n%s", out)
+	}
+}
+
+func TestHasChildrenFresh(t *testing.T) {
+	if os.Getenv(freshProcessEnv) == "" {
+		return // TestHasChildren runs it in a process of its own
+	}
+	none := hasChildren()
+	p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", "exit 0"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := hasChildren()
+	// Wait until it is a zombie, leaving it one (WNOWAIT).
+	const pPID = 1 // P_PID, linux/wait.h
+	var info [128]byte
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(p.Pid), uintptr(unsafe.Pointer(&info[0])),
+			syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		if errno == 0 {
+			break
+		}
+		if errno != syscall.EINTR {
+			t.Fatal(errno)
+		}
+	}
+	zombie := hasChildren()
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("children: none=%v running=%v zombie=%v reaped=%v", none, running, zombie, hasChildren())
 }

@@ -1,0 +1,49 @@
+package mcpserver
+
+import (
+	"bufio"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// BenchmarkNew is the server's share of start-up that is ours to make: a
+// server with its eight tools registered. make bench measures the whole,
+// exec → initialize answered.
+func BenchmarkNew(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		New(nil, "bench")
+	}
+}
+
+// TestToolsWithoutInitializedNotification: Serve registers the tools once
+// the client sends notifications/initialized, or when a request needs
+// them first; a client that never sends the notification still gets
+// every tool, with its output schema.
+func TestToolsWithoutInitializedNotification(t *testing.T) {
+	l := newLedger(t)
+	in, out := servePipes(t, l.svc)
+	w := &wire{in: in, out: bufio.NewReaderSize(out, 1<<20)}
+	w.send(t, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+	assert.Contains(t, w.line(t), `"id":1`)
+	w.send(t, `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-06-18",`+
+		`"capabilities":{},"clientInfo":{"name":"wire","version":"1"}}}`)
+	assert.Contains(t, w.line(t), `"id":2`)
+	w.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`)
+	r := w.reply(t)
+	require.Nil(t, r.Error)
+	var list struct {
+		Tools []struct {
+			Name         string          `json:"name"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+		} `json:"tools"`
+	}
+	require.NoError(t, json.Unmarshal(r.Result, &list))
+	require.Len(t, list.Tools, len(toolOutputs()))
+	for _, tool := range list.Tools {
+		assert.Contains(t, string(tool.OutputSchema), `"type":"object"`, tool.Name)
+	}
+}
