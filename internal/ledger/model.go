@@ -139,6 +139,12 @@ type Task struct {
 	Effort          *string  `json:"effort"`
 	// StderrDropped counts the stderr lines and bytes the cap dropped.
 	StderrDropped Dropped `json:"stderr_dropped"`
+	// Worktree is the task's own git worktree; null without isolation.
+	Worktree *Worktree `json:"worktree"`
+	// Diff and Overlaps are recorded when a worktree task ends; null
+	// before that and without isolation.
+	Diff     *Diff     `json:"diff"`
+	Overlaps []Overlap `json:"overlaps"`
 }
 
 // NewTask describes a task to create.
@@ -154,6 +160,8 @@ type NewTask struct {
 	InitiatorID string
 	ExecutorID  string
 	NotifyPath  string
+	// Worktree is the task's own worktree, made before the task (nil: none).
+	Worktree *Worktree
 }
 
 func optional(s string) *string {
@@ -181,10 +189,11 @@ func (n NewTask) record(now time.Time) Task {
 			NotifyPath:  optional(n.NotifyPath),
 			CreatedAt:   Time{now},
 		},
-		Prompt: n.Prompt,
-		Allow:  slices.Clone(allow),
-		Model:  optional(n.Model),
-		Effort: optional(n.Effort),
+		Prompt:   n.Prompt,
+		Allow:    slices.Clone(allow),
+		Model:    optional(n.Model),
+		Effort:   optional(n.Effort),
+		Worktree: cloneWorktree(n.Worktree),
 	}.withPromptPreview()
 }
 
