@@ -59,7 +59,9 @@ func (s *Service) createWorktree(ctx context.Context, req SpawnRequest, ws, id s
 	if s.cfg.WorktreeRoot == "" {
 		return nil, errorf(InvalidRequest, "isolation=%q: this server has no directory for worktrees", IsolationWorktree)
 	}
+	s.adminMu.Lock()
 	wt, err := s.worktrees().Create(ctx, worktree.Request{Workspace: ws, BaseRef: req.BaseRef, TaskID: id, Root: s.cfg.WorktreeRoot})
+	s.adminMu.Unlock()
 	if we := (*worktree.Error)(nil); errors.As(err, &we) {
 		switch we.Code {
 		case worktree.NotARepository, worktree.BareRepository, worktree.UnknownRef, worktree.AddRefused,
@@ -80,7 +82,10 @@ func (s *Service) dropWorktree(wt *worktree.Worktree) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), WorktreeBound)
 	defer cancel()
-	if _, err := s.worktrees().Remove(ctx, *wt, true); err != nil {
+	s.adminMu.Lock()
+	_, err := s.worktrees().Remove(ctx, *wt, true)
+	s.adminMu.Unlock()
+	if err != nil {
 		s.log.Error("removing the worktree of a task not recorded", "path", wt.Path, "err", err)
 	}
 }

@@ -70,6 +70,8 @@ type taskRun struct {
 	wt       *worktree.Worktree
 	diff     *worktree.Diff
 	overlaps []worktree.Overlap
+	// wtRemoved: cleanup removed the worktree; under Service.cleanMu.
+	wtRemoved bool
 
 	lost     error // the first record the ledger refused; the task fails with it
 	lostMore int   // records refused after that one, logged in all at the end

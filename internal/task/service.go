@@ -150,6 +150,13 @@ type Service struct {
 	// endMu orders the ends of worktree tasks (their diffs and overlaps),
 	// before Service.mu and any taskRun's mu.
 	endMu sync.Mutex
+	// cleanMu runs one worktree cleanup at a time, before every other lock.
+	cleanMu sync.Mutex
+	// adminMu runs one git worktree add or remove at a time: two at once
+	// in one repository can read each other's half-written administrative
+	// files (".git/worktrees/<id>/commondir"). Held only around git, with
+	// no other lock.
+	adminMu sync.Mutex
 
 	mu       sync.Mutex
 	runs     map[string]*taskRun // by task id
