@@ -37,8 +37,10 @@ func measureWorktree(ctx context.Context, e *env, t *table) error {
 		}
 	}
 	n := e.cfg.worktreeFiles
+	name := func(i int) string { return filepath.Join(fmt.Sprintf("dir%03d", i/100), fmt.Sprintf("file%03d.txt", i%100)) }
+	changed := name(n / 2)
 	for i := range n {
-		name := filepath.Join(fmt.Sprintf("dir%03d", i/100), fmt.Sprintf("file%03d.txt", i%100))
+		name := name(i)
 		for _, top := range []string{repo, plain} {
 			p := filepath.Join(top, name)
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -67,7 +69,7 @@ func measureWorktree(ctx context.Context, e *env, t *table) error {
 			return err
 		}
 		created := time.Since(t0)
-		if err := os.WriteFile(filepath.Join(wt.Path, "dir050", "file050.txt"), []byte("changed\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(wt.Path, changed), []byte("changed\n"), 0o644); err != nil {
 			return err
 		}
 		t1 := time.Now()
