@@ -1,9 +1,11 @@
 package mcpserver
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -215,4 +217,38 @@ func TestWorktreeDiffFailureKeepsTheOutcome(t *testing.T) {
 	evs := r.events(t, id, "diff_failed")
 	require.Len(t, evs, 1)
 	assert.NotEmpty(t, evs[0]["message"])
+}
+
+func TestWorktreeOverlapsOfTasksEndingTogether(t *testing.T) {
+	g := newGitSetup(t)
+	r := newRig(t, rigOptions{git: g})
+	repo := g.repo(t, map[string]string{"shared.txt": "s\n"})
+	entries := make([]map[string]any, 6)
+	for i := range entries {
+		entries[i] = map[string]any{"prompt": script(writeStep("shared.txt", fmt.Sprintf("task %d\n", i)))}
+	}
+	out := call(t, r.cs, "spawn_tasks", map[string]any{"tasks": entries,
+		"defaults": map[string]any{"agent": "fake", "workspace": repo, "isolation": "worktree"}})
+	var ids []string
+	for _, e := range out["tasks"].([]any) {
+		ids = append(ids, e.(map[string]any)["task_id"].(string))
+	}
+	for _, id := range ids {
+		r.wait(t, id)
+	}
+	for _, id := range ids {
+		rec := call(t, r.cs, "get_task", map[string]any{"task_id": id})
+		var named []string
+		for _, o := range rec["overlaps"].([]any) {
+			named = append(named, o.(map[string]any)["task_id"].(string))
+		}
+		var want []string
+		for _, other := range ids {
+			if other != id {
+				want = append(want, other)
+			}
+		}
+		slices.Sort(want)
+		assert.Equal(t, want, named, "task %s names every other", id)
+	}
 }
