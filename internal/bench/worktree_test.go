@@ -37,7 +37,9 @@ func measureWorktree(ctx context.Context, e *env, t *table) error {
 		}
 	}
 	n := e.cfg.worktreeFiles
-	name := func(i int) string { return filepath.Join(fmt.Sprintf("dir%03d", i/100), fmt.Sprintf("file%03d.txt", i%100)) }
+	name := func(i int) string {
+		return filepath.Join(fmt.Sprintf("dir%03d", i/100), fmt.Sprintf("file%03d.txt", i%100))
+	}
 	changed := name(n / 2)
 	for i := range n {
 		name := name(i)
