@@ -14,12 +14,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/envfile"
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
 	"github.com/symm-mcp/symm-mcp/internal/notify"
@@ -298,7 +300,25 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 	svc := task.New(task.Config{
 		Store: led, Agents: agents.Default(), Supervisor: sup, Markers: markers,
 		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: buildVersion(),
-		Getenv: func(k string) string { return envValue(env.all, k) },
+		Getenv:       func(k string) string { return envValue(env.all, k) },
+		WorktreeRoot: worktreeRoot(o, log),
 	})
 	return svc, markers, nil
+}
+
+// worktreeRoot is where isolation="worktree" puts worktrees: under the
+// daemon's state directory (set for serve), else under the default one
+// ($XDG_STATE_HOME/symm-mcp, else ~/.local/state/symm-mcp). "" when
+// neither can be named: the tasks that ask for a worktree are refused.
+func worktreeRoot(o options, log *slog.Logger) string {
+	dir := o.stateDir
+	if dir == "" {
+		d, err := daemon.DefaultStateDir(daemon.Env{UID: os.Geteuid()})
+		if err != nil {
+			log.Warn("no directory for worktrees: isolation=worktree is refused", "err", err)
+			return ""
+		}
+		dir = d
+	}
+	return filepath.Join(dir, "worktrees")
 }

@@ -25,7 +25,7 @@ var (
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	deadline  = flag.Duration("deadline", 4*time.Minute, "the most the whole harness may take")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages, tasks, shared, durable, restart); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -66,6 +66,8 @@ type config struct {
 	smallTasks    int // finished small tasks whose memory is read
 	restartTasks  int // tasks in the store a daemon restarts on
 	restartEvents int // events in it
+	worktreeFiles int // files of the repository worktrees are made of
+	fleet         int // tasks of one spawn_tasks call
 }
 
 func fullScale() config {
@@ -74,7 +76,7 @@ func fullScale() config {
 		turn: 100_000, every: 10, wakeSamples: 15,
 		streams: 64, streamUpdates: 20_000,
 		bigLog: 1_000_000, smallLog: 100, pageSamples: 31,
-		smallTasks:   20_000,
+		smallTasks: 20_000, worktreeFiles: 10_000, fleet: 64,
 		restartTasks: 10_000, restartEvents: 1_000_000,
 	}
 }
@@ -107,6 +109,8 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"shared", measureShared},
 		{"durable", measureDurable},
 		{"restart", measureRestart},
+		{"worktree", measureWorktree},
+		{"fleet", measureFleet},
 	}
 	failed := false
 	for _, s := range steps {
@@ -159,7 +163,7 @@ func TestHarness(t *testing.T) {
 		server: filepath.Join(dir, "symm-mcp"), agent: filepath.Join(dir, "fake-acp-agent"),
 		reps: 1, execSamples: 3, spawnSamples: 3, ledger: 10, turn: 2000, every: 10, wakeSamples: 2,
 		streams: 4, streamUpdates: 500, bigLog: 2000, smallLog: 100, pageSamples: 3,
-		smallTasks: 200, restartTasks: 20, restartEvents: 2000,
+		smallTasks: 200, restartTasks: 20, restartEvents: 2000, worktreeFiles: 300, fleet: 8,
 	}
 	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent"} {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
@@ -175,7 +179,8 @@ func TestHarness(t *testing.T) {
 	for _, name := range []string{"exec → initialize", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
 		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
-		"daemon restart", "list_tasks first page"} {
+		"daemon restart", "list_tasks first page",
+		"worktree creation", "worktree diff of one change", "spawn_tasks of"} {
 		assert.Contains(t, out.String(), name)
 	}
 }

@@ -144,6 +144,12 @@ type Task struct {
 	// equal; both are present only with a key.
 	IdempotencyKey  *string `json:"idempotency_key,omitempty"`
 	ArgumentsSHA256 *string `json:"arguments_sha256,omitempty"`
+	// Worktree is the task's own git worktree; null without isolation.
+	Worktree *Worktree `json:"worktree"`
+	// Diff and Overlaps are recorded when a worktree task ends; null
+	// before that and without isolation.
+	Diff     *Diff     `json:"diff"`
+	Overlaps []Overlap `json:"overlaps"`
 }
 
 // NewTask describes a task to create.
@@ -163,6 +169,8 @@ type NewTask struct {
 	// refuses it to another with a *KeyTakenError.
 	IdempotencyKey  string
 	ArgumentsSHA256 string
+	// Worktree is the task's own worktree, made before the task (nil: none).
+	Worktree *Worktree
 }
 
 func optional(s string) *string {
@@ -196,6 +204,7 @@ func (n NewTask) record(now time.Time) Task {
 		Effort:          optional(n.Effort),
 		IdempotencyKey:  optional(n.IdempotencyKey),
 		ArgumentsSHA256: optional(n.ArgumentsSHA256),
+		Worktree:        cloneWorktree(n.Worktree),
 	}.withPromptPreview()
 }
 

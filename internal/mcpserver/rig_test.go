@@ -69,10 +69,14 @@ type rig struct {
 	svc     *task.Service
 	cs      *mcp.ClientSession
 	markers *notify.Markers
+	binDir  string // the agents' PATH
 }
 
 type rigOptions struct {
 	markers bool
+	// git puts git on the agents' PATH and gives the service a worktree
+	// root and git an environment of its own (isolation_test.go).
+	git *gitSetup
 }
 
 func newRig(t *testing.T, o rigOptions) *rig {
@@ -82,12 +86,18 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	for _, a := range adapters {
 		require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
 	}
+	if o.git != nil {
+		require.NoError(t, os.Symlink(o.git.bin, filepath.Join(bin, "git")))
+	}
 	env := append(withoutEnv(os.Environ(), "PATH", fakeagent.ConfigEnv), "PATH="+bin)
 	sup := supervisor.New(supervisor.Config{Env: env, Timeouts: testTimeouts, Subreaper: true})
-	r := &rig{}
+	r := &rig{binDir: bin}
 	cfg := task.Config{
 		Store: store.New(), Agents: agents.NewRegistry(adapters...), Supervisor: sup,
 		Workspace: t.TempDir(), Getenv: func(k string) string { return lookupEnv(env, k) },
+	}
+	if o.git != nil {
+		cfg.WorktreeRoot, cfg.GitEnv = o.git.root, o.git.env
 	}
 	if o.markers {
 		uid := os.Geteuid()

@@ -27,14 +27,16 @@ import (
 // toolOutputs is the documented shape of each tool's reply.
 func toolOutputs() map[string]reflect.Type {
 	return map[string]reflect.Type{
-		describeAgentTool.tool.Name: describeAgentTool.output,
-		spawnTaskTool.tool.Name:     spawnTaskTool.output,
-		getTaskTool.tool.Name:       getTaskTool.output,
-		getEventsTool.tool.Name:     getEventsTool.output,
-		waitTasksTool.tool.Name:     waitTasksTool.output,
-		listTasksTool.tool.Name:     listTasksTool.output,
-		resolveTaskTool.tool.Name:   resolveTaskTool.output,
-		cancelTaskTool.tool.Name:    cancelTaskTool.output,
+		describeAgentTool.tool.Name:    describeAgentTool.output,
+		spawnTaskTool.tool.Name:        spawnTaskTool.output,
+		getTaskTool.tool.Name:          getTaskTool.output,
+		getEventsTool.tool.Name:        getEventsTool.output,
+		waitTasksTool.tool.Name:        waitTasksTool.output,
+		listTasksTool.tool.Name:        listTasksTool.output,
+		resolveTaskTool.tool.Name:      resolveTaskTool.output,
+		cancelTaskTool.tool.Name:       cancelTaskTool.output,
+		spawnTasksTool.tool.Name:       spawnTasksTool.output,
+		cleanupWorktreesTool.tool.Name: cleanupWorktreesTool.output,
 	}
 }
 

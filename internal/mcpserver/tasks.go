@@ -37,6 +37,8 @@ type spawnArgs struct {
 	SessionID   string   `json:"session_id,omitempty" jsonschema:"resume this agent session (same agent and workspace) instead of starting a new one"`
 	InitiatorID string   `json:"initiator_id,omitempty" jsonschema:"descriptive label of who dispatched the task; grants nothing"`
 	ExecutorID  string   `json:"executor_id,omitempty" jsonschema:"descriptive label of who executes the task; grants nothing"`
+	Isolation   string   `json:"isolation,omitempty" jsonschema:"none (default): the agent works in workspace itself; worktree: in a git worktree of its own, on branch symm/<task_id>"`
+	BaseRef     string   `json:"base_ref,omitempty" jsonschema:"with isolation=worktree: the branch, tag or commit to start from; default HEAD"`
 	spawnRetry
 }
 
@@ -55,16 +57,22 @@ var spawnTaskTool = toolDef[spawnArgs]{
 	},
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
+		s.Properties["isolation"].Enum = enum(task.Isolations)
 	},
 	output: reflect.TypeFor[store.Task](),
 }
 
 func (h handlers) spawnTask(ctx context.Context, a spawnArgs) (json.RawMessage, error) {
-	return h.svc.Spawn(ctx, task.SpawnRequest{
+	return h.svc.Spawn(ctx, a.request())
+}
+
+func (a spawnArgs) request() task.SpawnRequest {
+	return task.SpawnRequest{
 		Agent: a.Agent, Prompt: a.Prompt, Workspace: a.Workspace, Allow: a.Allow, Model: a.Model,
 		Effort: a.Effort, SessionID: a.SessionID, InitiatorID: a.InitiatorID, ExecutorID: a.ExecutorID,
 		IdempotencyKey: a.IdempotencyKey,
-	})
+		Isolation:      task.Isolation(a.Isolation), BaseRef: a.BaseRef,
+	}
 }
 
 // --- get_task

@@ -26,6 +26,8 @@ type spawnArguments struct {
 	SessionID   string   `json:"session_id"`
 	InitiatorID string   `json:"initiator_id"`
 	ExecutorID  string   `json:"executor_id"`
+	Isolation   string   `json:"isolation"`
+	BaseRef     string   `json:"base_ref"`
 }
 
 // checkIdempotencyKey refuses a key over the bound or not UTF-8 (the
@@ -48,9 +50,14 @@ func argumentsDigest(req SpawnRequest, workspace string) string {
 	if allow == nil {
 		allow = []string{}
 	}
+	isolation := req.Isolation
+	if isolation == "" {
+		isolation = IsolationNone
+	}
 	b, err := json.Marshal(spawnArguments{
 		Agent: req.Agent, Prompt: req.Prompt, Workspace: workspace, Allow: allow, Model: req.Model,
 		Effort: req.Effort, SessionID: req.SessionID, InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID,
+		Isolation: string(isolation), BaseRef: req.BaseRef,
 	})
 	if err != nil {
 		panic("task: encoding spawn arguments: " + err.Error()) // strings only

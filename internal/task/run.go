@@ -14,6 +14,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+	"github.com/symm-mcp/symm-mcp/internal/worktree"
 )
 
 // Coalescing of streamed text: pending message or thought text is recorded
@@ -63,6 +64,15 @@ type taskRun struct {
 	reported   store.Dropped // as the last stderr_dropped event said
 	reportedAt time.Time
 
+	// wt is the task's worktree (nil: none), set before the run is known
+	// to others and never changed. diff and overlaps are its end's, under
+	// Service.endMu.
+	wt       *worktree.Worktree
+	diff     *worktree.Diff
+	overlaps []worktree.Overlap
+	// wtRemoved: cleanup removed the worktree; under Service.cleanMu.
+	wtRemoved bool
+
 	lost     error // the first record the ledger refused; the task fails with it
 	lostMore int   // records refused after that one, logged in all at the end
 	stopping bool  // the run was asked to stop for lost
@@ -82,6 +92,7 @@ func (r *taskRun) failStart(msg string) {
 // error event naming msg, or cancelled (a stop came before the start),
 // unless a record was lost meanwhile: then failed with that loss.
 func (r *taskRun) endUnstarted(to store.Status, msg string) {
+	r.endWorktree()
 	r.mu.Lock()
 	if to == store.Cancelled && r.lost != nil {
 		to, msg = store.Failed, r.lost.Error()
@@ -530,6 +541,7 @@ func (r *taskRun) reportDroppedLocked(now time.Time) {
 // Exited implements supervisor.Sink: pending text, then the error that
 // explains a failure, process_exited, and the terminal status_changed.
 func (r *taskRun) Exited(x supervisor.Exit) {
+	r.endWorktree()
 	r.mu.Lock()
 	// What the run still holds goes to the ledger before the outcome is
 	// decided: a record lost now fails the task too.

@@ -3,7 +3,8 @@
 // agent's process to the supervisor and its conversation to an ACP session,
 // and records what comes back as events.
 //
-// Lock order: Service.mu, then a taskRun's mu, then the store's own locks.
+// Lock order: Service.endMu, then Service.mu, then a taskRun's mu, then
+// the store's own locks.
 // Neither lock is held across supervisor calls, marker I/O or waiting.
 package task
 
@@ -16,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -41,6 +43,9 @@ type Supervisor interface {
 	Stop(ctx context.Context, id supervisor.RunID)
 	Shutdown(ctx context.Context) error
 	LookPath(name string) (string, error)
+	// RunCommand runs a helper command (git) whose exit status the
+	// subreaper must leave to it.
+	RunCommand(cmd *exec.Cmd) error
 }
 
 // Ledger is what the service needs of the store: *store.Store, or a
@@ -124,6 +129,12 @@ type Config struct {
 	// StderrCap bounds the encoded stderr events a task keeps; past it the
 	// oldest are dropped and counted. Zero or less keeps everything.
 	StderrCap int64
+	// WorktreeRoot is where isolation="worktree" makes worktrees
+	// ($XDG_STATE_HOME/symm-mcp/worktrees, or the daemon's state
+	// directory's); "" refuses isolation. GitEnv is git's environment
+	// (nil: the server's own).
+	WorktreeRoot string
+	GitEnv       []string
 	// Version is symm-mcp's, told to the agents in ACP initialize.
 	Version string
 	Logger  *slog.Logger
@@ -135,6 +146,17 @@ type Service struct {
 	cfg   Config
 	log   *slog.Logger
 	slots acpsession.IngestSlots // shared by the tasks' session readers
+
+	// endMu orders the ends of worktree tasks (their diffs and overlaps),
+	// before Service.mu and any taskRun's mu.
+	endMu sync.Mutex
+	// cleanMu runs one worktree cleanup at a time, before every other lock.
+	cleanMu sync.Mutex
+	// adminMu runs one git worktree add or remove at a time: two at once
+	// in one repository can read each other's half-written administrative
+	// files (".git/worktrees/<id>/commondir"). Held only around git, with
+	// no other lock.
+	adminMu sync.Mutex
 
 	mu       sync.Mutex
 	runs     map[string]*taskRun // by task id
@@ -173,6 +195,10 @@ type SpawnRequest struct {
 	// IdempotencyKey, when not "", makes a retry with the same arguments
 	// return the task the first call created.
 	IdempotencyKey string
+	// Isolation is IsolationNone ("" too) or IsolationWorktree; BaseRef
+	// only goes with IsolationWorktree.
+	Isolation Isolation
+	BaseRef   string
 }
 
 func (s *Service) workspace(ws string) (string, error) {
@@ -196,43 +222,77 @@ func (s *Service) workspace(ws string) (string, error) {
 // process runs (or failed to start); the rest happens in the background.
 // Cancelling ctx bounds only the start itself.
 func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage, error) {
+	p, err := s.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	return s.start(ctx, p)
+}
+
+// spawnPlan is a checked spawn request: what start needs, with nothing
+// made yet.
+type spawnPlan struct {
+	req     SpawnRequest
+	adapter *agents.Adapter
+	areq    agents.Request
+	ws      string
+}
+
+// prepare checks a spawn request without side effects.
+func (s *Service) prepare(req SpawnRequest) (spawnPlan, error) {
 	adapter, ok := s.cfg.Agents.Lookup(req.Agent)
 	if !ok {
-		return nil, errorf(UnknownAgent, "no agent named %q (registered: %s)", req.Agent, strings.Join(s.cfg.Agents.Names(), ", "))
+		return spawnPlan{}, errorf(UnknownAgent, "no agent named %q (registered: %s)", req.Agent, strings.Join(s.cfg.Agents.Names(), ", "))
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
-		return nil, errorf(InvalidRequest, "prompt is empty")
+		return spawnPlan{}, errorf(InvalidRequest, "prompt is empty")
 	}
 	for _, k := range req.Allow {
 		if !permission.Valid(k) {
-			return nil, errorf(InvalidRequest, "allow: %q is not a tool kind", k)
+			return spawnPlan{}, errorf(InvalidRequest, "allow: %q is not a tool kind", k)
 		}
 	}
 	for _, f := range []struct{ name, value string }{
 		{"initiator_id", req.InitiatorID}, {"executor_id", req.ExecutorID}, {"session_id", req.SessionID},
-		{"model", req.Model}, {"effort", req.Effort},
+		{"model", req.Model}, {"effort", req.Effort}, {"base_ref", req.BaseRef},
 	} {
 		if len(f.value) > MaxLabelBytes {
-			return nil, errorf(InvalidRequest, "%s has %d bytes, more than %d", f.name, len(f.value), MaxLabelBytes)
+			return spawnPlan{}, errorf(InvalidRequest, "%s has %d bytes, more than %d", f.name, len(f.value), MaxLabelBytes)
 		}
 	}
 	if err := checkIdempotencyKey(req.IdempotencyKey); err != nil {
-		return nil, err
+		return spawnPlan{}, err
+	}
+	if err := checkIsolation(req); err != nil {
+		return spawnPlan{}, err
 	}
 	areq := agents.Request{Allow: req.Allow, Model: req.Model, Effort: req.Effort}
 	if err := adapter.Check(areq); err != nil {
-		return nil, errorf(InvalidRequest, "%v", err)
+		return spawnPlan{}, errorf(InvalidRequest, "%v", err)
 	}
 	ws, err := s.workspace(req.Workspace)
 	if err != nil {
-		return nil, err
+		return spawnPlan{}, err
 	}
+	return spawnPlan{req: req, adapter: adapter, areq: areq, ws: ws}, nil
+}
 
+// start creates the task of a checked request and starts its agent.
+func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, error) {
+	req, adapter, areq, ws := p.req, p.adapter, p.areq, p.ws
 	digest := ""
 	if req.IdempotencyKey != "" {
 		digest = argumentsDigest(req, ws)
 	}
 	id := uuid.NewString()
+	wt, err := s.createWorktree(ctx, req, ws, id)
+	if err != nil {
+		return nil, err
+	}
+	cwd := ws
+	if wt != nil {
+		cwd = wt.Workdir
+	}
 	notifyPath := ""
 	if s.cfg.Markers != nil {
 		notifyPath = s.cfg.Markers.Path(id)
@@ -240,12 +300,15 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 	startCtx, cancelStart := context.WithCancel(ctx)
 	defer cancelStart()
 	r := newTaskRun(s, id, cancelStart)
+	r.wt = wt
 	if _, err := s.cfg.Store.Create(store.NewTask{
 		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: req.SessionID,
 		InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID, NotifyPath: notifyPath,
 		IdempotencyKey: req.IdempotencyKey, ArgumentsSHA256: digest,
+		Worktree: recordOf(wt),
 	}, s.cfg.Now()); err != nil {
+		s.dropWorktree(wt)
 		if b, ok, err := s.retried(err, req.IdempotencyKey, digest); ok {
 			return b, err
 		}
@@ -271,12 +334,12 @@ func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage,
 		return s.cfg.Store.TaskJSON(id)
 	}
 	params := acpsession.Params{
-		Cwd: ws, Prompt: req.Prompt, ResumeID: req.SessionID, KeepOpen: adapter.KeepSessionOpen,
+		Cwd: cwd, Prompt: req.Prompt, ResumeID: req.SessionID, KeepOpen: adapter.KeepSessionOpen,
 		Settings: launch.Settings, Allow: slices.Clone(req.Allow), RequestTimeout: s.cfg.RequestTimeout,
 		ClientVersion: s.cfg.Version, Slots: s.slots,
 	}
 	spec := supervisor.Spec{
-		Argv: launch.Argv, Env: launch.Env, Dir: ws,
+		Argv: launch.Argv, Env: launch.Env, Dir: cwd,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
 			return acpsession.Start(stdin, stdout, params, r, s.log.With("task", id))
 		},

@@ -30,8 +30,9 @@ const waitDelay = 2 * time.Second
 
 // git runs one executable with one environment.
 type git struct {
-	path string
-	env  []string
+	path   string
+	env    []string
+	runCmd func(*exec.Cmd) error // Manager.Run
 }
 
 // gitError is a git command that failed: its exit status (or the error
@@ -89,7 +90,7 @@ func (m *Manager) lookGit() (*git, error) {
 	// Nothing here talks to a remote, but a hook might: it must fail, not
 	// wait for a password on a terminal the server does not have.
 	clean = append(clean, "GIT_TERMINAL_PROMPT=0")
-	return &git{path: p, env: clean}, nil
+	return &git{path: p, env: clean, runCmd: m.Run}, nil
 }
 
 func isLocalEnv(name string) bool {
@@ -122,7 +123,11 @@ func (g *git) runInput(ctx context.Context, dir string, extraEnv []string, input
 	cmd.Stderr = &stderr
 	ownGroup(cmd)
 	cmd.WaitDelay = waitDelay
-	if err := cmd.Run(); err != nil {
+	run := (*exec.Cmd).Run
+	if g.runCmd != nil {
+		run = g.runCmd
+	}
+	if err := run(cmd); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}

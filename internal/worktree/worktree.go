@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -65,6 +66,10 @@ type Manager struct {
 	// variables that select a repository (GIT_DIR, GIT_INDEX_FILE, ...)
 	// are dropped from it.
 	Env []string
+	// Run runs one git command to its end (nil: cmd.Run). A server that
+	// reaps its children as a subreaper passes a Run that keeps git's exit
+	// status for cmd.Wait (the supervisor's RunCommand).
+	Run func(cmd *exec.Cmd) error
 
 	// uid is who must own Root; nil means os.Geteuid() (tests set it).
 	uid *int

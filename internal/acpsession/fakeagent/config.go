@@ -97,6 +97,7 @@ type Step struct {
 	Fork           *Fork           `json:"fork,omitempty"`
 	CloseStdout    bool            `json:"close_stdout,omitempty"`
 	StopReason     string          `json:"stop_reason,omitempty"`
+	WriteFile      *WriteFile      `json:"write_file,omitempty"`
 
 	// SessionID sends the step's update for another session.
 	SessionID string `json:"session_id,omitempty"`
@@ -167,6 +168,13 @@ type Fork struct {
 	Setsid     bool `json:"setsid,omitempty"`
 }
 
+// WriteFile is a file the agent writes, as an agent editing its
+// workspace does: a relative path is taken from the session's cwd.
+type WriteFile struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
 // actions counts the step's actions; a valid step has one.
 func (s *Step) actions() int {
 	n := 0
@@ -176,7 +184,7 @@ func (s *Step) actions() int {
 		s.RawUpdate != nil, s.Notify != nil, s.Request != nil, s.Stderr != nil, s.Env != nil,
 		s.StderrFlood != nil, s.StdoutRaw != nil, s.WaitForCancel, s.AwaitCancel, s.Hang,
 		s.SleepMs > 0, s.Exit != nil, s.Signal != "", s.Fork != nil,
-		s.CloseStdout, s.StopReason != "",
+		s.CloseStdout, s.StopReason != "", s.WriteFile != nil,
 	} {
 		if set {
 			n++

@@ -193,6 +193,9 @@
 //	                          this process's stdout (process mode), setsid puts
 //	                          them in a session of their own. Their pids go to
 //	                          the request log and to stderr.
+//	{"write_file": {"path": "a.txt", "content": "..."}}   write this file (a
+//	                          relative path is from the session's cwd), as an
+//	                          agent editing its workspace does
 //	{"close_stdout": true}    close stdout, keep running
 //	{"stop_reason": "max_tokens"}   end the turn now with this stop reason
 //

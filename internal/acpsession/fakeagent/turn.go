@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -100,6 +101,14 @@ func (t *turn) step(st *Step) string {
 			t.reply.WriteString(text)
 		}
 		a.sendUpdate(sid, textUpdate("agent_message_chunk", text))
+	case st.WriteFile != nil:
+		path := st.WriteFile.Path
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(t.s.cwd, path)
+		}
+		if err := os.WriteFile(path, []byte(st.WriteFile.Content), 0o644); err != nil {
+			a.stderrLine("write_file: " + err.Error())
+		}
 	case st.StderrFlood != nil:
 		a.stderrFlood(st.StderrFlood.Bytes)
 	case st.StdoutRaw != nil:

@@ -9,6 +9,7 @@ package ledgertest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"ManyCappedLinesPageContiguously", manyCappedLinesPageContiguously},
 		{"UnfilteredPagesSkipDroppedEventsPastTheScanBound", unfilteredPagesSkipDropped},
 		{"EventsAreCappedAtMaxEventBytes", eventsAreCappedAtMaxEventBytes},
+		{"WorktreeFields", worktreeFields},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.test(t, open(t)) })
 	}
@@ -215,7 +217,7 @@ func exactBytes(t *testing.T, l ledger.Ledger) {
 		`"notify_path":"/n/t","created_at":"2026-11-30T05:00:00.123Z","started_at":"2026-11-30T05:00:00.124Z","ended_at":"2026-11-30T05:00:02.123Z"}`
 	record := summary[:len(summary)-1] + `,"resolution_note":"fine","resolved_at":"2026-11-30T05:00:03.123Z",` +
 		`"prompt":"p\n\u2028 \u003cb\u003e","allow":["read","edit"],"model":"m","effort":"high",` +
-		`"stderr_dropped":{"lines":2,"bytes":7}}`
+		`"stderr_dropped":{"lines":2,"bytes":7},"worktree":null,"diff":null,"overlaps":null}`
 	raw, err := l.TaskJSON("t")
 	require.NoError(t, err)
 	assert.Equal(t, record, string(raw))
@@ -873,4 +875,58 @@ func eventsAreCappedAtMaxEventBytes(t *testing.T, l ledger.Ledger) {
 		require.NoError(t, err)
 		assert.Contains(t, string(p.Events[0]), fits[1:len(fits)-1])
 	})
+}
+
+// worktreeFields: a worktree task's record carries its worktree from its
+// creation, and its diff and overlaps, cut to their bounds, from its end.
+func worktreeFields(t *testing.T, l ledger.Ledger) {
+	wt := &ledger.Worktree{Path: "/s/wt/t", Branch: "symm/t", BaseRef: "-x", BaseCommit: "c0ffee", SourceDirty: true}
+	_, err := l.Create(ledger.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: "p", Worktree: wt}, T0)
+	require.NoError(t, err)
+	wt.Path = "/elsewhere" // the ledger keeps its own copy
+	raw, err := l.TaskJSON("t")
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"worktree":{"path":"/s/wt/t","branch":"symm/t","base_ref":"-x","base_commit":"c0ffee","source_dirty":true},"diff":null,"overlaps":null}`)
+
+	files := make([]ledger.FileChange, ledger.MaxDiffFiles+1)
+	for i := range files {
+		files[i] = ledger.FileChange{Path: fmt.Sprintf("f%03d", i), Status: "modified", Insertions: 1}
+	}
+	files[0] = ledger.FileChange{Path: "new", OldPath: "old", Status: "renamed"}
+	overlaps := make([]ledger.Overlap, ledger.MaxOverlapTasks+1)
+	for i := range overlaps {
+		overlaps[i] = ledger.Overlap{TaskID: fmt.Sprintf("o%03d", i), Files: []string{"a", "b", "c", "d", "e", "f"}}
+	}
+	_, err = l.Transition("t", ledger.Starting, T0)
+	require.NoError(t, err)
+	_, err = l.Transition("t", ledger.Running, T0)
+	require.NoError(t, err)
+	ended, err := l.Transition("t", ledger.Succeeded, T0,
+		ledger.SetDiff(ledger.Diff{BaseCommit: "c0ffee", Files: files, Insertions: 501, Deletions: 2}, overlaps))
+	require.NoError(t, err)
+	require.NotNil(t, ended.Diff)
+	assert.Len(t, ended.Diff.Files, ledger.MaxDiffFiles)
+	assert.True(t, ended.Diff.Truncated)
+	assert.Equal(t, 501, ended.Diff.Insertions, "the counts are of every file")
+	assert.Len(t, ended.Overlaps, ledger.MaxOverlapTasks)
+	n := 0
+	for _, o := range ended.Overlaps {
+		require.NotEmpty(t, o.Files, "every task named keeps a file")
+		n += len(o.Files)
+	}
+	assert.LessOrEqual(t, n, ledger.MaxOverlapFiles+ledger.MaxOverlapTasks)
+	raw, err = l.TaskJSON("t")
+	require.NoError(t, err)
+	want, _ := json.Marshal(&ended)
+	assert.Equal(t, string(want), string(raw))
+	assert.Contains(t, string(raw), `"files":[{"path":"new","old_path":"old","status":"renamed","insertions":0,"deletions":0,"binary":false},{"path":"f001"`)
+
+	long := ledger.FileChange{Path: strings.Repeat("p", 4096), Status: "added"}
+	d := ledger.Diff{Files: slices.Repeat([]ledger.FileChange{long}, 20)}
+	NewTask(t, l, "u")
+	u, err := l.Update("u", ledger.SetDiff(d, nil))
+	require.NoError(t, err)
+	assert.Len(t, u.Diff.Files, ledger.MaxDiffPathBytes/4096, "the paths are bounded in bytes")
+	assert.True(t, u.Diff.Truncated)
+	assert.Equal(t, []ledger.Overlap{}, u.Overlaps)
 }

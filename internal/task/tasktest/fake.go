@@ -6,6 +6,7 @@ package tasktest
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"sync"
 
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
@@ -121,3 +122,6 @@ func (f *Supervisor) Shutdown(ctx context.Context) error {
 
 // LookPath implements task.Supervisor: every agent is "installed".
 func (f *Supervisor) LookPath(name string) (string, error) { return "/fake/bin/" + name, nil }
+
+// RunCommand runs cmd.
+func (f *Supervisor) RunCommand(cmd *exec.Cmd) error { return cmd.Run() }

@@ -1,0 +1,203 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/worktree"
+)
+
+// Isolation is how a task's agent shares its workspace.
+type Isolation string
+
+// Isolations.
+const (
+	// IsolationNone: the agent works in the workspace itself (the
+	// original's behaviour).
+	IsolationNone Isolation = "none"
+	// IsolationWorktree: the agent works in a git worktree of its own.
+	IsolationWorktree Isolation = "worktree"
+)
+
+// Isolations lists every isolation, in schema order.
+var Isolations = []Isolation{IsolationNone, IsolationWorktree}
+
+// WorktreeBound bounds each git step of a task's worktree after its start:
+// the diff when it ends, and each removal.
+const WorktreeBound = 30 * time.Second
+
+func checkIsolation(req SpawnRequest) error {
+	switch req.Isolation {
+	case "", IsolationNone:
+		if req.BaseRef != "" {
+			return errorf(InvalidRequest, "base_ref %.80q is only for isolation=%q", req.BaseRef, IsolationWorktree)
+		}
+	case IsolationWorktree:
+	default:
+		return errorf(InvalidRequest, "isolation %.80q is not one of none, worktree", req.Isolation)
+	}
+	return nil
+}
+
+func (s *Service) worktrees() *worktree.Manager {
+	return &worktree.Manager{LookPath: s.cfg.Supervisor.LookPath, Env: s.cfg.GitEnv, Run: s.cfg.Supervisor.RunCommand}
+}
+
+// createWorktree makes the task's worktree when req asks for one (nil
+// otherwise). Refusals a caller can act on are invalid_request naming the
+// cause; nothing is left behind on any error.
+func (s *Service) createWorktree(ctx context.Context, req SpawnRequest, ws, id string) (*worktree.Worktree, error) {
+	if req.Isolation != IsolationWorktree {
+		return nil, nil
+	}
+	if s.cfg.WorktreeRoot == "" {
+		return nil, errorf(InvalidRequest, "isolation=%q: this server has no directory for worktrees", IsolationWorktree)
+	}
+	s.adminMu.Lock()
+	wt, err := s.worktrees().Create(ctx, worktree.Request{Workspace: ws, BaseRef: req.BaseRef, TaskID: id, Root: s.cfg.WorktreeRoot})
+	s.adminMu.Unlock()
+	if we := (*worktree.Error)(nil); errors.As(err, &we) {
+		switch we.Code {
+		case worktree.NotARepository, worktree.BareRepository, worktree.UnknownRef, worktree.AddRefused,
+			worktree.GitMissing, worktree.RootUnusable:
+			return nil, errorf(InvalidRequest, "isolation=%q: %s", IsolationWorktree, we.Msg)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating the worktree: %w", err)
+	}
+	return &wt, nil
+}
+
+// dropWorktree undoes a worktree whose task could not be recorded.
+func (s *Service) dropWorktree(wt *worktree.Worktree) {
+	if wt == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), WorktreeBound)
+	defer cancel()
+	s.adminMu.Lock()
+	_, err := s.worktrees().Remove(ctx, *wt, true)
+	s.adminMu.Unlock()
+	if err != nil {
+		s.log.Error("removing the worktree of a task not recorded", "path", wt.Path, "err", err)
+	}
+}
+
+func recordOf(wt *worktree.Worktree) *store.Worktree {
+	if wt == nil {
+		return nil
+	}
+	return &store.Worktree{Path: wt.Path, Branch: wt.Branch, BaseRef: wt.BaseRef, BaseCommit: wt.BaseCommit, SourceDirty: wt.SourceDirty}
+}
+
+func diffRecord(d worktree.Diff) store.Diff {
+	files := make([]store.FileChange, len(d.Files))
+	for i, f := range d.Files {
+		files[i] = store.FileChange{Path: f.Path, OldPath: f.OldPath, Status: string(f.Status),
+			Insertions: f.Insertions, Deletions: f.Deletions, Binary: f.Binary}
+	}
+	return store.Diff{BaseCommit: d.BaseCommit, Files: files, Insertions: d.Insertions, Deletions: d.Deletions, Truncated: d.Truncated}
+}
+
+func overlapRecords(os []worktree.Overlap) []store.Overlap {
+	out := make([]store.Overlap, len(os))
+	for i, o := range os {
+		out[i] = store.Overlap{TaskID: o.TaskID, Files: o.Files}
+	}
+	return out
+}
+
+// endWorktree runs as a worktree task ends, before its terminal status is
+// recorded, without any lock held: it reads the task's diff and finds the
+// other tasks of the same repository (finished and unresolved: a live one
+// is named by its own end, which adds this task to its record, and this
+// one to it then) whose diffs touch the same files, and adds this task to
+// their overlaps. A diff that fails is an event; the outcome stays.
+func (r *taskRun) endWorktree() {
+	if r.wt == nil {
+		return
+	}
+	s := r.s
+	ctx, cancel := context.WithTimeout(context.Background(), WorktreeBound)
+	d, err := s.worktrees().Diff(ctx, *r.wt)
+	cancel()
+	if err != nil {
+		b, _ := json.Marshal(struct {
+			Message string `json:"message"`
+		}{err.Error()})
+		if _, aerr := s.cfg.Store.Append(r.id, "diff_failed", s.cfg.Now(), b); aerr != nil {
+			s.log.Error("recording a diff that failed", "task", r.id, "diff_err", err, "err", aerr)
+		}
+		return
+	}
+	// One end at a time: of two tasks ending together, the second sees the
+	// first's diff.
+	s.endMu.Lock()
+	defer s.endMu.Unlock()
+	others := map[string]worktree.Diff{}
+	runs := map[string]*taskRun{}
+	s.mu.Lock()
+	for id, o := range s.runs {
+		if o != r && o.wt != nil && o.wt.Repository == r.wt.Repository && o.diff != nil {
+			others[id], runs[id] = *o.diff, o
+		}
+	}
+	s.mu.Unlock()
+	for id := range others {
+		if !s.unresolved(id) {
+			delete(others, id)
+		}
+	}
+	mine := worktree.Overlaps(d, others)
+	for _, ov := range mine {
+		o := runs[ov.TaskID]
+		back := worktree.Overlaps(others[ov.TaskID], map[string]worktree.Diff{r.id: d})
+		o.mu.Lock()
+		o.overlaps = mergeOverlaps(o.overlaps, back)
+		_, err := s.cfg.Store.Update(o.id, store.SetDiff(diffRecord(*o.diff), overlapRecords(o.overlaps)))
+		o.mu.Unlock()
+		if err != nil {
+			s.log.Error("recording an overlap", "task", o.id, "with", r.id, "err", err)
+		}
+	}
+	r.diff, r.overlaps = &d, mine
+	r.mu.Lock()
+	_, err = s.cfg.Store.Update(r.id, store.SetDiff(diffRecord(d), overlapRecords(mine)))
+	r.mu.Unlock()
+	if err != nil {
+		s.log.Error("recording the diff", "task", r.id, "err", err)
+	}
+}
+
+// mergeOverlaps adds add to have, keeping task id order.
+func mergeOverlaps(have, add []worktree.Overlap) []worktree.Overlap {
+	m := map[string]worktree.Overlap{}
+	for _, o := range append(append([]worktree.Overlap{}, have...), add...) {
+		m[o.TaskID] = o
+	}
+	out := make([]worktree.Overlap, 0, len(m))
+	for _, o := range m {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b worktree.Overlap) int { return strings.Compare(a.TaskID, b.TaskID) })
+	return out
+}
+
+// unresolved reports whether the task's record says unresolved.
+func (s *Service) unresolved(id string) bool {
+	b, err := s.cfg.Store.SummaryJSON(id)
+	if err != nil {
+		return false
+	}
+	var sum struct {
+		Resolution store.Resolution `json:"resolution"`
+	}
+	return json.Unmarshal(b, &sum) == nil && sum.Resolution == store.Unresolved
+}
