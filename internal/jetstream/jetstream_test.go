@@ -600,3 +600,72 @@ func TestLostStderrIsDropped(t *testing.T) {
 		assert.NotContains(t, e, `"type":"stderr"`)
 	}
 }
+
+// fillStream leaves the event stream no room for another batch; the
+// returned func lifts the limit.
+func fillStream(t *testing.T, srv *Server) (lift func()) {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := srv.JetStream().Stream(ctx, Stream)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	full := info.Config
+	full.MaxBytes = int64(info.State.Bytes) + 16
+	_, err = srv.JetStream().UpdateStream(ctx, full)
+	require.NoError(t, err)
+	return func() {
+		full.MaxBytes = -1
+		_, err := srv.JetStream().UpdateStream(ctx, full)
+		require.NoError(t, err)
+	}
+}
+
+// TestFlushResumesAfterAFailure: once a timed flush failed (the stream
+// refused its batch), the flusher retries on its own, and events appended
+// after the stream recovered are published without a read, a transition
+// or Close asking for them.
+func TestFlushResumesAfterAFailure(t *testing.T) {
+	srv := start(t, t.TempDir())
+	flushed := make(chan error, 1024)
+	l, err := Open(context.Background(), srv, Options{afterFlush: func(err error) {
+		select {
+		case flushed <- err:
+		default:
+		}
+	}})
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	ledgertest.NewTask(t, l, "t")
+	require.Len(t, ledgertest.All(t, l, "t"), 1)
+	ctx := context.Background()
+	stream, err := srv.JetStream().Stream(ctx, Stream)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	base := info.State.Msgs
+	lift := fillStream(t, srv)
+
+	_, err = l.Append("t", "agent_message", t0, []byte(`{"text":"refused"}`))
+	require.NoError(t, err)
+	for failed := false; !failed; {
+		select {
+		case err := <-flushed:
+			failed = err != nil
+		case <-time.After(10 * time.Second):
+			t.Fatal("the timed flush never ran")
+		}
+	}
+	lift()
+	for i := range 5 {
+		_, err := l.Append("t", "agent_message", t0, fmt.Appendf(nil, `{"i":%d}`, i))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		info, err := stream.Info(ctx)
+		return err == nil && info.State.Msgs > base
+	}, 10*time.Second, time.Millisecond, "the events are published with nothing asking")
+	events := ledgertest.All(t, l, "t")
+	require.Len(t, events, 7)
+	assert.Contains(t, events[1], "refused")
+}

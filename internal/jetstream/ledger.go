@@ -58,6 +58,11 @@ type Options struct {
 	Interval time.Duration
 	// Logger receives what the ledger cannot return (nil discards it).
 	Logger *slog.Logger
+
+	// afterFlush, when set (by tests), is called by the flusher after
+	// each flush with its error: a test waits on it for a flush that
+	// nothing else observes.
+	afterFlush func(error)
 }
 
 // opWait bounds one JetStream round trip of a ledger call; the calls take
