@@ -669,3 +669,36 @@ func TestFlushResumesAfterAFailure(t *testing.T) {
 	require.Len(t, events, 7)
 	assert.Contains(t, events[1], "refused")
 }
+
+// TestUpdateKeepsAnUnflushedTail: a transition whose event the stream
+// refused keeps it as its record's tail; an Update after it (a title)
+// carries the tail forward, so a reopened ledger has the event back and
+// reports no loss.
+func TestUpdateKeepsAnUnflushedTail(t *testing.T) {
+	srv := start(t, t.TempDir())
+	l, err := Open(context.Background(), srv, Options{})
+	require.NoError(t, err)
+	ledgertest.NewTask(t, l, "t")
+	require.Len(t, ledgertest.All(t, l, "t"), 1)
+	lift := fillStream(t, srv)
+	_, err = l.Transition("t", ledger.Starting, t0)
+	require.NoError(t, err, "the record is written, its event waits as the tail")
+	title := "a title"
+	_, err = l.Update("t", ledger.SetTitle(&title))
+	require.NoError(t, err)
+	l.Close()
+	lift()
+
+	l = open(t, srv)
+	assert.Empty(t, l.Losses())
+	st, err := l.Status("t")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.Starting, st)
+	events := ledgertest.All(t, l, "t")
+	require.Len(t, events, 2)
+	assert.Contains(t, events[1], `"seq":2,`)
+	assert.Contains(t, events[1], ledger.EventStatusChanged)
+	rec, err := l.TaskJSON("t")
+	require.NoError(t, err)
+	assert.Contains(t, string(rec), title)
+}
