@@ -236,10 +236,18 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 	return "", s.eofErr(ctx, errTurnCut)
 }
 
+// closeWait bounds session/close (at most the request timeout): the turn
+// has ended, but the task is still running until Run returns, so an agent
+// that offers close and stalls on it would hold back the task's end for
+// the whole request timeout (120 s by default). A close is bookkeeping for
+// the agent, with nothing of the task's left to wait for: one that takes
+// longer is recorded as unanswered, and the process is ended anyway.
+const closeWait = 5 * time.Second
+
 // closeSession sends session/close when the agent advertised it, the
 // adapter allows it and the agent can still answer, and records the answer
-// (Sink.SessionClosed). It is bounded by the request timeout, and its
-// failure is never the session's: Run's outcome stays what the turn made it.
+// (Sink.SessionClosed). It is bounded by closeWait, and its failure is
+// never the session's: Run's outcome stays what the turn made it.
 func (s *Session) closeSession(ctx context.Context, sid acp.SessionId) {
 	s.mu.Lock()
 	offered := s.st.init.AgentCapabilities.SessionCapabilities.Close != nil
@@ -249,7 +257,7 @@ func (s *Session) closeSession(ctx context.Context, sid acp.SessionId) {
 		return
 	}
 	msg := ""
-	err := s.call(ctx, "close_session", func(ctx context.Context) error {
+	err := s.callWithin(ctx, "close_session", min(closeWait, s.timeout), func(ctx context.Context) error {
 		_, err := s.conn.CloseSession(ctx, acp.CloseSessionRequest{SessionId: sid})
 		return err
 	})
@@ -404,8 +412,13 @@ func (e *agentError) Error() string { return fmt.Sprintf("agent failed %s: %s", 
 // call runs one setup request with the request timeout and turns its error
 // into one that names the request.
 func (s *Session) call(ctx context.Context, name string, f func(context.Context) error) error {
+	return s.callWithin(ctx, name, s.timeout, f)
+}
+
+// callWithin is call with the request bounded by timeout.
+func (s *Session) callWithin(ctx context.Context, name string, timeout time.Duration, f func(context.Context) error) error {
 	var err error
-	rctx, cancel := context.WithTimeout(ctx, s.timeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if ctx.Err() == nil { // else do not send a request nobody will wait for
 		if err = f(rctx); err == nil {
@@ -435,7 +448,7 @@ func (s *Session) call(ctx context.Context, name string, f func(context.Context)
 		return s.authRequired(name, refusal)
 	case rctx.Err() != nil:
 		// The SDK reports a deadline as an internal error: look at the context.
-		return fmt.Errorf("agent did not answer %s within %s", name, s.timeout)
+		return fmt.Errorf("agent did not answer %s within %s", name, timeout)
 	case s.connEnded():
 		return s.eofErr(ctx, s.connErr(name))
 	case writeErr != nil:

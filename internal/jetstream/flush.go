@@ -16,11 +16,18 @@ import (
 // events each) and serves them once JetStream acknowledged the batch. A
 // batch goes when BatchBytes are pending, Interval after its first event,
 // or at once when a caller waits on it (a transition, a resolution, a read
-// of a task with pending events, Close).
+// of a task with pending events, Close). A flush that failed is retried
+// on its own, with a backoff from Interval up to retryMax.
 
 // lastSeqEvery bounds how often a flush rewrites a task's record to move
 // its last_seq up (a transition or resolution writes it anyway).
 const lastSeqEvery = 100 * time.Millisecond
+
+// retryMax bounds the backoff of a failed flush: the batches it put back
+// are retried from Interval on, doubling while JetStream keeps refusing
+// them (a full stream is not helped by asking every 2 ms), so that events
+// wait at most this long once it accepts them again.
+const retryMax = time.Second
 
 // Frame flags of an event in a batch.
 const (
@@ -57,6 +64,7 @@ func (l *Ledger) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	armed := false
+	retry := l.opts.Interval
 	for {
 		var reqs []chan error
 		select {
@@ -89,6 +97,20 @@ func (l *Ledger) run() {
 		err := l.flushAll()
 		for _, r := range reqs {
 			r <- err
+		}
+		// A failed flush put its tasks back as pending, and markDirty
+		// wakes the flusher only for the first pending event: without a
+		// retry of its own, they (and every event after them) would wait
+		// for a read, a transition, BatchBytes or Close.
+		if err != nil {
+			timer.Reset(retry)
+			armed = true
+			retry = min(2*retry, max(retryMax, l.opts.Interval))
+		} else {
+			retry = l.opts.Interval
+		}
+		if l.opts.afterFlush != nil {
+			l.opts.afterFlush(err)
 		}
 	}
 }

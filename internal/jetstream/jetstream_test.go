@@ -620,3 +620,105 @@ func TestIdempotencyKeySurvivesReopen(t *testing.T) {
 	require.ErrorAs(t, err, &kt)
 	assert.Equal(t, ledger.KeyTakenError{Key: "k", TaskID: "t1", Digest: "d"}, *kt)
 }
+
+// fillStream leaves the event stream no room for another batch; the
+// returned func lifts the limit.
+func fillStream(t *testing.T, srv *Server) (lift func()) {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := srv.JetStream().Stream(ctx, Stream)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	full := info.Config
+	full.MaxBytes = int64(info.State.Bytes) + 16
+	_, err = srv.JetStream().UpdateStream(ctx, full)
+	require.NoError(t, err)
+	return func() {
+		full.MaxBytes = -1
+		_, err := srv.JetStream().UpdateStream(ctx, full)
+		require.NoError(t, err)
+	}
+}
+
+// TestFlushResumesAfterAFailure: once a timed flush failed (the stream
+// refused its batch), the flusher retries on its own, and events appended
+// after the stream recovered are published without a read, a transition
+// or Close asking for them.
+func TestFlushResumesAfterAFailure(t *testing.T) {
+	srv := start(t, t.TempDir())
+	flushed := make(chan error, 1024)
+	l, err := Open(context.Background(), srv, Options{afterFlush: func(err error) {
+		select {
+		case flushed <- err:
+		default:
+		}
+	}})
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	ledgertest.NewTask(t, l, "t")
+	require.Len(t, ledgertest.All(t, l, "t"), 1)
+	ctx := context.Background()
+	stream, err := srv.JetStream().Stream(ctx, Stream)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	base := info.State.Msgs
+	lift := fillStream(t, srv)
+
+	_, err = l.Append("t", "agent_message", t0, []byte(`{"text":"refused"}`))
+	require.NoError(t, err)
+	for failed := false; !failed; {
+		select {
+		case err := <-flushed:
+			failed = err != nil
+		case <-time.After(10 * time.Second):
+			t.Fatal("the timed flush never ran")
+		}
+	}
+	lift()
+	for i := range 5 {
+		_, err := l.Append("t", "agent_message", t0, fmt.Appendf(nil, `{"i":%d}`, i))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		info, err := stream.Info(ctx)
+		return err == nil && info.State.Msgs > base
+	}, 10*time.Second, time.Millisecond, "the events are published with nothing asking")
+	events := ledgertest.All(t, l, "t")
+	require.Len(t, events, 7)
+	assert.Contains(t, events[1], "refused")
+}
+
+// TestUpdateKeepsAnUnflushedTail: a transition whose event the stream
+// refused keeps it as its record's tail; an Update after it (a title)
+// carries the tail forward, so a reopened ledger has the event back and
+// reports no loss.
+func TestUpdateKeepsAnUnflushedTail(t *testing.T) {
+	srv := start(t, t.TempDir())
+	l, err := Open(context.Background(), srv, Options{})
+	require.NoError(t, err)
+	ledgertest.NewTask(t, l, "t")
+	require.Len(t, ledgertest.All(t, l, "t"), 1)
+	lift := fillStream(t, srv)
+	_, err = l.Transition("t", ledger.Starting, t0)
+	require.NoError(t, err, "the record is written, its event waits as the tail")
+	title := "a title"
+	_, err = l.Update("t", ledger.SetTitle(&title))
+	require.NoError(t, err)
+	l.Close()
+	lift()
+
+	l = open(t, srv)
+	assert.Empty(t, l.Losses())
+	st, err := l.Status("t")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.Starting, st)
+	events := ledgertest.All(t, l, "t")
+	require.Len(t, events, 2)
+	assert.Contains(t, events[1], `"seq":2,`)
+	assert.Contains(t, events[1], ledger.EventStatusChanged)
+	rec, err := l.TaskJSON("t")
+	require.NoError(t, err)
+	assert.Contains(t, string(rec), title)
+}

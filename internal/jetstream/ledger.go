@@ -58,6 +58,11 @@ type Options struct {
 	Interval time.Duration
 	// Logger receives what the ledger cannot return (nil discards it).
 	Logger *slog.Logger
+
+	// afterFlush, when set (by tests), is called by the flusher after
+	// each flush with its error: a test waits on it for a flush that
+	// nothing else observes.
+	afterFlush func(error)
 }
 
 // opWait bounds one JetStream round trip of a ledger call; the calls take
@@ -354,7 +359,17 @@ func (l *Ledger) commit(t *task, now time.Time, change func(*ledger.Task) (typ s
 		t.mu.RLock()
 		before := t.copyLocked()
 		rec := t.copyLocked()
-		rev, seq, lastSeq := t.rev, int64(t.log.n()+1), int64(t.log.acked)
+		rev, seq, lastSeq := t.rev, int64(t.log.n()+1), max(t.lastSeq, int64(t.log.acked))
+		// A write that records no event (an Update) keeps the record's
+		// tail while the stream has not acknowledged it: moving last_seq
+		// back to acked, or dropping the tail, would lose the event of an
+		// unflushed transition at the next Open, unreported.
+		var tailType string
+		var tail []byte
+		if i := int(lastSeq) - 1; lastSeq > int64(t.log.acked) && i < t.log.n() && !t.log.capped(i) {
+			tailType = l.types.load().names[t.log.refs[i].typ]
+			tail = slices.Clone(t.log.event(i))
+		}
 		t.mu.RUnlock()
 		typ, fields, err := change(&rec)
 		if err != nil {
@@ -370,9 +385,9 @@ func (l *Ledger) commit(t *task, now time.Time, change func(*ledger.Task) (typ s
 			var quoted []byte
 			typeID, quoted = l.types.id(typ)
 			ev = encodeEvent(seq, quoted, now, fields)
-			lastSeq = seq
+			lastSeq, tailType, tail = seq, typ, ev
 		}
-		newRev, err := l.kv.Update(ctx, t.key, encodeValue(t.pos, lastSeq, recJSON, typ, ev), rev)
+		newRev, err := l.kv.Update(ctx, t.key, encodeValue(t.pos, lastSeq, recJSON, tailType, tail), rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) && attempt < maxAttempts {
 			if err := l.reload(ctx, t); err != nil {
 				return before, err

@@ -8,6 +8,14 @@
 // task.wmu, which serialize the durable writes of the ledger and of one
 // task, are held across a JetStream round trip; the others guard memory
 // and are never held across I/O.
+//
+// One writer per store: a Ledger takes the seqs of a task's events from its
+// own memory, and batches them without a compare-and-set, so two Ledgers
+// appending to one task would give two events one seq (restore keeps the
+// first). Records are safe (every write is a compare-and-set, and the loser
+// of a race is refused), but events are not; the store's lock keeps a
+// second process out, and a process opens one Ledger per Server (tests
+// open a second to race records or to read).
 package jetstream
 
 import (

@@ -99,7 +99,9 @@ func (r *agentRig) waitForRequest(t *testing.T, id, ws, method string) {
 // a failure or no answer is recorded and is no failure of the task.
 func TestSessionClose(t *testing.T) {
 	keep := &agents.Adapter{Name: "fake_keep_open", Executable: "fake-agent-keep-open", Options: []string{agents.OptAllow}, KeepSessionOpen: true}
-	r := newAgentRig(t, agentRigOptions{requestTimeout: 2 * time.Second, extra: []*agents.Adapter{keep}})
+	// A request timeout far past the test's wait: an unanswered close must
+	// end the task on session/close's own bound, not on this one.
+	r := newAgentRig(t, agentRigOptions{requestTimeout: time.Hour, extra: []*agents.Adapter{keep}})
 	tests := []struct {
 		name  string
 		agent string
@@ -114,7 +116,7 @@ func TestSessionClose(t *testing.T) {
 		{name: "failing", cfg: map[string]any{"close_session": true, "fail_in": map[string]any{"close_session": "busy"}}, close: true,
 			want: map[string]any{"ok": false, "message": `agent failed close_session: {"code":-32603,"message":"busy"}`}},
 		{name: "never answered", cfg: map[string]any{"close_session": true, "hang_in": "close_session"}, close: true,
-			want: map[string]any{"ok": false, "message": "agent did not answer close_session within 2s"}},
+			want: map[string]any{"ok": false, "message": "agent did not answer close_session within 5s"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
