@@ -49,6 +49,9 @@ type FrontConfig struct {
 	Logger *slog.Logger
 	// StartTimeout bounds the wait for a started daemon (0: StartTimeout).
 	StartTimeout time.Duration
+
+	// peerCred reads the listener's credentials; tests inject others.
+	peerCred credFunc
 }
 
 // ErrDaemonStart is a daemon the front could not start.
@@ -87,7 +90,7 @@ func (f *Front) Connect(ctx context.Context) (*net.UnixConn, error) {
 	if err := CheckSocketPath(f.cfg.Socket); err != nil {
 		return nil, err
 	}
-	c, err := dial(ctx, f.cfg.Socket)
+	c, err := dial(ctx, f.cfg.Socket, f.cfg.peerCred)
 	if !errors.Is(err, ErrNotRunning) {
 		return c, err
 	}
@@ -99,13 +102,13 @@ func (f *Front) Connect(ctx context.Context) (*net.UnixConn, error) {
 		return nil, err
 	}
 	defer l.unlock()
-	if c, err := dial(ctx, f.cfg.Socket); !errors.Is(err, ErrNotRunning) {
+	if c, err := dial(ctx, f.cfg.Socket, f.cfg.peerCred); !errors.Is(err, ErrNotRunning) {
 		return c, err
 	}
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}
-	return dial(ctx, f.cfg.Socket)
+	return dial(ctx, f.cfg.Socket, f.cfg.peerCred)
 }
 
 // start runs the daemon detached (its own session, stdin /dev/null, its

@@ -1,0 +1,189 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeListener listens on socket and collects, per connection, what its
+// client sent until the client closed.
+type fakeListener struct {
+	ln   *net.UnixListener
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	got  [][]byte
+	conn func(c *net.UnixConn) // nil: read until EOF
+}
+
+func listenFake(t *testing.T, socket string, conn func(c *net.UnixConn)) *fakeListener {
+	t.Helper()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	require.NoError(t, err)
+	f := &fakeListener{ln: ln, conn: conn}
+	f.wg.Go(func() {
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			f.wg.Go(func() {
+				defer c.Close()
+				if f.conn != nil {
+					f.conn(c)
+					return
+				}
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				b, _ := io.ReadAll(c)
+				f.mu.Lock()
+				f.got = append(f.got, b)
+				f.mu.Unlock()
+			})
+		}
+	})
+	t.Cleanup(f.close)
+	return f
+}
+
+// close stops the listener and waits for its connections to end.
+func (f *fakeListener) close() {
+	_ = f.ln.Close()
+	f.wg.Wait()
+}
+
+func (f *fakeListener) received() [][]byte {
+	f.close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.got
+}
+
+// TestDialRefusesASocketNotOurs: a front, status and shutdown refuse a
+// socket whose directory another user could have made or written, or
+// whose listener runs as another user; they send it nothing and start no
+// daemon.
+func TestDialRefusesASocketNotOurs(t *testing.T) {
+	otherUID := uint32(65534)
+	tests := []struct {
+		name string
+		// setup makes the socket's directory and returns the socket's
+		// path and the credentials the client reads off the listener.
+		setup     func(t *testing.T, dir string) (socket string, cred credFunc)
+		connected bool // the refusal comes after connecting
+	}{
+		{
+			name: "directory of another user, mode 0777",
+			setup: func(t *testing.T, dir string) (string, credFunc) {
+				if os.Geteuid() != 0 {
+					t.Skip("making a directory owned by another user needs root")
+				}
+				d := filepath.Join(dir, "evil")
+				require.NoError(t, os.Mkdir(d, 0o777))
+				require.NoError(t, os.Chmod(d, 0o777))
+				require.NoError(t, os.Chown(d, int(otherUID), int(otherUID)))
+				// The other user's listener: its credentials are that user's.
+				return filepath.Join(d, "symm.sock"), credAs(otherUID)
+			},
+		},
+		{
+			name: "our directory, mode 0777",
+			setup: func(t *testing.T, dir string) (string, credFunc) {
+				d := filepath.Join(dir, "open")
+				require.NoError(t, os.Mkdir(d, 0o700))
+				require.NoError(t, os.Chmod(d, 0o777))
+				return filepath.Join(d, "symm.sock"), nil
+			},
+		},
+		{
+			name: "a symbolic link to our directory",
+			setup: func(t *testing.T, dir string) (string, credFunc) {
+				d := filepath.Join(dir, "real")
+				require.NoError(t, os.Mkdir(d, 0o700))
+				require.NoError(t, os.Symlink(d, filepath.Join(dir, "link")))
+				return filepath.Join(dir, "link", "symm.sock"), nil
+			},
+		},
+		{
+			name: "our directory, a listener of another user",
+			setup: func(t *testing.T, dir string) (string, credFunc) {
+				d := filepath.Join(dir, "ours")
+				require.NoError(t, os.Mkdir(d, 0o700))
+				return filepath.Join(d, "symm.sock"), credAs(otherUID)
+			},
+			connected: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := shortDir(t)
+			socket, cred := tt.setup(t, dir)
+			fake := listenFake(t, socket, nil)
+
+			started := false
+			front := NewFront(FrontConfig{
+				Socket: socket, StateDir: filepath.Join(dir, "state"),
+				Daemon: func() *exec.Cmd {
+					started = true
+					return exec.Command("false")
+				},
+				peerCred: cred,
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := front.Connect(ctx)
+			if c != nil {
+				c.Close()
+			}
+			require.Error(t, err, "Connect")
+			var st Status
+			statusErr := control(ctx, socket, verbStatus, &st, cred)
+			require.Error(t, statusErr, "status")
+			var sr ShutdownReply
+			require.Error(t, control(ctx, socket, verbShutdown, &sr, cred), "shutdown")
+			if tt.connected {
+				assert.ErrorIs(t, err, ErrForeignListener)
+				assert.ErrorIs(t, statusErr, ErrForeignListener)
+			} else {
+				var pe *PathError
+				assert.ErrorAs(t, err, &pe)
+				assert.ErrorAs(t, statusErr, &pe)
+				assert.NotErrorIs(t, err, ErrNotRunning, "a refused directory is no missing daemon")
+				if cred == nil { // the public entry points too
+					_, err := QueryStatus(ctx, socket)
+					assert.ErrorAs(t, err, &pe)
+					_, err = RequestShutdown(ctx, socket)
+					assert.ErrorAs(t, err, &pe)
+				}
+			}
+			assert.False(t, started, "no daemon started into a refused directory")
+			assert.False(t, st.Running)
+			for _, b := range fake.received() {
+				assert.Empty(t, b, "nothing sent to the socket")
+			}
+			_, err = os.Stat(filepath.Join(dir, "state"))
+			assert.ErrorIs(t, err, os.ErrNotExist, "no state directory made for a refused socket")
+		})
+	}
+}
+
+// credAs reads a connection's real credentials and replaces the uid.
+func credAs(uid uint32) credFunc {
+	return func(c net.Conn) (*syscall.Ucred, error) {
+		cred, err := peerCred(c)
+		if err != nil {
+			return nil, err
+		}
+		cred.Uid = uid
+		return cred, nil
+	}
+}
