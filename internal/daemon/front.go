@@ -196,7 +196,11 @@ func (l *link) read() {
 	r := bufio.NewReaderSize(l.c, 64<<10)
 	for {
 		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
+		// A line without its newline is what a daemon that died while
+		// writing left: forwarded, it would corrupt the host's stream and
+		// the LostCode answer would follow on the same line. Dropped, its
+		// id stays in flight and gets that answer on a line of its own.
+		if len(line) > 0 && line[len(line)-1] == '\n' {
 			select {
 			case l.lines <- line:
 			case <-l.done:

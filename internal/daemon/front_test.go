@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"os"
@@ -186,4 +188,103 @@ func credAs(uid uint32) credFunc {
 		cred.Uid = uid
 		return cred, nil
 	}
+}
+
+// relayHost runs f.Relay with a pipe as the host; send writes the host's
+// lines, out yields what the host reads, and end closes the host's stdin
+// and returns Relay's result.
+type relayHost struct {
+	in   *io.PipeWriter
+	out  *bufio.Reader
+	done chan error
+}
+
+func startRelay(t *testing.T, f *Front) *relayHost {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	h := &relayHost{in: inW, out: bufio.NewReader(outR), done: make(chan error, 1)}
+	go func() {
+		err := f.Relay(context.Background(), inR, outW)
+		_ = outW.CloseWithError(io.EOF)
+		h.done <- err
+	}()
+	t.Cleanup(func() {
+		_ = inW.Close()
+		_ = outR.Close()
+	})
+	return h
+}
+
+func (h *relayHost) send(t *testing.T, line string) {
+	t.Helper()
+	_, err := io.WriteString(h.in, line+"\n")
+	require.NoError(t, err)
+}
+
+func (h *relayHost) read(t *testing.T) string {
+	t.Helper()
+	line, err := h.out.ReadString('\n')
+	require.NoError(t, err, "a line for the host")
+	return line
+}
+
+func (h *relayHost) end(t *testing.T) error {
+	t.Helper()
+	require.NoError(t, h.in.Close())
+	rest, _ := io.ReadAll(h.out)
+	assert.Empty(t, string(rest), "nothing more for the host")
+	select {
+	case err := <-h.done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Relay did not return")
+		return nil
+	}
+}
+
+// fakeDaemonSocket is a socket in a directory of ours on which conn
+// serves each connection after its first (control) line.
+func fakeDaemonSocket(t *testing.T, conn func(r *bufio.Reader, c *net.UnixConn)) (string, *Front) {
+	t.Helper()
+	dir := shortDir(t)
+	socket := filepath.Join(dir, "symm.sock")
+	listenFake(t, socket, func(c *net.UnixConn) {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		r := bufio.NewReader(c)
+		if first, err := r.ReadString('\n'); err != nil || first != controlPrefix+verbMCP+"\n" {
+			return
+		}
+		conn(r, c)
+	})
+	f := NewFront(FrontConfig{
+		Socket: socket, StateDir: filepath.Join(dir, "state"),
+		Daemon: func() *exec.Cmd { return exec.Command("false") },
+	})
+	return socket, f
+}
+
+// TestDaemonDiesMidLine: a daemon that dies while writing an answer
+// leaves no fragment in the host's stream: the request gets the LostCode
+// answer on a line of its own, and only that.
+func TestDaemonDiesMidLine(t *testing.T) {
+	_, f := fakeDaemonSocket(t, func(r *bufio.Reader, c *net.UnixConn) {
+		if _, err := r.ReadString('\n'); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, `{"jsonrpc":"2.0","id":7,"result":{"content":[{"ty`)
+	})
+	h := startRelay(t, f)
+	h.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"list_tasks"}}`)
+	line := h.read(t)
+	var m struct {
+		ID    json.RawMessage `json:"id"`
+		Error struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(line), &m), "a whole JSON line: %q", line)
+	assert.Equal(t, "7", string(m.ID))
+	assert.Equal(t, LostCode, m.Error.Code)
+	assert.NoError(t, h.end(t))
 }
