@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -209,7 +211,10 @@ func startRelay(t *testing.T, f *Front) *relayHost {
 		_ = outW.CloseWithError(io.EOF)
 		h.done <- err
 	}()
+	// A relay that hangs fails the test rather than the run.
+	hung := time.AfterFunc(20*time.Second, func() { _ = outR.CloseWithError(errors.New("the relay wrote nothing for 20 s")) })
 	t.Cleanup(func() {
+		hung.Stop()
 		_ = inW.Close()
 		_ = outR.Close()
 	})
@@ -287,4 +292,63 @@ func TestDaemonDiesMidLine(t *testing.T) {
 	assert.Equal(t, "7", string(m.ID))
 	assert.Equal(t, LostCode, m.Error.Code)
 	assert.NoError(t, h.end(t))
+}
+
+// TestDaemonStopsReading: a daemon that stops reading does not hold the
+// relay: past the write timeout the connection counts as lost and the
+// request in flight is answered with LostCode.
+func TestDaemonStopsReading(t *testing.T) {
+	release := make(chan struct{})
+	_, f := fakeDaemonSocket(t, func(r *bufio.Reader, c *net.UnixConn) { <-release })
+	t.Cleanup(func() { close(release) }) // before the listener's close waits
+	f.cfg.writeTimeout = 200 * time.Millisecond
+	h := startRelay(t, f)
+	// Far more than a socket's buffers hold.
+	big := strings.Repeat("x", 16<<20)
+	h.send(t, `{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"spawn_task","arguments":{"prompt":"`+big+`"}}}`)
+	var m struct {
+		ID    string `json:"id"`
+		Error struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(h.read(t)), &m))
+	assert.Equal(t, "big", m.ID)
+	assert.Equal(t, LostCode, m.Error.Code)
+	assert.NoError(t, h.end(t))
+}
+
+// TestReencodedIDs: the daemon's SDK answers 1.0 as 1 and a string id
+// with its escapes resolved; those answers settle their requests, so
+// when the connection is lost only the request still unanswered gets the
+// LostCode answer, once.
+func TestReencodedIDs(t *testing.T) {
+	_, f := fakeDaemonSocket(t, func(r *bufio.Reader, c *net.UnixConn) {
+		for range 3 {
+			line, err := r.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			var req struct {
+				ID     any    `json:"id"`
+				Method string `json:"method"`
+			}
+			if json.Unmarshal(line, &req) != nil || req.Method == "tools/call" {
+				return // the last: left unanswered
+			}
+			if n, ok := req.ID.(float64); ok { // as the SDK's MakeID
+				req.ID = int64(n)
+			}
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": map[string]any{}})
+			_, _ = c.Write(append(b, '\n'))
+		}
+	})
+	h := startRelay(t, f)
+	h.send(t, `{"jsonrpc":"2.0","id":1.0,"method":"ping"}`)
+	assert.JSONEq(t, `{"jsonrpc":"2.0","id":1,"result":{}}`, h.read(t))
+	h.send(t, `{"jsonrpc":"2.0","id":"a\u0041\/","method":"ping"}`)
+	assert.JSONEq(t, `{"jsonrpc":"2.0","id":"aA/","result":{}}`, h.read(t))
+	h.send(t, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_tasks"}}`)
+	assert.JSONEq(t, `{"jsonrpc":"2.0","id":3,"error":{"code":-32001,"message":"symm-mcp: the daemon went away before it answered; the request was not retried (a spawn_task may have started its task: list_tasks shows it)"}}`, h.read(t))
+	assert.NoError(t, h.end(t), "and no second answer for 1.0 or the string id")
 }
