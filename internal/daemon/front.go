@@ -359,14 +359,14 @@ func (f *Front) Relay(ctx context.Context, in io.ReadCloser, out io.Writer) erro
 
 // relay is Relay's state; only Relay's goroutine touches it.
 type relay struct {
-	f        *Front
-	out      io.Writer
-	l        *link           // nil: disconnected
+	f   *Front
+	out io.Writer
+	l   *link // nil: disconnected
 	// inflight holds the host's requests not yet answered: the host's
 	// id, by idKey.
 	inflight map[string]json.RawMessage
-	init     []byte          // the host's initialize request
-	inited   []byte          // the host's notifications/initialized
+	init     []byte // the host's initialize request
+	inited   []byte // the host's notifications/initialized
 }
 
 func (r *relay) fromHost(ctx context.Context, line []byte) error {
