@@ -336,7 +336,9 @@ func shutdown(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), mcpserver.ShutdownBound+10*time.Second)
+	// The daemon ends its tasks (ShutdownBound), then its sessions answer
+	// what they read (ShutdownBound each, at once): the wait covers both.
+	ctx, cancel := context.WithTimeout(context.Background(), daemon.ShutdownWait(mcpserver.ShutdownBound, mcpserver.ShutdownBound))
 	defer cancel()
 	reply, err := daemon.RequestShutdown(ctx, o.socket)
 	if errors.Is(err, daemon.ErrNotRunning) {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -59,27 +61,69 @@ type ShutdownReply struct {
 // ErrNotRunning is the answer of a socket no daemon listens on.
 var ErrNotRunning = errors.New("no daemon answers")
 
+// ErrForeignListener is a socket whose listener runs as another user: it
+// is not our daemon, and nothing is sent to it.
+var ErrForeignListener = errors.New("the socket's listener is not our user")
+
+// credFunc reads a connection's peer credentials (SO_PEERCRED); tests
+// inject others.
+type credFunc func(net.Conn) (*syscall.Ucred, error)
+
 // dial connects to the daemon's socket; a socket that is missing or that
-// nobody listens on is ErrNotRunning.
-func dial(ctx context.Context, socket string) (*net.UnixConn, error) {
+// nobody listens on is ErrNotRunning. The client trusts the socket no more
+// than the daemon trusts its clients: with the temporary directory's
+// fallback another local user may have made the directory first and
+// listen in it, and would then read the host's messages or forge a
+// status. So the socket's directory must pass the check the daemon
+// applies (ours, not a link, no group or other write), a *PathError
+// otherwise, and the listener's uid (SO_PEERCRED on our end) must be our
+// euid, ErrForeignListener otherwise; either way nothing is sent.
+func dial(ctx context.Context, socket string, cred credFunc) (*net.UnixConn, error) {
+	uid := os.Geteuid()
+	dir := filepath.Dir(socket)
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		// A daemon started now creates it, and refuses it if someone
+		// else makes it first; the next dial checks it again.
+		return nil, fmt.Errorf("%w on %s", ErrNotRunning, socket)
+	}
+	if err != nil {
+		return nil, &PathError{Path: dir, Err: err}
+	}
+	if err := checkDir(fi, uid, 0o022); err != nil {
+		return nil, &PathError{Path: dir, Err: fmt.Errorf("socket directory refused: %w", err)}
+	}
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", socket)
+	nc, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("%w on %s", ErrNotRunning, socket)
 		}
 		return nil, fmt.Errorf("connecting to %s: %w", socket, err)
 	}
-	return c.(*net.UnixConn), nil
+	c := nc.(*net.UnixConn)
+	if cred == nil {
+		cred = peerCred
+	}
+	cr, err := cred(c)
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("connecting to %s: %w", socket, err)
+	}
+	if cr.Uid != uint32(uid) {
+		_ = c.Close()
+		return nil, fmt.Errorf("%s: %w (it runs as uid %d, we as uid %d)", socket, ErrForeignListener, cr.Uid, uid)
+	}
+	return c, nil
 }
 
 // control sends one control request and decodes its one-line answer into
 // v. ctx bounds the whole exchange.
-func control(ctx context.Context, socket, verb string, v any) error {
+func control(ctx context.Context, socket, verb string, v any, cred credFunc) error {
 	if err := CheckSocketPath(socket); err != nil {
 		return err
 	}
-	c, err := dial(ctx, socket)
+	c, err := dial(ctx, socket, cred)
 	if err != nil {
 		return err
 	}
@@ -116,7 +160,7 @@ func control(ctx context.Context, socket, verb string, v any) error {
 // when none answers.
 func QueryStatus(ctx context.Context, socket string) (Status, error) {
 	var s Status
-	err := control(ctx, socket, verbStatus, &s)
+	err := control(ctx, socket, verbStatus, &s, nil)
 	return s, err
 }
 
@@ -125,6 +169,6 @@ func QueryStatus(ctx context.Context, socket string) (Status, error) {
 // last act); ErrNotRunning when none answers.
 func RequestShutdown(ctx context.Context, socket string) (ShutdownReply, error) {
 	var r ShutdownReply
-	err := control(ctx, socket, verbShutdown, &r)
+	err := control(ctx, socket, verbShutdown, &r, nil)
 	return r, err
 }

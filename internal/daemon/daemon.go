@@ -276,11 +276,29 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	d.release()
 	line, _ := json.Marshal(reply)
 	for _, c := range waiters {
-		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = c.SetWriteDeadline(time.Now().Add(shutdownReplyWrite))
 		_, _ = c.Write(append(line, '\n'))
 		_ = c.Close()
 	}
 	return err
+}
+
+// shutdownReplyWrite bounds the write of a shutdown answer.
+const shutdownReplyWrite = time.Second
+
+// shutdownExitMargin is what ShutdownWait allows a daemon that answered
+// to release its last resources and exit.
+const shutdownExitMargin = 10 * time.Second
+
+// ShutdownWait is how long a shutdown requester must wait for the answer
+// and the exit of a daemon whose tasks' cleanup is bounded by tasksBound
+// (Config.ShutdownBound) and whose sessions answer what they already read
+// within sessionBound. Serve runs those one after the other (the tasks'
+// cleanup, then the sessions' end), so the daemon's worst case is their
+// sum, then the answer's write, then its exit; a requester that gave up
+// sooner would report a daemon still ending as one that failed.
+func ShutdownWait(tasksBound, sessionBound time.Duration) time.Duration {
+	return tasksBound + sessionBound + shutdownReplyWrite + shutdownExitMargin
 }
 
 func (d *Daemon) accept(ctx context.Context) {

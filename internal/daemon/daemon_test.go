@@ -382,3 +382,19 @@ func TestWaitExited(t *testing.T) {
 	assert.ErrorIs(t, WaitExited(ctx, os.Getpid()), context.DeadlineExceeded, "this process runs")
 	assert.NoError(t, WaitExited(context.Background(), 1<<22+1), "no such process")
 }
+
+// TestShutdownWait: a shutdown requester waits out the daemon's whole
+// worst case (the tasks' bound, then the sessions', then the answer),
+// with room for the exit; the arithmetic, not a wait.
+func TestShutdownWait(t *testing.T) {
+	for _, b := range []struct{ tasks, sessions time.Duration }{
+		{30 * time.Second, 30 * time.Second},
+		{time.Second, 45 * time.Second},
+	} {
+		worst := b.tasks + b.sessions + shutdownReplyWrite
+		got := ShutdownWait(b.tasks, b.sessions)
+		assert.Greater(t, got, worst, "tasks %s, sessions %s", b.tasks, b.sessions)
+		assert.Equal(t, worst+shutdownExitMargin, got)
+	}
+	assert.Equal(t, 71*time.Second, ShutdownWait(30*time.Second, 30*time.Second), "symm-mcp shutdown's wait with today's bounds")
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,7 +50,19 @@ type FrontConfig struct {
 	Logger *slog.Logger
 	// StartTimeout bounds the wait for a started daemon (0: StartTimeout).
 	StartTimeout time.Duration
+
+	// peerCred reads the listener's credentials; tests inject others.
+	peerCred credFunc
+	// writeTimeout bounds each write to the daemon (0: WriteTimeout);
+	// tests shorten it.
+	writeTimeout time.Duration
 }
+
+// WriteTimeout bounds each write of the front to the daemon, as the stdio
+// server bounds its writes to its client: a daemon that stops reading
+// would otherwise hold the relay, and a SIGTERM, forever. Past it the
+// connection counts as lost.
+const WriteTimeout = 10 * time.Second
 
 // ErrDaemonStart is a daemon the front could not start.
 var ErrDaemonStart = errors.New("the daemon did not start")
@@ -76,6 +89,9 @@ func NewFront(cfg FrontConfig) *Front {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = StartTimeout
 	}
+	if cfg.writeTimeout == 0 {
+		cfg.writeTimeout = WriteTimeout
+	}
 	return &Front{cfg: cfg, log: cfg.Logger}
 }
 
@@ -87,7 +103,7 @@ func (f *Front) Connect(ctx context.Context) (*net.UnixConn, error) {
 	if err := CheckSocketPath(f.cfg.Socket); err != nil {
 		return nil, err
 	}
-	c, err := dial(ctx, f.cfg.Socket)
+	c, err := dial(ctx, f.cfg.Socket, f.cfg.peerCred)
 	if !errors.Is(err, ErrNotRunning) {
 		return c, err
 	}
@@ -99,13 +115,13 @@ func (f *Front) Connect(ctx context.Context) (*net.UnixConn, error) {
 		return nil, err
 	}
 	defer l.unlock()
-	if c, err := dial(ctx, f.cfg.Socket); !errors.Is(err, ErrNotRunning) {
+	if c, err := dial(ctx, f.cfg.Socket, f.cfg.peerCred); !errors.Is(err, ErrNotRunning) {
 		return c, err
 	}
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}
-	return dial(ctx, f.cfg.Socket)
+	return dial(ctx, f.cfg.Socket, f.cfg.peerCred)
 }
 
 // start runs the daemon detached (its own session, stdin /dev/null, its
@@ -193,7 +209,11 @@ func (l *link) read() {
 	r := bufio.NewReaderSize(l.c, 64<<10)
 	for {
 		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
+		// A line without its newline is what a daemon that died while
+		// writing left: forwarded, it would corrupt the host's stream and
+		// the LostCode answer would follow on the same line. Dropped, its
+		// id stays in flight and gets that answer on a line of its own.
+		if len(line) > 0 && line[len(line)-1] == '\n' {
 			select {
 			case l.lines <- line:
 			case <-l.done:
@@ -277,7 +297,7 @@ func (f *Front) Relay(ctx context.Context, in io.ReadCloser, out io.Writer) erro
 			}
 		}
 	})
-	r := &relay{f: f, out: out, inflight: map[string]bool{}}
+	r := &relay{f: f, out: out, inflight: map[string]json.RawMessage{}}
 	defer func() {
 		if r.l != nil {
 			r.l.close()
@@ -339,12 +359,14 @@ func (f *Front) Relay(ctx context.Context, in io.ReadCloser, out io.Writer) erro
 
 // relay is Relay's state; only Relay's goroutine touches it.
 type relay struct {
-	f        *Front
-	out      io.Writer
-	l        *link           // nil: disconnected
-	inflight map[string]bool // ids of the host's requests not yet answered
-	init     []byte          // the host's initialize request
-	inited   []byte          // the host's notifications/initialized
+	f   *Front
+	out io.Writer
+	l   *link // nil: disconnected
+	// inflight holds the host's requests not yet answered: the host's
+	// id, by idKey.
+	inflight map[string]json.RawMessage
+	init     []byte // the host's initialize request
+	inited   []byte // the host's notifications/initialized
 }
 
 func (r *relay) fromHost(ctx context.Context, line []byte) error {
@@ -378,12 +400,40 @@ func (r *relay) fromHost(ctx context.Context, line []byte) error {
 		r.l = l
 	}
 	for _, e := range reqs {
-		r.inflight[string(e.ID)] = true
+		r.inflight[idKey(e.ID)] = e.ID
 	}
-	if _, err := r.l.c.Write(line); err != nil {
+	if err := r.write(ctx, r.l, line); err != nil {
 		return r.lost(err)
 	}
 	return nil
+}
+
+// write writes one line to the daemon within the write timeout; ctx's end
+// ends it too.
+func (r *relay) write(ctx context.Context, l *link, line []byte) error {
+	stop := context.AfterFunc(ctx, func() { _ = l.c.SetWriteDeadline(time.Now()) })
+	defer stop()
+	_ = l.c.SetWriteDeadline(time.Now().Add(r.f.cfg.writeTimeout))
+	_, err := l.c.Write(line)
+	return err
+}
+
+// idKey is an id as the daemon's MCP SDK sees it: it decodes an id and
+// encodes it anew in its answer (a number becomes an integer, 1.0 comes
+// back 1; a string comes back with its own escapes), so the front matches
+// answers to requests by that value, not by the host's bytes.
+func idKey(id json.RawMessage) string {
+	var v any
+	if json.Unmarshal(id, &v) != nil {
+		return "raw:" + string(id)
+	}
+	switch v := v.(type) {
+	case float64:
+		return "int:" + strconv.FormatInt(int64(v), 10)
+	case string:
+		return "str:" + v
+	}
+	return "raw:" + string(id)
 }
 
 // reattach connects anew and replays the host's initialize (answered to
@@ -399,7 +449,7 @@ func (r *relay) reattach(ctx context.Context) (*link, error) {
 	}
 	m["id"] = json.RawMessage(replayID)
 	replay, _ := json.Marshal(m)
-	if _, err := l.c.Write(append(replay, '\n')); err != nil {
+	if err := r.write(ctx, l, append(replay, '\n')); err != nil {
 		l.close()
 		return nil, err
 	}
@@ -413,7 +463,7 @@ func (r *relay) reattach(ctx context.Context) (*link, error) {
 				return nil, errReplayLost
 			}
 			for _, e := range envelopes(line) {
-				answered = answered || (e.Method == "" && string(e.ID) == replayID)
+				answered = answered || (e.Method == "" && idKey(e.ID) == idKey(json.RawMessage(replayID)))
 			}
 		case <-timeout.C:
 			l.close()
@@ -424,7 +474,7 @@ func (r *relay) reattach(ctx context.Context) (*link, error) {
 		}
 	}
 	if r.inited != nil {
-		if _, err := l.c.Write(r.inited); err != nil {
+		if err := r.write(ctx, l, r.inited); err != nil {
 			l.close()
 			return nil, err
 		}
@@ -437,7 +487,7 @@ func (r *relay) fromDaemon(line []byte) error {
 	if len(r.inflight) > 0 {
 		for _, e := range envelopes(line) {
 			if e.Method == "" && e.hasID() {
-				delete(r.inflight, string(e.ID))
+				delete(r.inflight, idKey(e.ID))
 			}
 		}
 	}
@@ -453,8 +503,8 @@ func (r *relay) lost(why error) error {
 	r.l.close()
 	r.l = nil
 	ids := make([]envelope, 0, len(r.inflight))
-	for id := range r.inflight {
-		ids = append(ids, envelope{ID: json.RawMessage(id)})
+	for _, id := range r.inflight {
+		ids = append(ids, envelope{ID: id})
 	}
 	clear(r.inflight)
 	return r.answerLost(ids, "symm-mcp: the daemon went away before it answered; the request was not retried "+
