@@ -20,11 +20,12 @@ import (
 
 // Store is the in-memory ledger. The zero value is not usable; call New.
 type Store struct {
-	mu    sync.RWMutex      // guards tasks, order and keys
-	tasks map[string]*entry // by task id
-	order []*entry          // creation order
-	keys  map[string]*entry // by idempotency key
-	types *typeTable        // event types of every task's log
+	mu    sync.RWMutex         // guards tasks, order and keys
+	tasks map[string]*entry    // by task id
+	order []*entry             // creation order
+	keys  map[string]keyHolder // by idempotency key
+	names map[string]string    // interned agent names
+	types *typeTable           // event types of every task's log
 }
 
 // entry is one task: its record, the record's encoding and its events.
@@ -42,15 +43,21 @@ type entry struct {
 	summaryEnd int    // taskJSON[:summaryEnd] is the Summary's encoding but its '}'
 	log        eventLog
 
-	// What list filters select by, kept beside the record at rest.
+	// What list filters select by, kept beside the record at rest (agent
+	// interned: a handful of names serve every task).
 	agent, initiator string
 	resolution       Resolution
-	id, digest       string // the task id and ArgumentsSHA256, for a KeyTakenError
 }
+
+// keyHolder is the task that holds an idempotency key, and the digest of
+// the arguments it was spawned with: what a KeyTakenError names. Kept in
+// the key index rather than in every entry, so tasks without a key pay
+// nothing for it.
+type keyHolder struct{ id, digest string }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{tasks: make(map[string]*entry), keys: make(map[string]*entry), types: newTypeTable()}
+	return &Store{tasks: make(map[string]*entry), keys: make(map[string]keyHolder), names: make(map[string]string), types: newTypeTable()}
 }
 
 // recordLocked returns the decoded record, to be changed; mu is held for
@@ -129,12 +136,9 @@ func (s *Store) get(id string) (*entry, error) {
 // Create adds a task in status created and records task_created.
 func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
 	t := n.Record(now)
-	e := &entry{task: &t, agent: t.Agent, id: t.TaskID}
+	e := &entry{task: &t}
 	if t.InitiatorID != nil {
 		e.initiator = *t.InitiatorID
-	}
-	if t.ArgumentsSHA256 != nil {
-		e.digest = *t.ArgumentsSHA256
 	}
 	e.log.types = s.types
 	e.log.append(ledger.EventTaskCreated, now, n.CreatedFields())
@@ -147,11 +151,21 @@ func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
 	}
 	if t.IdempotencyKey != nil {
 		key := *t.IdempotencyKey
-		if held := s.keys[key]; held != nil {
+		if held, ok := s.keys[key]; ok {
 			return Task{}, &ledger.KeyTakenError{Key: key, TaskID: held.id, Digest: held.digest}
 		}
-		s.keys[key] = e
+		h := keyHolder{id: t.TaskID}
+		if t.ArgumentsSHA256 != nil {
+			h.digest = *t.ArgumentsSHA256
+		}
+		s.keys[key] = h
 	}
+	name, ok := s.names[t.Agent]
+	if !ok {
+		name = t.Agent
+		s.names[name] = name
+	}
+	e.agent = name
 	s.tasks[n.ID] = e
 	s.order = append(s.order, e)
 	return t, nil
