@@ -33,8 +33,15 @@ func TestImportRules(t *testing.T) {
 		}
 		return r
 	}
-	for _, leaf := range []string{"ledger", "supervisor", "permission", "notify", "worktree", "envfile", "leakcheck", "syncbuf", "acpsession/fakeagent", "daemon"} {
+	for _, leaf := range []string{"ledger", "fsowner", "supervisor", "permission", "leakcheck", "syncbuf", "acpsession/fakeagent"} {
 		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
+	}
+	// The packages that check who owns a path share one check, and import
+	// nothing else of ours.
+	for _, pkg := range []string{"notify", "worktree", "envfile", "daemon"} {
+		for _, imp := range ours(module + "/internal/" + pkg) {
+			assert.Equal(t, module+"/internal/fsowner", imp, "internal/%s imports nothing of ours but internal/fsowner", pkg)
+		}
 	}
 	// A ledger imports nothing of ours but the ledger contract.
 	for _, l := range []string{"store", "jetstream"} {

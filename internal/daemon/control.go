@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 )
 
 // The control protocol. A connection's first line says what it is:
@@ -90,7 +92,7 @@ func dial(ctx context.Context, socket string, cred credFunc) (*net.UnixConn, err
 	if err != nil {
 		return nil, &PathError{Path: dir, Err: err}
 	}
-	if err := checkDir(fi, uid, 0o022); err != nil {
+	if err := fsowner.CheckDir(fi, uid, 0o022); err != nil {
 		return nil, &PathError{Path: dir, Err: fmt.Errorf("socket directory refused: %w", err)}
 	}
 	var d net.Dialer

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 )
 
 // HTTPHandlerFunc builds the handler of /mcp from the bearer token it must
@@ -80,7 +82,7 @@ func loadToken(stateDir string, uid int) (string, error) {
 	if err != nil {
 		return "", &PathError{Path: path, Err: err}
 	}
-	owner, ok := ownerOf(fi)
+	owner, ok := fsowner.Owner(fi)
 	switch {
 	case !fi.Mode().IsRegular():
 		return "", &PathError{Path: path, Err: errors.New("the HTTP token is not a regular file")}

@@ -3,11 +3,12 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 )
 
 // MaxSocketPath is the longest Unix socket path the system takes: the
@@ -41,7 +42,7 @@ func DefaultSocket(e Env) string {
 	}
 	run := filepath.Join("/run/user", strconv.Itoa(e.UID))
 	if fi, err := os.Lstat(run); err == nil && fi.IsDir() && fi.Mode().Perm() == 0o700 {
-		if owner, ok := ownerOf(fi); ok && owner == e.UID {
+		if owner, ok := fsowner.Owner(fi); ok && owner == e.UID {
 			return filepath.Join(run, "symm-mcp", SocketName)
 		}
 	}
@@ -94,7 +95,7 @@ func prepareSocketDir(dir string, uid int) error {
 	if err != nil {
 		return &PathError{Path: dir, Err: err}
 	}
-	if err := checkDir(fi, uid, 0o022); err != nil {
+	if err := fsowner.CheckDir(fi, uid, 0o022); err != nil {
 		return &PathError{Path: dir, Err: fmt.Errorf("socket directory refused: %w", err)}
 	}
 	return nil
@@ -111,40 +112,11 @@ func PrepareStateDir(dir string, uid int) error {
 	if err != nil {
 		return &PathError{Path: dir, Err: err}
 	}
-	if err := checkDir(fi, uid, 0o077); err != nil {
+	if err := fsowner.CheckDir(fi, uid, 0o077); err != nil {
 		return &PathError{Path: dir, Err: fmt.Errorf("state directory refused: %w", err)}
 	}
 	if err := syscall.Access(dir, 0o2|0o1); err != nil { // W_OK|X_OK
 		return &PathError{Path: dir, Err: fmt.Errorf("the state directory is not writable: %w", err)}
 	}
 	return nil
-}
-
-// checkDir refuses a directory that is a link, not ours, or open to
-// others by any bit of forbidden.
-func checkDir(fi fs.FileInfo, uid int, forbidden fs.FileMode) error {
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return errors.New("it is a symbolic link")
-	case !fi.IsDir():
-		return errors.New("it is not a directory")
-	}
-	owner, ok := ownerOf(fi)
-	switch {
-	case !ok:
-		return errors.New("its owner cannot be read")
-	case owner != uid:
-		return fmt.Errorf("it is owned by uid %d, not %d", owner, uid)
-	case fi.Mode().Perm()&forbidden != 0:
-		return fmt.Errorf("its mode %04o lets group or others in (chmod 700 it)", fi.Mode().Perm())
-	}
-	return nil
-}
-
-func ownerOf(fi fs.FileInfo) (int, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, false
-	}
-	return int(st.Uid), true
 }

@@ -24,6 +24,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 )
 
 // MaxSize bounds the file: an environment larger than this would not fit
@@ -81,7 +83,7 @@ func check(path string, fi fs.FileInfo, uid int) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("env file %s is not a regular file", path)
 	}
-	owner, ok := ownerOf(fi)
+	owner, ok := fsowner.Owner(fi)
 	if !ok {
 		return fmt.Errorf("env file %s: its owner cannot be read: %w", path, ErrInsecure)
 	}

@@ -39,6 +39,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 )
 
 // Config says where markers go.
@@ -155,7 +157,7 @@ func checkBase(fi fs.FileInfo, uid int) error {
 	case !fi.IsDir():
 		return errors.New("the base is not a directory")
 	}
-	owner, ok := ownerOf(fi)
+	owner, ok := fsowner.Owner(fi)
 	switch {
 	case !ok:
 		return errors.New("the owner of the base directory cannot be read")

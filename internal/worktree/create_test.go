@@ -341,7 +341,7 @@ func TestCreateRefusals(t *testing.T) {
 				require.NoError(r.t, os.Chmod(req.Root, 0o777))
 			},
 			code:    RootUnusable,
-			message: []string{"writable by group or others"},
+			message: []string{"lets group or others in"},
 		},
 		{
 			name: "root a symbolic link",

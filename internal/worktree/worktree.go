@@ -48,6 +48,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 )
 
 // BranchPrefix starts the name of every branch Create makes.
@@ -414,7 +416,7 @@ func (m *Manager) prepareRoot(root string, src source) (string, error) {
 	if m.uid != nil {
 		uid = *m.uid
 	}
-	if err := checkRoot(fi, uid); err != nil {
+	if err := fsowner.CheckDir(fi, uid, 0o022); err != nil {
 		return "", newError(RootUnusable, err, "the worktree directory %q cannot be used: %v", root, err)
 	}
 	// The paths git records for its worktrees have their links resolved;
@@ -423,27 +425,6 @@ func (m *Manager) prepareRoot(root string, src source) (string, error) {
 		return "", newError(RootUnusable, err, "the worktree directory %q cannot be used: %v", root, err)
 	}
 	return root, nil
-}
-
-// checkRoot refuses a directory another user could plant a worktree in or
-// swap one out of.
-func checkRoot(fi fs.FileInfo, uid int) error {
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return errors.New("it is a symbolic link")
-	case !fi.IsDir():
-		return errors.New("it is not a directory")
-	}
-	owner, ok := ownerOf(fi)
-	switch {
-	case !ok:
-		return errors.New("its owner cannot be read")
-	case owner != uid:
-		return fmt.Errorf("it is owned by uid %d, not %d", owner, uid)
-	case fi.Mode().Perm()&0o022 != 0:
-		return fmt.Errorf("it is writable by group or others (mode %04o)", fi.Mode().Perm())
-	}
-	return nil
 }
 
 // resolveExisting resolves the symbolic links of the longest existing
