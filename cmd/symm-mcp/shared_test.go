@@ -437,3 +437,66 @@ func TestSurvivingGroupEndedAtNextStart(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, entries, "the record is cleared")
 }
+
+// TestTwoClientsCancelAndResolveAtOnce: two hosts on one daemon cancel the
+// same task at once, then resolve it at once with different verdicts. Both
+// calls of each pair are in flight together; the task is cancelled once,
+// and the resolution it ends with is the one its last task_resolved event
+// records.
+func TestTwoClientsCancelAndResolveAtOnce(t *testing.T) {
+	d := newShared(t, agentPath(t))
+	a, b := d.front(t), d.front(t)
+	prompt := `{"steps":[{"message":"up"},{"hang":true}]}`
+	out := a.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": prompt, "workspace": t.TempDir()})
+	require.Equal(t, "running", out["status"])
+	id := out["task_id"].(string)
+
+	both := func(tool string, argsA, argsB map[string]any) (ra, rb map[string]any) {
+		t.Helper()
+		ida, idb := a.request(t, tool, argsA), b.request(t, tool, argsB)
+		return a.answer(t, ida), b.answer(t, idb)
+	}
+	ca, cb := both("cancel_task", map[string]any{"task_id": id}, map[string]any{"task_id": id})
+	assert.Equal(t, "cancelled", ca["status"], "%v", ca)
+	assert.Equal(t, "cancelled", cb["status"], "%v", cb)
+	ev := a.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_cancelled"}})
+	assert.Len(t, ev["events"], 1, "one cancellation, whoever asked")
+
+	ra, rb := both("resolve_task", map[string]any{"task_id": id, "resolution": "accepted", "note": "a"},
+		map[string]any{"task_id": id, "resolution": "rejected", "note": "b"})
+	assert.Equal(t, "accepted", ra["resolution"], "%v", ra)
+	assert.Equal(t, "rejected", rb["resolution"], "%v", rb)
+	ev = b.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_resolved"}})
+	events := ev["events"].([]any)
+	require.Len(t, events, 2, "both verdicts are recorded, in the order the ledger took them")
+	last := events[1].(map[string]any)
+	final := b.call(t, "get_task", map[string]any{"task_id": id})
+	assert.Equal(t, last["resolution"], final["resolution"], "the record holds the later verdict: %v", events)
+	assert.Equal(t, last["note"], final["resolution_note"])
+}
+
+// request sends a tools/call and returns its id, leaving the answer to be
+// read with answer, so that calls on several sessions are in flight at once.
+func (s *session) request(t *testing.T, tool string, args map[string]any) int {
+	t.Helper()
+	s.next++
+	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": s.next, "method": "tools/call",
+		"params": map[string]any{"name": tool, "arguments": args}})
+	require.NoError(t, err)
+	s.send(t, string(msg))
+	return s.next
+}
+
+// answer reads the structured result of request id.
+func (s *session) answer(t *testing.T, id int) map[string]any {
+	t.Helper()
+	for {
+		m := s.server.next(t)
+		if m["id"] != float64(id) {
+			continue // a notification
+		}
+		res := m["result"].(map[string]any)
+		require.NotEqual(t, true, res["isError"], "%v", res)
+		return res["structuredContent"].(map[string]any)
+	}
+}
