@@ -474,29 +474,3 @@ func TestTwoClientsCancelAndResolveAtOnce(t *testing.T) {
 	assert.Equal(t, last["resolution"], final["resolution"], "the record holds the later verdict: %v", events)
 	assert.Equal(t, last["note"], final["resolution_note"])
 }
-
-// request sends a tools/call and returns its id, leaving the answer to be
-// read with answer, so that calls on several sessions are in flight at once.
-func (s *session) request(t *testing.T, tool string, args map[string]any) int {
-	t.Helper()
-	s.next++
-	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": s.next, "method": "tools/call",
-		"params": map[string]any{"name": tool, "arguments": args}})
-	require.NoError(t, err)
-	s.send(t, string(msg))
-	return s.next
-}
-
-// answer reads the structured result of request id.
-func (s *session) answer(t *testing.T, id int) map[string]any {
-	t.Helper()
-	for {
-		m := s.server.next(t)
-		if m["id"] != float64(id) {
-			continue // a notification
-		}
-		res := m["result"].(map[string]any)
-		require.NotEqual(t, true, res["isError"], "%v", res)
-		return res["structuredContent"].(map[string]any)
-	}
-}
