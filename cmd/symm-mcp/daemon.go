@@ -117,15 +117,8 @@ func serveDaemon(args []string, stderr io.Writer) int {
 			"connection, all sharing one ledger and its agents. symm-mcp --shared attaches to it.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "symm-mcp serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
 	}
 	if *f.showVersion {
 		fmt.Fprintf(stderr, "symm-mcp %s\n", buildVersion())
@@ -279,15 +272,8 @@ func controlFlags(name string, args []string, stderr io.Writer, jsonFlag bool) (
 	if jsonFlag {
 		fs.BoolVar(&asJSON, "json", false, "print the status as one JSON object")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, false, 0, true
-		}
-		return o, false, 2, true
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "symm-mcp %s: unexpected argument %q\n", name, fs.Arg(0))
-		return o, false, 2, true
+	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return o, false, code, true
 	}
 	if err := daemonPaths(&o); err != nil {
 		fmt.Fprintf(stderr, "symm-mcp %s: %v\n", name, err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -74,15 +73,8 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 			"Exit status 1 means an installed agent is unusable.\n\nFlags:\n", task.DescribeDeadline)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "symm-mcp doctor: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
 	}
 	if *envFile != "" {
 		base := cfg.env

@@ -122,15 +122,8 @@ func parse(args []string, stderr io.Writer) (o options, code int, done bool) {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, 0, true
-		}
-		return o, 2, true
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "symm-mcp: unexpected argument %q\n", fs.Arg(0))
-		return o, 2, true
+	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return o, code, true
 	}
 	if *f.showVersion {
 		fmt.Fprintf(stderr, "symm-mcp %s\n", buildVersion())
@@ -321,4 +314,22 @@ func worktreeRoot(o options, log *slog.Logger) string {
 		dir = d
 	}
 	return filepath.Join(dir, "worktrees")
+}
+
+// parseArgs parses args into fs, whose name is the command as its messages
+// print it, and refuses positional arguments. ok false ends the command
+// with code: 0 after -h, 2 on a usage error (the flag package has said
+// which).
+func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
 }
