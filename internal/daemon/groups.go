@@ -42,13 +42,16 @@ func NewGroups(stateDir string, log *slog.Logger) *Groups {
 // leader is gone, it is what tells the group's members from those of a
 // group that reused the pgid.
 func (g *Groups) Started(pgid int, startTime uint64) {
-	var sid int
+	line := strconv.FormatUint(startTime, 10)
+	// A session id of 0 is a real value: in a PID namespace whose session
+	// leader lives outside it (a container), every process reads 0. So a
+	// leader whose stat cannot be read leaves the field out instead.
 	if st, alive := readProcStat(pgid); alive && st.start == startTime {
-		sid = st.session
+		line += " " + strconv.Itoa(st.session)
 	}
+	line += "\n"
 	name := filepath.Join(g.dir, strconv.Itoa(pgid))
 	tmp := name + ".tmp"
-	line := strconv.FormatUint(startTime, 10) + " " + strconv.Itoa(sid) + "\n"
 	err := os.WriteFile(tmp, []byte(line), 0o600)
 	if err == nil {
 		err = os.Rename(tmp, name)
@@ -124,11 +127,12 @@ func (g *Groups) endSurvivors() ([]int, error) {
 }
 
 // groupRecord is one record: the group's pgid, its leader's start time
-// and session id (0: not recorded).
+// (0: not recorded) and session id (hasSID false: not recorded).
 type groupRecord struct {
-	pgid  int
-	start uint64
-	sid   int
+	pgid   int
+	start  uint64
+	sid    int
+	hasSID bool
 }
 
 func parseGroupRecord(pgid int, b []byte) groupRecord {
@@ -138,7 +142,8 @@ func parseGroupRecord(pgid int, b []byte) groupRecord {
 		rec.start, _ = strconv.ParseUint(f[0], 10, 64)
 	}
 	if len(f) > 1 {
-		rec.sid, _ = strconv.Atoi(f[1])
+		sid, err := strconv.Atoi(f[1])
+		rec.sid, rec.hasSID = sid, err == nil
 	}
 	return rec
 }
@@ -182,7 +187,7 @@ func decideGroup(rec groupRecord, leader *procStat, procs []procStat) groupDecis
 	if len(members) == 0 {
 		return groupDecision{}
 	}
-	if rec.start == 0 || rec.sid == 0 {
+	if rec.start == 0 || !rec.hasSID {
 		return groupDecision{why: "its leader is gone and the record cannot tell its members from another group's"}
 	}
 	var d groupDecision

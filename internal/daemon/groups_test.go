@@ -65,7 +65,7 @@ func TestGroupsRecord(t *testing.T) {
 // it is surely the recorded group's.
 func TestDecideGroup(t *testing.T) {
 	const pgid, start, sid = 500, 1000, 77
-	rec := groupRecord{pgid: pgid, start: start, sid: sid}
+	rec := groupRecord{pgid: pgid, start: start, sid: sid, hasSID: true}
 	member := func(pid int, st uint64, session int) procStat {
 		return procStat{pid: pid, pgrp: pgid, session: session, start: st}
 	}
@@ -105,6 +105,13 @@ func TestDecideGroup(t *testing.T) {
 			leftBy: true,
 		},
 		{
+			// In a container whose session leader is outside the PID
+			// namespace every process's session reads 0.
+			name: "leader gone, session 0 recorded (a container)", rec: groupRecord{pgid: pgid, start: start, hasSID: true},
+			procs: []procStat{member(600, start+1, 0), member(601, start+1, 5)},
+			pids:  []int{600}, leftBy: true,
+		},
+		{
 			name: "leader gone, no start recorded", rec: groupRecord{pgid: pgid},
 			procs:  []procStat{member(600, start+1, 0)},
 			leftBy: true,
@@ -121,7 +128,8 @@ func TestDecideGroup(t *testing.T) {
 }
 
 func TestParseGroupRecord(t *testing.T) {
-	assert.Equal(t, groupRecord{pgid: 5, start: 123, sid: 9}, parseGroupRecord(5, []byte("123 9\n")))
+	assert.Equal(t, groupRecord{pgid: 5, start: 123, sid: 9, hasSID: true}, parseGroupRecord(5, []byte("123 9\n")))
+	assert.Equal(t, groupRecord{pgid: 5, start: 123, sid: 0, hasSID: true}, parseGroupRecord(5, []byte("123 0\n")), "session 0 (a container) is a session")
 	assert.Equal(t, groupRecord{pgid: 5, start: 123}, parseGroupRecord(5, []byte("123\n")), "an older daemon's record")
 	assert.Equal(t, groupRecord{pgid: 5}, parseGroupRecord(5, []byte("junk")))
 }
