@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
@@ -271,7 +271,7 @@ func TestLargePromptReplyIsSmall(t *testing.T) {
 	assert.Less(t, len(line), 64<<10, "the reply is small")
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal([]byte(txt), &rec))
-	assert.Equal(t, string([]rune(prompt)[:store.PromptPreviewChars]), rec["prompt"])
+	assert.Equal(t, string([]rune(prompt)[:ledger.PromptPreviewChars]), rec["prompt"])
 	assert.Equal(t, float64(utf8.RuneCountInString(prompt)), rec["prompt_length"])
 	assert.Equal(t, hex.EncodeToString(sum[:]), rec["prompt_sha256"])
 	assert.Equal(t, true, rec["prompt_truncated"])

@@ -69,20 +69,20 @@ func servePipes(t testing.TB, svc Service) (toServer, fromServer *os.File) {
 	return inW, outR
 }
 
-type ledger struct {
+type ledgerRig struct {
 	svc *task.Service
 	sup *tasktest.Supervisor
 	cs  *mcp.ClientSession
 	ws  string
 }
 
-func newLedger(t *testing.T) *ledger {
+func newLedger(t *testing.T) *ledgerRig {
 	t.Helper()
 	sup := tasktest.New()
 	ws := t.TempDir()
 	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: sup, Workspace: ws})
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
-	return &ledger{svc: svc, sup: sup, cs: connect(t, svc), ws: ws}
+	return &ledgerRig{svc: svc, sup: sup, cs: connect(t, svc), ws: ws}
 }
 
 // call invokes a tool and returns its structured result, failing the test
@@ -119,7 +119,7 @@ func text(res *mcp.CallToolResult) string {
 	return b.String()
 }
 
-func (l *ledger) spawn(t *testing.T, extra map[string]any) (string, *tasktest.Run) {
+func (l *ledgerRig) spawn(t *testing.T, extra map[string]any) (string, *tasktest.Run) {
 	t.Helper()
 	args := map[string]any{"agent": "codex", "prompt": "review it", "workspace": l.ws}
 	for k, v := range extra {

@@ -9,7 +9,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 //go:generate go test -run ^TestGeneratedOutputSchemas$ -update
@@ -112,7 +112,7 @@ func describeRawJSON(t reflect.Type, s *jsonschema.Schema) {
 func inferOutput(t reflect.Type) (*jsonschema.Schema, error) {
 	s, err := jsonschema.ForType(t, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 		reflect.TypeFor[json.RawMessage](): undescribedJSON,
-		reflect.TypeFor[store.Time]():      {Type: "string", Format: "date-time"},
+		reflect.TypeFor[ledger.Time]():     {Type: "string", Format: "date-time"},
 	}})
 	if err != nil {
 		return nil, err

@@ -19,7 +19,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -28,10 +28,10 @@ type Service interface {
 	Describe(ctx context.Context, agent, workspace string) (json.RawMessage, error)
 	Spawn(ctx context.Context, req task.SpawnRequest) (json.RawMessage, error)
 	Task(id string) (json.RawMessage, error)
-	Events(req task.EventsRequest) (store.Page, error)
+	Events(req task.EventsRequest) (ledger.Page, error)
 	Wait(ctx context.Context, ids []string, timeout time.Duration) (task.WaitResult, error)
 	ListTasks(req task.ListRequest) (task.TaskList, error)
-	Resolve(id string, resolution store.Resolution, note string) (json.RawMessage, error)
+	Resolve(id string, resolution ledger.Resolution, note string) (json.RawMessage, error)
 	Cancel(ctx context.Context, id string) (json.RawMessage, error)
 	SpawnTasks(ctx context.Context, req task.FleetRequest) (task.FleetResult, error)
 	CleanupWorktrees(ctx context.Context, req task.CleanupRequest) (task.CleanupResult, error)

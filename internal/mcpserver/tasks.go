@@ -9,8 +9,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
-	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -59,7 +59,7 @@ var spawnTaskTool = toolDef[spawnArgs]{
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
 		s.Properties["isolation"].Enum = enum(task.Isolations)
 	},
-	output: reflect.TypeFor[store.Task](),
+	output: reflect.TypeFor[ledger.Task](),
 }
 
 func (h handlers) spawnTask(ctx context.Context, a spawnArgs) (json.RawMessage, error) {
@@ -84,7 +84,7 @@ var getTaskTool = toolDef[taskIDArgs]{
 			"session_id, resolution, timestamps.",
 		Annotations: annotations(true, false, true, false),
 	},
-	output: reflect.TypeFor[store.Task](),
+	output: reflect.TypeFor[ledger.Task](),
 }
 
 func (h handlers) getTask(_ context.Context, a taskIDArgs) (json.RawMessage, error) {
@@ -107,7 +107,7 @@ type eventsArgs struct {
 type eventsOut struct {
 	Cursor  int64             `json:"cursor"`
 	HasMore bool              `json:"has_more"`
-	Status  store.Status      `json:"status"`
+	Status  ledger.Status     `json:"status"`
 	Events  []json.RawMessage `json:"events"`
 }
 
@@ -153,9 +153,9 @@ type waitArgs struct {
 }
 
 type waitOut struct {
-	Completed []store.Summary `json:"completed"`
-	Pending   []store.Summary `json:"pending"`
-	Reason    string          `json:"reason" jsonschema:"terminal or timeout"`
+	Completed []ledger.Summary `json:"completed"`
+	Pending   []ledger.Summary `json:"pending"`
+	Reason    string           `json:"reason" jsonschema:"terminal or timeout"`
 }
 
 var waitTasksTool = toolDef[waitArgs]{
@@ -207,9 +207,9 @@ type listFilters struct {
 }
 
 type listOut struct {
-	Tasks      []store.Summary  `json:"tasks"`
-	NextCursor *string          `json:"next_cursor" jsonschema:"pass as cursor for older tasks; null on the last page"`
-	UsageTotal store.UsageTotal `json:"usage_total" jsonschema:"the usage of the tasks on this page: tokens summed over the tasks, each session's latest cost summed per currency"`
+	Tasks      []ledger.Summary  `json:"tasks"`
+	NextCursor *string           `json:"next_cursor" jsonschema:"pass as cursor for older tasks; null on the last page"`
+	UsageTotal ledger.UsageTotal `json:"usage_total" jsonschema:"the usage of the tasks on this page: tokens summed over the tasks, each session's latest cost summed per currency"`
 }
 
 var listTasksTool = toolDef[listArgs]{
@@ -253,13 +253,13 @@ var resolveTaskTool = toolDef[resolveArgs]{
 		Annotations: annotations(false, false, true, false),
 	},
 	edit: func(s *jsonschema.Schema) {
-		s.Properties["resolution"].Enum = enum(store.Judgements)
+		s.Properties["resolution"].Enum = enum(ledger.Judgements)
 	},
-	output: reflect.TypeFor[store.Task](),
+	output: reflect.TypeFor[ledger.Task](),
 }
 
 func (h handlers) resolveTask(_ context.Context, a resolveArgs) (json.RawMessage, error) {
-	return h.svc.Resolve(a.TaskID, store.Resolution(a.Resolution), a.Note)
+	return h.svc.Resolve(a.TaskID, ledger.Resolution(a.Resolution), a.Note)
 }
 
 // --- cancel_task
@@ -271,7 +271,7 @@ var cancelTaskTool = toolDef[taskIDArgs]{
 			"cleanup could not be confirmed). A finished task is returned unchanged.",
 		Annotations: annotations(false, true, true, true),
 	},
-	output: reflect.TypeFor[store.Task](),
+	output: reflect.TypeFor[ledger.Task](),
 }
 
 func (h handlers) cancelTask(ctx context.Context, a taskIDArgs) (json.RawMessage, error) {

@@ -110,7 +110,7 @@ func (l *eventLog) addRef(r ref) {
 // appendCapped stores an event of a capped type apart, then drops the
 // oldest such events until they hold at most capBytes (the newest is
 // always kept). It returns the event's seq and what it dropped.
-func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capBytes int64) (int64, Dropped) {
+func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capBytes int64) (int64, ledger.Dropped) {
 	seq := int64(l.n) + 1
 	id, types := l.types.id(typ)
 	inner := ledger.CapFields(types.quoted[id], fields)
@@ -120,7 +120,7 @@ func (l *eventLog) appendCapped(typ string, now time.Time, fields []byte, capByt
 	end := l.sideBase + len(l.side) // side indexes in use: [sideBase, end)
 	l.addRef(ref{arena: sideArena, off: uint32(end - 1), n: uint32(len(b)), typ: id})
 
-	var d Dropped
+	var d ledger.Dropped
 	for capBytes > 0 && l.sideLen > capBytes && l.sideOld < end-1 {
 		old := l.side[l.sideOld-l.sideBase]
 		l.side[l.sideOld-l.sideBase] = nil
@@ -223,10 +223,10 @@ func (l *eventLog) event(i int) []byte {
 func (l *eventLog) dropped(r ref) bool { return r.arena == sideArena && int(r.off) < l.sideOld }
 
 // Events reads a page. The events are copies, safe to use after return.
-func (s *Store) Events(id string, q Query) (Page, error) {
+func (s *Store) Events(id string, q ledger.Query) (ledger.Page, error) {
 	e, err := s.get(id)
 	if err != nil {
-		return Page{}, err
+		return ledger.Page{}, err
 	}
 	q.Limit = max(q.Limit, 1)
 	if q.MaxScan <= 0 {
@@ -277,17 +277,17 @@ func (s *Store) Events(id string, q Query) (Page, error) {
 		buf = append(buf, l.event(i)...)
 		events[k] = buf[off:len(buf):len(buf)]
 	}
-	return Page{Events: events, Cursor: cursor, HasMore: cursor < total, Status: e.status}, nil
+	return ledger.Page{Events: events, Cursor: cursor, HasMore: cursor < total, Status: e.status}, nil
 }
 
 // AppendCapped records an event of a capped type (stderr): the task keeps
 // at most capBytes of encoded events of such types, and the oldest are
 // dropped to make room; their seqs are skipped by pages. capBytes <= 0
 // keeps everything. It returns the event's seq and what was dropped now.
-func (s *Store) AppendCapped(id, typ string, now time.Time, fields []byte, capBytes int64) (int64, Dropped, error) {
+func (s *Store) AppendCapped(id, typ string, now time.Time, fields []byte, capBytes int64) (int64, ledger.Dropped, error) {
 	e, err := s.get(id)
 	if err != nil {
-		return 0, Dropped{}, err
+		return 0, ledger.Dropped{}, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

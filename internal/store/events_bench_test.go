@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // Fields of the events a streaming turn records most: a tool call update
@@ -57,7 +59,7 @@ func BenchmarkAppend(b *testing.B) {
 
 func newBenchTask(b *testing.B, s *Store) {
 	b.Helper()
-	if _, err := s.Create(NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
+	if _, err := s.Create(ledger.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -94,7 +96,7 @@ func BenchmarkEvents(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%s", count(n), pos.name), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					p, err := s.Events("t", Query{After: pos.after, Limit: limit, MaxBytes: 1 << 20})
+					p, err := s.Events("t", ledger.Query{After: pos.after, Limit: limit, MaxBytes: 1 << 20})
 					if err != nil || len(p.Events) != limit {
 						b.Fatalf("%d events, %v", len(p.Events), err)
 					}
@@ -104,7 +106,7 @@ func BenchmarkEvents(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/filtered", count(n)), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_, err := s.Events("t", Query{After: 0, Limit: 100, MaxBytes: 1 << 20, Types: []string{"agent_message"}, MaxScan: 10_000})
+				_, err := s.Events("t", ledger.Query{After: 0, Limit: 100, MaxBytes: 1 << 20, Types: []string{"agent_message"}, MaxScan: 10_000})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -137,10 +139,10 @@ func BenchmarkTurn100k(b *testing.B) {
 }
 
 func benchTurn(b *testing.B, s *Store, id string, n int) {
-	if _, err := s.Create(NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
+	if _, err := s.Create(ledger.NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
 		b.Fatal(err)
 	}
-	for _, st := range []Status{Starting, Running} {
+	for _, st := range []ledger.Status{ledger.Starting, ledger.Running} {
 		if _, err := s.Transition(id, st, t0); err != nil {
 			b.Fatal(err)
 		}
@@ -154,12 +156,12 @@ func benchTurn(b *testing.B, s *Store, id string, n int) {
 			b.Fatal(err)
 		}
 	}
-	if _, err := s.Transition(id, Succeeded, t0); err != nil {
+	if _, err := s.Transition(id, ledger.Succeeded, t0); err != nil {
 		b.Fatal(err)
 	}
 	got := 0
 	for after := int64(0); ; {
-		p, err := s.Events(id, Query{After: after, Limit: 100, MaxBytes: 32 << 10})
+		p, err := s.Events(id, ledger.Query{After: after, Limit: 100, MaxBytes: 32 << 10})
 		if err != nil {
 			b.Fatal(err)
 		}

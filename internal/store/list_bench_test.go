@@ -20,10 +20,10 @@ func BenchmarkListMatching(b *testing.B) {
 		if i%100 == 0 {
 			agent = "claude_code"
 		}
-		if _, err := s.Create(NewTask{ID: id, Agent: agent, Workspace: "/w", Prompt: "p", InitiatorID: "lead"}, now); err != nil {
+		if _, err := s.Create(ledger.NewTask{ID: id, Agent: agent, Workspace: "/w", Prompt: "p", InitiatorID: "lead"}, now); err != nil {
 			b.Fatal(err)
 		}
-		for _, st := range []Status{Starting, Running, Succeeded} {
+		for _, st := range []ledger.Status{ledger.Starting, ledger.Running, ledger.Succeeded} {
 			if _, err := s.Transition(id, st, now); err != nil {
 				b.Fatal(err)
 			}
@@ -35,7 +35,7 @@ func BenchmarkListMatching(b *testing.B) {
 	}{
 		{"none", ledger.Filter{}},
 		{"agent 1%", ledger.Filter{Agents: []string{"claude_code"}}},
-		{"status none match", ledger.Filter{Statuses: []Status{Running}}},
+		{"status none match", ledger.Filter{Statuses: []ledger.Status{ledger.Running}}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {

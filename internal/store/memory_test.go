@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // TestLogMemoryFollowsItsEvents: the live heap a small task keeps beyond
@@ -29,7 +31,7 @@ func TestLogMemoryFollowsItsEvents(t *testing.T) {
 
 			before := liveHeap()
 			for _, id := range ids {
-				_, err := s.Create(NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0)
+				_, err := s.Create(ledger.NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0)
 				require.NoError(t, err)
 				for range events - 1 { // task_created is the first
 					_, err := s.Append(id, "tool_call_update", t0, fields)
@@ -43,7 +45,7 @@ func TestLogMemoryFollowsItsEvents(t *testing.T) {
 				raw, err := s.TaskJSON(id)
 				require.NoError(t, err)
 				held += len(raw)
-				p, err := s.Events(id, Query{Limit: events, MaxBytes: 1 << 20})
+				p, err := s.Events(id, ledger.Query{Limit: events, MaxBytes: 1 << 20})
 				require.NoError(t, err)
 				require.Len(t, p.Events, events)
 				for _, e := range p.Events {
@@ -76,19 +78,19 @@ func liveHeap() int64 {
 // summary is served from the same encoding.
 func TestFinishedRecordRestsEncoded(t *testing.T) {
 	s := New()
-	_, err := s.Create(NewTask{
+	_, err := s.Create(ledger.NewTask{
 		ID: "t", Agent: "codex", Workspace: "/w <&> \"q\"", Prompt: "p\n\u2028 <b>", Allow: []string{"read", "edit"},
 		Model: "m", Effort: "high", SessionID: "s-1", InitiatorID: "i", ExecutorID: "x", NotifyPath: "/n/t",
 	}, t0)
 	require.NoError(t, err)
-	_, err = s.Transition("t", Starting, t0)
+	_, err = s.Transition("t", ledger.Starting, t0)
 	require.NoError(t, err)
-	_, err = s.Transition("t", Running, t0)
+	_, err = s.Transition("t", ledger.Running, t0)
 	require.NoError(t, err)
-	_, err = s.Update("t", MergeUsage(Usage{TotalTokens: ptr(int64(12)), Cost: &Cost{Amount: 0.5, Currency: "USD"}, Context: &ContextUsage{Used: 3, Size: 9}}), SetTitle(ptr("a <title>")), SetStderrDropped(Dropped{Lines: 2, Bytes: 7}))
+	_, err = s.Update("t", ledger.MergeUsage(ledger.Usage{TotalTokens: ptr(int64(12)), Cost: &ledger.Cost{Amount: 0.5, Currency: "USD"}, Context: &ledger.ContextUsage{Used: 3, Size: 9}}), ledger.SetTitle(ptr("a <title>")), ledger.SetStderrDropped(ledger.Dropped{Lines: 2, Bytes: 7}))
 	require.NoError(t, err)
 	code := 3
-	ended, err := s.Transition("t", Failed, t0, SetExit(&code, ""), SetError("bad \xff <x> \"quoted\""))
+	ended, err := s.Transition("t", ledger.Failed, t0, ledger.SetExit(&code, ""), ledger.SetError("bad \xff <x> \"quoted\""))
 	require.NoError(t, err)
 	e, _ := s.get("t")
 	assert.Nil(t, e.task, "a finished record rests in its encoding")
@@ -105,9 +107,9 @@ func TestFinishedRecordRestsEncoded(t *testing.T) {
 
 	// A late error does not replace the one the task ended with; a
 	// resolution changes only its own fields.
-	_, err = s.Update("t", SetError("later"))
+	_, err = s.Update("t", ledger.SetError("later"))
 	require.NoError(t, err)
-	_, err = s.Resolve("t", Accepted, "fine", t0)
+	_, err = s.Resolve("t", ledger.Accepted, "fine", t0)
 	require.NoError(t, err)
 	assert.Nil(t, e.task)
 	resolved, _ := s.TaskJSON("t")
@@ -128,9 +130,9 @@ func TestFinishedRecordRestsEncoded(t *testing.T) {
 	assert.Equal(t, string(wantSum), string(sum))
 	assert.Equal(t, [][]byte{sum}, rawList(s.List()))
 	st, _ := s.Status("t")
-	assert.Equal(t, Failed, st)
-	p, _ := s.Events("t", Query{Limit: 1})
-	assert.Equal(t, Failed, p.Status)
+	assert.Equal(t, ledger.Failed, st)
+	p, _ := s.Events("t", ledger.Query{Limit: 1})
+	assert.Equal(t, ledger.Failed, p.Status)
 }
 
 func rawList(l []json.RawMessage) [][]byte {
@@ -149,9 +151,9 @@ func TestSettledLogServesTheSameEvents(t *testing.T) {
 		t.Run(fmt.Sprint(n, " events"), func(t *testing.T) {
 			s := New()
 			newTask(t, s, "t")
-			_, err := s.Transition("t", Starting, t0)
+			_, err := s.Transition("t", ledger.Starting, t0)
 			require.NoError(t, err)
-			_, err = s.Transition("t", Running, t0)
+			_, err = s.Transition("t", ledger.Running, t0)
 			require.NoError(t, err)
 			for i := range n {
 				if i%7 == 3 {
@@ -162,7 +164,7 @@ func TestSettledLogServesTheSameEvents(t *testing.T) {
 				require.NoError(t, err)
 			}
 			all := func() []string {
-				p, err := s.Events("t", Query{Limit: 1 << 20, MaxBytes: 1 << 30})
+				p, err := s.Events("t", ledger.Query{Limit: 1 << 20, MaxBytes: 1 << 30})
 				require.NoError(t, err)
 				var out []string
 				for _, e := range p.Events {
@@ -171,7 +173,7 @@ func TestSettledLogServesTheSameEvents(t *testing.T) {
 				return out
 			}
 			pre := all()
-			_, err = s.Transition("t", Succeeded, t0) // settles the log
+			_, err = s.Transition("t", ledger.Succeeded, t0) // settles the log
 			require.NoError(t, err)
 			before := all()
 			require.Len(t, before, len(pre)+1)
@@ -187,13 +189,13 @@ func TestSettledLogServesTheSameEvents(t *testing.T) {
 			e.mu.Unlock()
 			assert.Equal(t, before, all())
 
-			_, err = s.Resolve("t", Accepted, "", t0)
+			_, err = s.Resolve("t", ledger.Accepted, "", t0)
 			require.NoError(t, err)
 			after := all()
 			require.Len(t, after, len(before)+1)
 			assert.Equal(t, before, after[:len(before)])
 			assert.Contains(t, after[len(before)], `"type":"task_resolved"`)
-			typed, err := s.Events("t", Query{Limit: 1 << 20, MaxBytes: 1 << 30, Types: []string{"task_resolved"}})
+			typed, err := s.Events("t", ledger.Query{Limit: 1 << 20, MaxBytes: 1 << 30, Types: []string{"task_resolved"}})
 			require.NoError(t, err)
 			assert.Len(t, typed.Events, 1)
 		})

@@ -37,16 +37,16 @@ type Store struct {
 // then follows what it holds.
 type entry struct {
 	mu         sync.RWMutex
-	status     Status // the record's status, at rest or not
-	task       *Task  // the decoded record; nil while it rests in taskJSON
-	taskJSON   []byte // encoding of the record, refreshed on every change
-	summaryEnd int    // taskJSON[:summaryEnd] is the Summary's encoding but its '}'
+	status     ledger.Status // the record's status, at rest or not
+	task       *ledger.Task  // the decoded record; nil while it rests in taskJSON
+	taskJSON   []byte        // encoding of the record, refreshed on every change
+	summaryEnd int           // taskJSON[:summaryEnd] is the Summary's encoding but its '}'
 	log        eventLog
 
 	// What list filters select by, kept beside the record at rest (agent
 	// interned: a handful of names serve every task).
 	agent, initiator string
-	resolution       Resolution
+	resolution       ledger.Resolution
 }
 
 // keyHolder is the task that holds an idempotency key, and the digest of
@@ -62,7 +62,7 @@ func New() *Store {
 
 // recordLocked returns the decoded record, to be changed; mu is held for
 // writing.
-func (e *entry) recordLocked() *Task {
+func (e *entry) recordLocked() *ledger.Task {
 	if e.task == nil {
 		e.task = e.decodeLocked()
 	}
@@ -70,7 +70,7 @@ func (e *entry) recordLocked() *Task {
 }
 
 // copyLocked returns a copy of the record; mu is held.
-func (e *entry) copyLocked() Task {
+func (e *entry) copyLocked() ledger.Task {
 	if e.task == nil {
 		return *e.decodeLocked()
 	}
@@ -81,7 +81,7 @@ func (e *entry) copyLocked() Task {
 
 // decodeLocked decodes the record at rest. It cannot fail: taskJSON is the
 // encoding of a Task, and Task's fields decode what they encode.
-func (e *entry) decodeLocked() *Task {
+func (e *entry) decodeLocked() *ledger.Task {
 	t, err := ledger.DecodeRecord(e.taskJSON)
 	if err != nil {
 		panic("store: " + err.Error())
@@ -110,7 +110,7 @@ func (e *entry) refreshLocked() {
 
 // copyOf returns a copy of t, the record just changed, that shares no
 // slice with the entry.
-func (e *entry) copyOf(t *Task) Task {
+func (e *entry) copyOf(t *ledger.Task) ledger.Task {
 	c := *t
 	if e.task != nil {
 		c.Allow = slices.Clone(c.Allow)
@@ -128,13 +128,13 @@ func (s *Store) get(id string) (*entry, error) {
 	e := s.tasks[id]
 	s.mu.RUnlock()
 	if e == nil {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		return nil, fmt.Errorf("%w: %s", ledger.ErrNotFound, id)
 	}
 	return e, nil
 }
 
 // Create adds a task in status created and records task_created.
-func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
+func (s *Store) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 	t := n.Record(now)
 	e := &entry{task: &t}
 	if t.InitiatorID != nil {
@@ -147,12 +147,12 @@ func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.tasks[n.ID]; ok {
-		return Task{}, fmt.Errorf("%w: %s", ErrExists, n.ID)
+		return ledger.Task{}, fmt.Errorf("%w: %s", ledger.ErrExists, n.ID)
 	}
 	if t.IdempotencyKey != nil {
 		key := *t.IdempotencyKey
 		if held, ok := s.keys[key]; ok {
-			return Task{}, &ledger.KeyTakenError{Key: key, TaskID: held.id, Digest: held.digest}
+			return ledger.Task{}, &ledger.KeyTakenError{Key: key, TaskID: held.id, Digest: held.digest}
 		}
 		h := keyHolder{id: t.TaskID}
 		if t.ArgumentsSHA256 != nil {
@@ -172,10 +172,10 @@ func (s *Store) Create(n NewTask, now time.Time) (Task, error) {
 }
 
 // Get returns a copy of the task.
-func (s *Store) Get(id string) (Task, error) {
+func (s *Store) Get(id string) (ledger.Task, error) {
 	e, err := s.get(id)
 	if err != nil {
-		return Task{}, err
+		return ledger.Task{}, err
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -205,7 +205,7 @@ func (s *Store) SummaryJSON(id string) (json.RawMessage, error) {
 }
 
 // Status returns the task's current status.
-func (s *Store) Status(id string) (Status, error) {
+func (s *Store) Status(id string) (ledger.Status, error) {
 	e, err := s.get(id)
 	if err != nil {
 		return "", err
@@ -302,10 +302,10 @@ func (s *Store) Append(id, typ string, now time.Time, fields []byte) (int64, err
 }
 
 // Update applies edits to the task's non-status fields.
-func (s *Store) Update(id string, edits ...Edit) (Task, error) {
+func (s *Store) Update(id string, edits ...ledger.Edit) (ledger.Task, error) {
 	e, err := s.get(id)
 	if err != nil {
-		return Task{}, err
+		return ledger.Task{}, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -318,16 +318,16 @@ func (s *Store) Update(id string, edits ...Edit) (Task, error) {
 // Transition moves the task to status to, applies edits and records the
 // status_changed event, all at once. It fails with a *TransitionError when
 // the diagram does not allow the move from the current status.
-func (s *Store) Transition(id string, to Status, now time.Time, edits ...Edit) (Task, error) {
+func (s *Store) Transition(id string, to ledger.Status, now time.Time, edits ...ledger.Edit) (ledger.Task, error) {
 	e, err := s.get(id)
 	if err != nil {
-		return Task{}, err
+		return ledger.Task{}, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	from := e.status
-	if !CanTransition(from, to) {
-		return e.copyLocked(), &TransitionError{TaskID: id, From: from, To: to}
+	if !ledger.CanTransition(from, to) {
+		return e.copyLocked(), &ledger.TransitionError{TaskID: id, From: from, To: to}
 	}
 	t := e.recordLocked()
 	fields, err := t.Move(to, now, edits...)
@@ -346,18 +346,18 @@ func (s *Store) Transition(id string, to Status, now time.Time, edits ...Edit) (
 // note, and the task_resolved event. It never changes the status. It fails
 // with a *TransitionError for a value that is not a resolution or a task
 // that has not finished.
-func (s *Store) Resolve(id string, r Resolution, note string, now time.Time) (Task, error) {
+func (s *Store) Resolve(id string, r ledger.Resolution, note string, now time.Time) (ledger.Task, error) {
 	if err := ledger.CheckJudgement(id, r); err != nil {
-		return Task{}, err
+		return ledger.Task{}, err
 	}
 	e, err := s.get(id)
 	if err != nil {
-		return Task{}, err
+		return ledger.Task{}, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.status.Terminal() {
-		return e.copyLocked(), &TransitionError{TaskID: id, From: e.status, Resolution: r}
+		return e.copyLocked(), &ledger.TransitionError{TaskID: id, From: e.status, Resolution: r}
 	}
 	t := e.recordLocked()
 	fields, err := t.Judge(r, note, now)

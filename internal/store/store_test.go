@@ -14,9 +14,9 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 5, 0, 0, 123456789, time.UTC)
 
-func newTask(t *testing.T, s *Store, id string) Task {
+func newTask(t *testing.T, s *Store, id string) ledger.Task {
 	t.Helper()
-	task, err := s.Create(NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0)
+	task, err := s.Create(ledger.NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0)
 	require.NoError(t, err)
 	return task
 }
@@ -56,7 +56,7 @@ func TestDroppedLinesLetGoOfTheirSlots(t *testing.T) {
 	var stderr []float64
 	messages := 0
 	for after := int64(0); ; {
-		p, err := s.Events("t", Query{After: after, Limit: 1000, MaxBytes: 1 << 20})
+		p, err := s.Events("t", ledger.Query{After: after, Limit: 1000, MaxBytes: 1 << 20})
 		require.NoError(t, err)
 		for _, ev := range p.Events {
 			m := decode(t, ev)

@@ -17,6 +17,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/notify"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
@@ -229,7 +230,7 @@ func (r *agentRig) waitForEvent(t *testing.T, id, typ string) map[string]any {
 			return decode(t, p.Events[0])
 		}
 		after = p.Cursor
-		if p.Status != store.Running {
+		if p.Status != ledger.Running {
 			t.Fatalf("task ended (%s) before a %s event", p.Status, typ)
 		}
 		// The agent streams in the background: wait for the next change of

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // What an agent sends and what a caller gives is bounded in the records
@@ -60,7 +60,7 @@ func TestOversizeUpdatesAreCapped(t *testing.T) {
 	byType := map[string][]map[string]any{}
 	var text strings.Builder
 	for _, raw := range events {
-		require.LessOrEqual(t, len(raw), store.MaxEventBytes, "%.200s", raw)
+		require.LessOrEqual(t, len(raw), ledger.MaxEventBytes, "%.200s", raw)
 		var m map[string]any
 		require.NoError(t, json.Unmarshal(raw, &m))
 		typ := m["type"].(string)
@@ -76,7 +76,7 @@ func TestOversizeUpdatesAreCapped(t *testing.T) {
 		assert.Equal(t, true, p["truncated"])
 		s := p["preview"].(string)
 		assert.True(t, utf8.ValidString(s))
-		assert.Equal(t, store.PreviewChars, utf8.RuneCountInString(s))
+		assert.Equal(t, ledger.PreviewChars, utf8.RuneCountInString(s))
 		assert.Greater(t, p["length"].(float64), float64(len(huge)/2), "length counts the whole field's characters")
 	}
 	require.Len(t, byType["plan"], 1)
@@ -106,7 +106,7 @@ func TestLargePromptIsPreviewed(t *testing.T) {
 	prompt := "ab" + huge
 	sum := sha256.Sum256([]byte(prompt))
 	want := map[string]any{
-		"prompt":           string([]rune(prompt)[:store.PromptPreviewChars]),
+		"prompt":           string([]rune(prompt)[:ledger.PromptPreviewChars]),
 		"prompt_length":    float64(utf8.RuneCountInString(prompt)),
 		"prompt_sha256":    hex.EncodeToString(sum[:]),
 		"prompt_truncated": true,
@@ -126,7 +126,7 @@ func TestLargePromptIsPreviewed(t *testing.T) {
 	id := rec["task_id"].(string)
 	check(t, "get_task", r.wait(t, id))
 	check(t, "cancel_task", r.cancel(t, id))
-	raw, err = r.svc.Resolve(id, store.Accepted, "")
+	raw, err = r.svc.Resolve(id, ledger.Accepted, "")
 	require.NoError(t, err)
 	check(t, "resolve_task", decode(t, raw))
 	list, err := r.svc.ListTasks(ListRequest{})
@@ -151,7 +151,7 @@ func TestLargePromptIsPreviewed(t *testing.T) {
 	assert.Equal(t, len(prompt), len(got[0]))
 
 	t.Run("small prompt unchanged", func(t *testing.T) {
-		small := strings.Repeat("é", store.MaxPromptBytes/2) // exactly 64 KiB
+		small := strings.Repeat("é", ledger.MaxPromptBytes/2) // exactly 64 KiB
 		id := r.spawn(t, SpawnRequest{Prompt: small, Workspace: ws})
 		rec := r.wait(t, id)
 		assert.Equal(t, small, rec["prompt"])
@@ -191,7 +191,7 @@ func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
 		require.Equal(t, "failed", r.wait(t, id)["status"])
 		msg := small(t, id)["error"].(string)
 		assert.Contains(t, msg, "[cut: the message has ")
-		assert.LessOrEqual(t, utf8.RuneCountInString(msg), store.MaxErrorChars+100)
+		assert.LessOrEqual(t, utf8.RuneCountInString(msg), ledger.MaxErrorChars+100)
 		errs := r.events(t, id, "error")
 		require.NotEmpty(t, errs)
 	})

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"unicode/utf8"
 
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // MaxIdempotencyKeyChars bounds spawn_task's idempotency_key.
@@ -69,7 +69,7 @@ func argumentsDigest(req SpawnRequest, workspace string) string {
 // retried answers a spawn whose key a task holds: that task when the
 // arguments are the same, else invalid_request. err is Create's.
 func (s *Service) retried(err error, key, digest string) (json.RawMessage, bool, error) {
-	var kt *store.KeyTakenError
+	var kt *ledger.KeyTakenError
 	if !errors.As(err, &kt) {
 		return nil, false, nil
 	}

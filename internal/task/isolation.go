@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/worktree"
 )
 
@@ -90,26 +90,26 @@ func (s *Service) dropWorktree(wt *worktree.Worktree) {
 	}
 }
 
-func recordOf(wt *worktree.Worktree) *store.Worktree {
+func recordOf(wt *worktree.Worktree) *ledger.Worktree {
 	if wt == nil {
 		return nil
 	}
-	return &store.Worktree{Path: wt.Path, Branch: wt.Branch, BaseRef: wt.BaseRef, BaseCommit: wt.BaseCommit, SourceDirty: wt.SourceDirty}
+	return &ledger.Worktree{Path: wt.Path, Branch: wt.Branch, BaseRef: wt.BaseRef, BaseCommit: wt.BaseCommit, SourceDirty: wt.SourceDirty}
 }
 
-func diffRecord(d worktree.Diff) store.Diff {
-	files := make([]store.FileChange, len(d.Files))
+func diffRecord(d worktree.Diff) ledger.Diff {
+	files := make([]ledger.FileChange, len(d.Files))
 	for i, f := range d.Files {
-		files[i] = store.FileChange{Path: f.Path, OldPath: f.OldPath, Status: string(f.Status),
+		files[i] = ledger.FileChange{Path: f.Path, OldPath: f.OldPath, Status: string(f.Status),
 			Insertions: f.Insertions, Deletions: f.Deletions, Binary: f.Binary}
 	}
-	return store.Diff{BaseCommit: d.BaseCommit, Files: files, Insertions: d.Insertions, Deletions: d.Deletions, Truncated: d.Truncated}
+	return ledger.Diff{BaseCommit: d.BaseCommit, Files: files, Insertions: d.Insertions, Deletions: d.Deletions, Truncated: d.Truncated}
 }
 
-func overlapRecords(os []worktree.Overlap) []store.Overlap {
-	out := make([]store.Overlap, len(os))
+func overlapRecords(os []worktree.Overlap) []ledger.Overlap {
+	out := make([]ledger.Overlap, len(os))
 	for i, o := range os {
-		out[i] = store.Overlap{TaskID: o.TaskID, Files: o.Files}
+		out[i] = ledger.Overlap{TaskID: o.TaskID, Files: o.Files}
 	}
 	return out
 }
@@ -161,7 +161,7 @@ func (r *taskRun) endWorktree() {
 		back := worktree.Overlaps(others[ov.TaskID], map[string]worktree.Diff{r.id: d})
 		o.mu.Lock()
 		o.overlaps = mergeOverlaps(o.overlaps, back)
-		_, err := s.cfg.Store.Update(o.id, store.SetDiff(diffRecord(*o.diff), overlapRecords(o.overlaps)))
+		_, err := s.cfg.Store.Update(o.id, ledger.SetDiff(diffRecord(*o.diff), overlapRecords(o.overlaps)))
 		o.mu.Unlock()
 		if err != nil {
 			s.log.Error("recording an overlap", "task", o.id, "with", r.id, "err", err)
@@ -169,7 +169,7 @@ func (r *taskRun) endWorktree() {
 	}
 	r.diff, r.overlaps = &d, mine
 	r.mu.Lock()
-	_, err = s.cfg.Store.Update(r.id, store.SetDiff(diffRecord(d), overlapRecords(mine)))
+	_, err = s.cfg.Store.Update(r.id, ledger.SetDiff(diffRecord(d), overlapRecords(mine)))
 	r.mu.Unlock()
 	if err != nil {
 		s.log.Error("recording the diff", "task", r.id, "err", err)
@@ -197,7 +197,7 @@ func (s *Service) unresolved(id string) bool {
 		return false
 	}
 	var sum struct {
-		Resolution store.Resolution `json:"resolution"`
+		Resolution ledger.Resolution `json:"resolution"`
 	}
-	return json.Unmarshal(b, &sum) == nil && sum.Resolution == store.Unresolved
+	return json.Unmarshal(b, &sum) == nil && sum.Resolution == ledger.Unresolved
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
@@ -57,23 +58,23 @@ func (l *faultyLedger) Append(id, typ string, now time.Time, fields []byte) (int
 	return l.Store.Append(id, typ, now, fields)
 }
 
-func (l *faultyLedger) AppendCapped(id, typ string, now time.Time, fields []byte, capBytes int64) (int64, store.Dropped, error) {
+func (l *faultyLedger) AppendCapped(id, typ string, now time.Time, fields []byte, capBytes int64) (int64, ledger.Dropped, error) {
 	if l.refuses(typ) {
-		return 0, store.Dropped{}, errInjected
+		return 0, ledger.Dropped{}, errInjected
 	}
 	return l.Store.AppendCapped(id, typ, now, fields, capBytes)
 }
 
-func (l *faultyLedger) Update(id string, edits ...store.Edit) (store.Task, error) {
+func (l *faultyLedger) Update(id string, edits ...ledger.Edit) (ledger.Task, error) {
 	if l.refuses("update") {
-		return store.Task{}, errInjected
+		return ledger.Task{}, errInjected
 	}
 	return l.Store.Update(id, edits...)
 }
 
-func (l *faultyLedger) Transition(id string, to store.Status, now time.Time, edits ...store.Edit) (store.Task, error) {
+func (l *faultyLedger) Transition(id string, to ledger.Status, now time.Time, edits ...ledger.Edit) (ledger.Task, error) {
 	if l.refuses("status:" + string(to)) {
-		return store.Task{}, errInjected
+		return ledger.Task{}, errInjected
 	}
 	return l.Store.Transition(id, to, now, edits...)
 }

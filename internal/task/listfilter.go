@@ -4,24 +4,24 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // Resolutions lists the resolutions a task can have, for list_tasks'
 // filter: unresolved and the judgements.
-var Resolutions = append([]store.Resolution{store.Unresolved}, store.Judgements...)
+var Resolutions = append([]ledger.Resolution{ledger.Unresolved}, ledger.Judgements...)
 
 // listFilter checks list_tasks' filters: a status or resolution that no
 // task can have is a mistake worth naming, where an agent or initiator no
 // task has is a fine question with no answer.
-func listFilter(req ListRequest) (store.Filter, error) {
-	statuses, err := enumValues("status", req.Statuses, store.Statuses)
+func listFilter(req ListRequest) (ledger.Filter, error) {
+	statuses, err := enumValues("status", req.Statuses, ledger.Statuses)
 	if err != nil {
-		return store.Filter{}, err
+		return ledger.Filter{}, err
 	}
 	resolutions, err := enumValues("resolution", req.Resolutions, Resolutions)
 	if err != nil {
-		return store.Filter{}, err
+		return ledger.Filter{}, err
 	}
 	for _, f := range []struct {
 		name   string
@@ -29,11 +29,11 @@ func listFilter(req ListRequest) (store.Filter, error) {
 	}{{"agent", req.Agents}, {"initiator_id", req.InitiatorIDs}} {
 		for _, v := range f.values {
 			if len(v) > MaxLabelBytes {
-				return store.Filter{}, errorf(InvalidRequest, "%s: a value has %d bytes, more than %d", f.name, len(v), MaxLabelBytes)
+				return ledger.Filter{}, errorf(InvalidRequest, "%s: a value has %d bytes, more than %d", f.name, len(v), MaxLabelBytes)
 			}
 		}
 	}
-	return store.Filter{Statuses: statuses, Agents: req.Agents, InitiatorIDs: req.InitiatorIDs, Resolutions: resolutions}, nil
+	return ledger.Filter{Statuses: statuses, Agents: req.Agents, InitiatorIDs: req.InitiatorIDs, Resolutions: resolutions}, nil
 }
 
 func enumValues[T ~string](name string, values []string, valid []T) ([]T, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
@@ -60,7 +61,7 @@ func TestMemoryPerFinishedTask(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p.Events) == 0 || p.Status != store.Failed {
+		if len(p.Events) == 0 || p.Status != ledger.Failed {
 			t.Fatalf("task %s: %d events, %s", id, len(p.Events), p.Status)
 		}
 		for _, e := range p.Events {

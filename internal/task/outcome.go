@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
 
@@ -18,14 +18,14 @@ import (
 // behind comes first. It decides from the Exit's fields and the types of
 // its errors, never from their text (TestNoOutcomeFromErrorText holds
 // this), but for the one marked function below.
-func outcome(x supervisor.Exit, stopRequested bool, lost error) (store.Status, string) {
+func outcome(x supervisor.Exit, stopRequested bool, lost error) (ledger.Status, string) {
 	switch {
 	case x.CleanupErr != nil:
-		return store.Failed, x.CleanupErr.Error()
+		return ledger.Failed, x.CleanupErr.Error()
 	case lost != nil:
-		return store.Failed, lost.Error()
+		return ledger.Failed, lost.Error()
 	case stopRequested || x.Stopped:
-		return store.Cancelled, ""
+		return ledger.Cancelled, ""
 	case x.Err != nil:
 		msg := x.Err.Error()
 		// The conversation may fail because the agent went away (a broken
@@ -41,13 +41,13 @@ func outcome(x supervisor.Exit, stopRequested bool, lost error) (store.Status, s
 				msg += fmt.Sprintf(" (the agent was killed by %s)", x.Signal)
 			}
 		}
-		return store.Failed, msg
+		return ledger.Failed, msg
 	case x.StopReason == "end_turn":
-		return store.Succeeded, ""
+		return ledger.Succeeded, ""
 	case x.StopReason == "":
-		return store.Failed, "the agent's turn did not end"
+		return ledger.Failed, "the agent's turn did not end"
 	default:
-		return store.Failed, fmt.Sprintf("the agent ended its turn with stop reason %q", x.StopReason)
+		return ledger.Failed, fmt.Sprintf("the agent ended its turn with stop reason %q", x.StopReason)
 	}
 }
 

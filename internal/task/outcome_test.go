@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
 
@@ -24,59 +24,59 @@ func TestOutcome(t *testing.T) {
 		exit   supervisor.Exit
 		stop   bool  // a stop was requested (cancel_task, shutdown)
 		lost   error // the first record the ledger refused
-		status store.Status
+		status ledger.Status
 		msg    string
 	}{
 		{name: "end_turn", exit: supervisor.Exit{ExitCode: code(0), StopReason: "end_turn"},
-			status: store.Succeeded},
+			status: ledger.Succeeded},
 		{name: "end_turn after a stop request", exit: supervisor.Exit{ExitCode: code(0), StopReason: "end_turn"}, stop: true,
-			status: store.Cancelled},
+			status: ledger.Cancelled},
 		{name: "stopped by the supervisor", exit: supervisor.Exit{Signal: "SIGTERM", StopReason: "cancelled", Stopped: true},
-			status: store.Cancelled},
+			status: ledger.Cancelled},
 		{name: "stopped with an error", exit: supervisor.Exit{Stopped: true, Err: closed},
-			status: store.Cancelled},
+			status: ledger.Cancelled},
 		{name: "cleanup failed", exit: supervisor.Exit{ExitCode: code(0), StopReason: "end_turn", CleanupErr: cleanup},
-			status: store.Failed, msg: cleanup.Error()},
+			status: ledger.Failed, msg: cleanup.Error()},
 		{name: "cleanup failed after a stop", exit: supervisor.Exit{Stopped: true, CleanupErr: cleanup}, stop: true,
-			status: store.Failed, msg: cleanup.Error()},
+			status: ledger.Failed, msg: cleanup.Error()},
 		{name: "no stop reason", exit: supervisor.Exit{ExitCode: code(0)},
-			status: store.Failed, msg: "the agent's turn did not end"},
+			status: ledger.Failed, msg: "the agent's turn did not end"},
 		{name: "max_tokens", exit: supervisor.Exit{ExitCode: code(0), StopReason: "max_tokens"},
-			status: store.Failed, msg: `the agent ended its turn with stop reason "max_tokens"`},
+			status: ledger.Failed, msg: `the agent ended its turn with stop reason "max_tokens"`},
 		{name: "cancelled by the agent itself", exit: supervisor.Exit{ExitCode: code(0), StopReason: "cancelled"},
-			status: store.Failed, msg: `the agent ended its turn with stop reason "cancelled"`},
+			status: ledger.Failed, msg: `the agent ended its turn with stop reason "cancelled"`},
 		{name: "setup failure: the exit is the cleanup's doing", exit: supervisor.Exit{Signal: "SIGTERM", Err: setup},
-			status: store.Failed, msg: setup.Error()},
+			status: ledger.Failed, msg: setup.Error()},
 		{name: "connection closed, exit code seen after", exit: supervisor.Exit{ExitCode: code(3), Err: closed},
-			status: store.Failed, msg: closed.Error() + " (the agent exited with code 3)"},
+			status: ledger.Failed, msg: closed.Error() + " (the agent exited with code 3)"},
 		{name: "connection closed, killed", exit: supervisor.Exit{Signal: "SIGSEGV", Err: closed},
-			status: store.Failed, msg: closed.Error() + " (the agent was killed by SIGSEGV)"},
+			status: ledger.Failed, msg: closed.Error() + " (the agent was killed by SIGSEGV)"},
 		{name: "connection closed, exit code 0", exit: supervisor.Exit{ExitCode: code(0), Err: closed},
-			status: store.Failed, msg: closed.Error()},
+			status: ledger.Failed, msg: closed.Error()},
 		{name: "connection closed, exit not seen", exit: supervisor.Exit{Err: closed},
-			status: store.Failed, msg: closed.Error()},
+			status: ledger.Failed, msg: closed.Error()},
 		{name: "broken pipe", exit: supervisor.Exit{ExitCode: code(1), Err: connErr("session/prompt: write |1: broken pipe")},
-			status: store.Failed, msg: "session/prompt: write |1: broken pipe (the agent exited with code 1)"},
+			status: ledger.Failed, msg: "session/prompt: write |1: broken pipe (the agent exited with code 1)"},
 		{name: "connection ended during setup", exit: supervisor.Exit{Signal: "SIGKILL", Err: connErr("agent connection ended during new_session")},
-			status: store.Failed, msg: "agent connection ended during new_session (the agent was killed by SIGKILL)"},
+			status: ledger.Failed, msg: "agent connection ended during new_session (the agent was killed by SIGKILL)"},
 		{name: "exit seen by the supervisor first",
 			exit:   supervisor.Exit{ExitCode: code(3), Err: &supervisor.ExitError{ExitCode: code(3), Err: closed}},
-			status: store.Failed, msg: "agent exited with code 3 before ending its turn: " + closed.Error()},
+			status: ledger.Failed, msg: "agent exited with code 3 before ending its turn: " + closed.Error()},
 		{name: "killed, seen by the supervisor first",
 			exit:   supervisor.Exit{Signal: "SIGKILL", Err: fmt.Errorf("turn: %w", &supervisor.ExitError{Signal: "SIGKILL", Err: closed})},
-			status: store.Failed, msg: "turn: agent was killed by SIGKILL before ending its turn: " + closed.Error()},
+			status: ledger.Failed, msg: "turn: agent was killed by SIGKILL before ending its turn: " + closed.Error()},
 		{name: "auth required", exit: supervisor.Exit{ExitCode: code(0), Err: &acpsession.AuthRequiredError{Request: "prompt"}},
-			status: store.Failed, msg: (&acpsession.AuthRequiredError{Request: "prompt"}).Error()},
+			status: ledger.Failed, msg: (&acpsession.AuthRequiredError{Request: "prompt"}).Error()},
 		{name: "a record lost, the turn ended", exit: supervisor.Exit{ExitCode: code(0), StopReason: "end_turn"}, lost: lost,
-			status: store.Failed, msg: lost.Error()},
+			status: ledger.Failed, msg: lost.Error()},
 		{name: "a record lost, the run stopped for it", exit: supervisor.Exit{Signal: "SIGTERM", Stopped: true}, lost: lost,
-			status: store.Failed, msg: lost.Error()},
+			status: ledger.Failed, msg: lost.Error()},
 		{name: "a record lost after a stop request", exit: supervisor.Exit{ExitCode: code(0), StopReason: "cancelled", Stopped: true}, stop: true, lost: lost,
-			status: store.Failed, msg: lost.Error()},
+			status: ledger.Failed, msg: lost.Error()},
 		{name: "a record lost, the session failed for it", exit: supervisor.Exit{ExitCode: code(0), Err: fmt.Errorf("permission decision could not be recorded: %w", errLedger)}, lost: lost,
-			status: store.Failed, msg: lost.Error()},
+			status: ledger.Failed, msg: lost.Error()},
 		{name: "a record lost, the group left behind", exit: supervisor.Exit{Stopped: true, CleanupErr: cleanup}, lost: lost,
-			status: store.Failed, msg: cleanup.Error()},
+			status: ledger.Failed, msg: cleanup.Error()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

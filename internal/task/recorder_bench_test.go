@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 )
 
@@ -20,7 +21,7 @@ func benchRecorderWith(b *testing.B, prompt string, stderrCap int64) (*taskRun, 
 	st := store.New()
 	now := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
 	svc := New(Config{Store: st, Now: func() time.Time { return now }, StderrCap: stderrCap})
-	if _, err := st.Create(store.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: prompt}, now); err != nil {
+	if _, err := st.Create(ledger.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: prompt}, now); err != nil {
 		b.Fatal(err)
 	}
 	r := newTaskRun(svc, "t", nil)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // recoverPageBytes bounds the summaries Recover reads at once.
@@ -32,12 +32,12 @@ type Recovered struct {
 func (s *Service) Recover(now time.Time) (Recovered, error) {
 	var rec Recovered
 	for before := 0; ; {
-		page, rest := s.cfg.Store.ListMatching(store.Filter{}, before, MaxListLimit, recoverPageBytes)
+		page, rest := s.cfg.Store.ListMatching(ledger.Filter{}, before, MaxListLimit, recoverPageBytes)
 		for _, raw := range page {
 			var sum struct {
-				TaskID    string       `json:"task_id"`
-				Status    store.Status `json:"status"`
-				SessionID *string      `json:"session_id"`
+				TaskID    string        `json:"task_id"`
+				Status    ledger.Status `json:"status"`
+				SessionID *string       `json:"session_id"`
 			}
 			if err := json.Unmarshal(raw, &sum); err != nil {
 				return rec, fmt.Errorf("reading a task summary of the ledger: %w", err)
@@ -76,10 +76,10 @@ func StoppedMessage(sessionID *string) string {
 // endStopped fails a task that was live when the server stopped: an error
 // event, then failed with that error. A task still created goes through
 // starting, as the status diagram has no created -> failed.
-func (s *Service) endStopped(id string, st store.Status, sessionID *string, now time.Time) error {
+func (s *Service) endStopped(id string, st ledger.Status, sessionID *string, now time.Time) error {
 	msg := StoppedMessage(sessionID)
-	if st == store.Created {
-		if _, err := s.cfg.Store.Transition(id, store.Starting, now); err != nil {
+	if st == ledger.Created {
+		if _, err := s.cfg.Store.Transition(id, ledger.Starting, now); err != nil {
 			return fmt.Errorf("ending task %s, live when the server stopped: %w", id, err)
 		}
 	}
@@ -92,7 +92,7 @@ func (s *Service) endStopped(id string, st store.Status, sessionID *string, now 
 	if _, err := s.cfg.Store.Append(id, "error", now, fields); err != nil {
 		return fmt.Errorf("ending task %s, live when the server stopped: %w", id, err)
 	}
-	if _, err := s.cfg.Store.Transition(id, store.Failed, now, store.SetError(msg)); err != nil {
+	if _, err := s.cfg.Store.Transition(id, ledger.Failed, now, ledger.SetError(msg)); err != nil {
 		return fmt.Errorf("ending task %s, live when the server stopped: %w", id, err)
 	}
 	return nil

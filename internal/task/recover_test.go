@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
 )
@@ -22,8 +23,8 @@ import (
 func TestRecoverEndsTasksLiveAtTheStop(t *testing.T) {
 	st := store.New()
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	mk := func(id string, path ...store.Status) {
-		_, err := st.Create(store.NewTask{ID: id, Agent: "opencode", Workspace: "/w", Prompt: "p"}, t0)
+	mk := func(id string, path ...ledger.Status) {
+		_, err := st.Create(ledger.NewTask{ID: id, Agent: "opencode", Workspace: "/w", Prompt: "p"}, t0)
 		require.NoError(t, err)
 		for _, s := range path {
 			_, err := st.Transition(id, s, t0)
@@ -31,14 +32,14 @@ func TestRecoverEndsTasksLiveAtTheStop(t *testing.T) {
 		}
 	}
 	mk("created")
-	mk("running", store.Starting, store.Running)
-	_, err := st.Update("running", store.SetSessionID("sess-42"))
+	mk("running", ledger.Starting, ledger.Running)
+	_, err := st.Update("running", ledger.SetSessionID("sess-42"))
 	require.NoError(t, err)
 	_, err = st.Append("running", "agent_message", t0, []byte(`{"text":"half way"}`))
 	require.NoError(t, err)
-	mk("nosession", store.Starting, store.Running)
-	mk("done", store.Starting, store.Running, store.Succeeded)
-	_, err = st.Resolve("done", store.Accepted, "fine", t0)
+	mk("nosession", ledger.Starting, ledger.Running)
+	mk("done", ledger.Starting, ledger.Running, ledger.Succeeded)
+	_, err = st.Resolve("done", ledger.Accepted, "fine", t0)
 	require.NoError(t, err)
 
 	svc := New(Config{Store: st, Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir()})
@@ -81,7 +82,7 @@ func TestRecoverEndsTasksLiveAtTheStop(t *testing.T) {
 	}
 	assert.Equal(t, []string{"task_created", "status_changed", "status_changed", "agent_message", "error", "status_changed"}, types)
 
-	_, err = svc.Resolve("running", store.NeedsFollowup, "")
+	_, err = svc.Resolve("running", ledger.NeedsFollowup, "")
 	require.NoError(t, err, "a recovered task is the service's to resolve")
 	w, err := svc.Wait(context.Background(), []string{"running", "done"}, time.Second)
 	require.NoError(t, err)

@@ -11,8 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
-	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/worktree"
 )
@@ -60,8 +60,8 @@ type taskRun struct {
 	pending []byte
 	timer   *time.Timer
 
-	dropped    store.Dropped // stderr the cap dropped, in all
-	reported   store.Dropped // as the last stderr_dropped event said
+	dropped    ledger.Dropped // stderr the cap dropped, in all
+	reported   ledger.Dropped // as the last stderr_dropped event said
 	reportedAt time.Time
 
 	// wt is the task's worktree (nil: none), set before the run is known
@@ -85,22 +85,22 @@ func newTaskRun(s *Service, id string, cancelStart context.CancelFunc) *taskRun 
 // failStart ends a task that never got a process: an error event, then
 // failed. It records no process_started or process_exited.
 func (r *taskRun) failStart(msg string) {
-	r.endUnstarted(store.Failed, msg)
+	r.endUnstarted(ledger.Failed, msg)
 }
 
 // endUnstarted ends a task that never got a process: failed, after an
 // error event naming msg, or cancelled (a stop came before the start),
 // unless a record was lost meanwhile: then failed with that loss.
-func (r *taskRun) endUnstarted(to store.Status, msg string) {
+func (r *taskRun) endUnstarted(to ledger.Status, msg string) {
 	r.endWorktree()
 	r.mu.Lock()
-	if to == store.Cancelled && r.lost != nil {
-		to, msg = store.Failed, r.lost.Error()
+	if to == ledger.Cancelled && r.lost != nil {
+		to, msg = ledger.Failed, r.lost.Error()
 	}
 	var err error
-	if to == store.Failed {
+	if to == ledger.Failed {
 		r.errorEventLocked(errorFields{Message: msg})
-		_, err = r.s.cfg.Store.Transition(r.id, to, r.s.cfg.Now(), store.SetError(msg))
+		_, err = r.s.cfg.Store.Transition(r.id, to, r.s.cfg.Now(), ledger.SetError(msg))
 	} else {
 		_, err = r.s.cfg.Store.Transition(r.id, to, r.s.cfg.Now())
 	}
@@ -389,7 +389,7 @@ func (r *taskRun) SessionStarted(id string, by acpsession.ResumedBy) error {
 		// Every task record carries the id: it must stay small.
 		return fmt.Errorf("the agent's session id has %d bytes, more than %d", len(id), MaxSessionIDBytes)
 	}
-	if _, err := r.s.cfg.Store.Update(r.id, store.SetSessionID(id)); err != nil {
+	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetSessionID(id)); err != nil {
 		r.lostLocked("session start", err)
 		return err
 	}
@@ -420,17 +420,17 @@ func (r *taskRun) Usage(f acpsession.UsageFields) error {
 		r.lostLocked("usage event", err)
 		return err
 	}
-	u := store.Usage{
+	u := ledger.Usage{
 		InputTokens: f.InputTokens, OutputTokens: f.OutputTokens, ThoughtTokens: f.ThoughtTokens,
 		CachedReadTokens: f.CachedReadTokens, CachedWriteTokens: f.CachedWriteTokens, TotalTokens: f.TotalTokens,
 	}
 	if f.Cost != nil {
-		u.Cost = &store.Cost{Amount: f.Cost.Amount, Currency: f.Cost.Currency}
+		u.Cost = &ledger.Cost{Amount: f.Cost.Amount, Currency: f.Cost.Currency}
 	}
 	if f.Context != nil {
-		u.Context = &store.ContextUsage{Used: f.Context.Used, Size: f.Context.Size}
+		u.Context = &ledger.ContextUsage{Used: f.Context.Used, Size: f.Context.Size}
 	}
-	if _, err := r.s.cfg.Store.Update(r.id, store.MergeUsage(u)); err != nil {
+	if _, err := r.s.cfg.Store.Update(r.id, ledger.MergeUsage(u)); err != nil {
 		r.lostLocked("usage", err)
 		return err
 	}
@@ -444,7 +444,7 @@ func (r *taskRun) Title(c acpsession.TitleChange) error {
 	if r.ended {
 		return fmt.Errorf("task %s has ended", r.id)
 	}
-	if _, err := r.s.cfg.Store.Update(r.id, store.SetTitle(c.Title)); err != nil {
+	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetTitle(c.Title)); err != nil {
 		r.lostLocked("session title", err)
 		return err
 	}
@@ -476,7 +476,7 @@ func (r *taskRun) ProcessStarted(pid int, argv []string) {
 	}{pid, argv}); err != nil {
 		r.lostLocked("process_started event", err)
 	}
-	if _, err := r.s.cfg.Store.Transition(r.id, store.Running, r.s.cfg.Now()); err != nil {
+	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, r.s.cfg.Now()); err != nil {
 		r.lostLocked("running status", err)
 	}
 }
@@ -530,7 +530,7 @@ func (r *taskRun) reportDroppedLocked(now time.Time) {
 		return
 	}
 	r.reported, r.reportedAt = r.dropped, now
-	if _, err := r.s.cfg.Store.Update(r.id, store.SetStderrDropped(r.dropped)); err != nil {
+	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetStderrDropped(r.dropped)); err != nil {
 		r.lostLocked("stderr_dropped count", err)
 	}
 	if err := r.appendLocked("stderr_dropped", r.dropped); err != nil {
@@ -570,18 +570,18 @@ func (r *taskRun) Exited(x supervisor.Exit) {
 		StopReason *string `json:"stop_reason"`
 	}{x.ExitCode, signal, stop}); err != nil {
 		r.lostLocked("process_exited event", err)
-		if status != store.Failed {
+		if status != ledger.Failed {
 			// The first loss, or the task would be failing already.
-			status, msg = store.Failed, r.lost.Error()
+			status, msg = ledger.Failed, r.lost.Error()
 			r.errorEventLocked(errorFields{Message: msg})
 		}
 	}
 	if r.lostMore > 0 {
 		r.s.log.Error("more records were lost after the first", "task", r.id, "count", r.lostMore)
 	}
-	edits := []store.Edit{store.SetExit(x.ExitCode, x.Signal)}
+	edits := []ledger.Edit{ledger.SetExit(x.ExitCode, x.Signal)}
 	if msg != "" {
-		edits = append(edits, store.SetError(msg))
+		edits = append(edits, ledger.SetError(msg))
 	}
 	if _, err := r.s.cfg.Store.Transition(r.id, status, r.s.cfg.Now(), edits...); err != nil {
 		// Nothing is left to fail: the log is the trace.

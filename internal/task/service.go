@@ -30,6 +30,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
@@ -53,18 +54,18 @@ type Supervisor interface {
 // write may fail; a record the service cannot write fails its task, or is
 // logged where the task cannot fail any more (see taskRun.lostLocked).
 type Ledger interface {
-	Create(n store.NewTask, now time.Time) (store.Task, error)
-	Transition(id string, to store.Status, now time.Time, edits ...store.Edit) (store.Task, error)
-	Update(id string, edits ...store.Edit) (store.Task, error)
-	Resolve(id string, r store.Resolution, note string, now time.Time) (store.Task, error)
+	Create(n ledger.NewTask, now time.Time) (ledger.Task, error)
+	Transition(id string, to ledger.Status, now time.Time, edits ...ledger.Edit) (ledger.Task, error)
+	Update(id string, edits ...ledger.Edit) (ledger.Task, error)
+	Resolve(id string, r ledger.Resolution, note string, now time.Time) (ledger.Task, error)
 	Append(id, typ string, now time.Time, fields []byte) (int64, error)
-	AppendCapped(id, typ string, now time.Time, fields []byte, capBytes int64) (int64, store.Dropped, error)
+	AppendCapped(id, typ string, now time.Time, fields []byte, capBytes int64) (int64, ledger.Dropped, error)
 
-	Status(id string) (store.Status, error)
+	Status(id string) (ledger.Status, error)
 	TaskJSON(id string) (json.RawMessage, error)
 	SummaryJSON(id string) (json.RawMessage, error)
-	Events(id string, q store.Query) (store.Page, error)
-	ListMatching(f store.Filter, before, limit, maxBytes int) (summaries []json.RawMessage, rest int)
+	Events(id string, q ledger.Query) (ledger.Page, error)
+	ListMatching(f ledger.Filter, before, limit, maxBytes int) (summaries []json.RawMessage, rest int)
 	Count() int
 }
 
@@ -301,7 +302,7 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	defer cancelStart()
 	r := newTaskRun(s, id, cancelStart)
 	r.wt = wt
-	if _, err := s.cfg.Store.Create(store.NewTask{
+	if _, err := s.cfg.Store.Create(ledger.NewTask{
 		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: req.SessionID,
 		InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID, NotifyPath: notifyPath,
@@ -320,7 +321,7 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	s.runs[id] = r
 	s.mu.Unlock()
 
-	if _, err := s.cfg.Store.Transition(id, store.Starting, s.cfg.Now()); err != nil {
+	if _, err := s.cfg.Store.Transition(id, ledger.Starting, s.cfg.Now()); err != nil {
 		return nil, fmt.Errorf("starting task: %w", err)
 	}
 	if shutting {
@@ -349,7 +350,7 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	runID, err := s.cfg.Supervisor.Start(startCtx, spec, r)
 	if err != nil {
 		if errors.Is(err, context.Canceled) && ctx.Err() == nil {
-			r.endUnstarted(store.Cancelled, "")
+			r.endUnstarted(ledger.Cancelled, "")
 		} else {
 			r.failStart(err.Error())
 		}
@@ -393,7 +394,7 @@ func (s *Service) lookup(id string) (*taskRun, error) {
 // Task returns the task's record as stored.
 func (s *Service) Task(id string) (json.RawMessage, error) {
 	b, err := s.cfg.Store.TaskJSON(id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, ledger.ErrNotFound) {
 		return nil, errorf(TaskNotFound, "no task with id %q", id)
 	}
 	return b, err
@@ -411,16 +412,16 @@ type EventsRequest struct {
 }
 
 // Events returns one bounded page of the task's events after AfterSeq.
-func (s *Service) Events(req EventsRequest) (store.Page, error) {
+func (s *Service) Events(req EventsRequest) (ledger.Page, error) {
 	if req.AfterSeq < 0 {
-		return store.Page{}, errorf(InvalidRequest, "after_seq must not be negative")
+		return ledger.Page{}, errorf(InvalidRequest, "after_seq must not be negative")
 	}
 	limit := req.Limit
 	switch {
 	case limit == 0:
 		limit = DefaultPageLimit
 	case limit < 0:
-		return store.Page{}, errorf(InvalidRequest, "limit must be positive")
+		return ledger.Page{}, errorf(InvalidRequest, "limit must be positive")
 	case limit > MaxPageLimit:
 		limit = MaxPageLimit
 	}
@@ -429,14 +430,14 @@ func (s *Service) Events(req EventsRequest) (store.Page, error) {
 	case maxBytes == 0:
 		maxBytes = DefaultPageBytes
 	case maxBytes < MinPageBytes:
-		return store.Page{}, errorf(InvalidRequest, "max_bytes must be at least %d", MinPageBytes)
+		return ledger.Page{}, errorf(InvalidRequest, "max_bytes must be at least %d", MinPageBytes)
 	case maxBytes > MaxPageBytes:
 		maxBytes = MaxPageBytes
 	}
-	p, err := s.cfg.Store.Events(req.TaskID, store.Query{
+	p, err := s.cfg.Store.Events(req.TaskID, ledger.Query{
 		After: req.AfterSeq, Limit: limit, MaxBytes: maxBytes, Types: req.EventTypes, MaxScan: MaxScan,
 	})
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, ledger.ErrNotFound) {
 		return p, errorf(TaskNotFound, "no task with id %q", req.TaskID)
 	}
 	return p, err
@@ -451,7 +452,7 @@ type ListRequest struct {
 	// Cursor is a previous page's NextCursor; "" starts with the newest.
 	Cursor string
 	// Statuses, Agents, InitiatorIDs and Resolutions select the tasks
-	// listed (see store.Filter); a cursor goes on under any of them.
+	// listed (see ledger.Filter); a cursor goes on under any of them.
 	Statuses, Agents, InitiatorIDs, Resolutions []string
 }
 
@@ -461,7 +462,7 @@ type TaskList struct {
 	// NextCursor continues with older tasks; nil on the last page.
 	NextCursor *string
 	// UsageTotal sums the usage of Tasks, each session once.
-	UsageTotal store.UsageTotal
+	UsageTotal ledger.UsageTotal
 }
 
 // Bounds of a list_tasks page.
@@ -500,7 +501,7 @@ func (s *Service) ListTasks(req ListRequest) (TaskList, error) {
 		return TaskList{}, err
 	}
 	tasks, rest := s.cfg.Store.ListMatching(f, before, limit, MaxListBytes)
-	page := TaskList{Tasks: tasks, UsageTotal: store.TotalUsage(tasks)}
+	page := TaskList{Tasks: tasks, UsageTotal: ledger.TotalUsage(tasks)}
 	if rest > 0 {
 		c := base64.RawURLEncoding.EncodeToString([]byte(listCursorPrefix + strconv.Itoa(rest)))
 		page.NextCursor = &c
@@ -527,7 +528,7 @@ func (s *Service) parseListCursor(c string) (int, bool) {
 }
 
 // Resolve records a judgement of a finished task.
-func (s *Service) Resolve(id string, resolution store.Resolution, note string) (json.RawMessage, error) {
+func (s *Service) Resolve(id string, resolution ledger.Resolution, note string) (json.RawMessage, error) {
 	r, err := s.lookup(id)
 	if err != nil {
 		return nil, err
@@ -538,7 +539,7 @@ func (s *Service) Resolve(id string, resolution store.Resolution, note string) (
 	r.mu.Lock()
 	_, err = s.cfg.Store.Resolve(id, resolution, note, s.cfg.Now())
 	r.mu.Unlock()
-	if te := (*store.TransitionError)(nil); errors.As(err, &te) {
+	if te := (*ledger.TransitionError)(nil); errors.As(err, &te) {
 		return nil, errorf(InvalidTransition, "%s", te.Reason())
 	}
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
 )
@@ -93,11 +94,11 @@ func decode(t *testing.T, b []byte) map[string]any {
 }
 
 // The store's refusal reaches the caller as invalid_transition, its reason
-// taken from the *store.TransitionError rather than cut out of its text.
+// taken from the *ledger.TransitionError rather than cut out of its text.
 func TestResolveRefusedIsInvalidTransition(t *testing.T) {
 	r := newRig(t, nil)
 	id, _ := r.running(t)
-	_, err := r.svc.Resolve(id, store.Accepted, "")
+	_, err := r.svc.Resolve(id, ledger.Accepted, "")
 	var te *Error
 	require.True(t, errors.As(err, &te), "%v (%T)", err, err)
 	assert.Equal(t, InvalidTransition, te.Code)

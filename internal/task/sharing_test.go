@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
 )
@@ -59,7 +59,7 @@ func TestListTasksFilters(t *testing.T) {
 	_, err := r.svc.Wait(ctx, []string{a}, MaxWait)
 	require.NoError(t, err)
 	require.Equal(t, "succeeded", r.task(t, a)["status"])
-	_, err = r.svc.Resolve(a, store.Accepted, "")
+	_, err = r.svc.Resolve(a, ledger.Accepted, "")
 	require.NoError(t, err)
 	_, err = r.svc.Cancel(ctx, b)
 	require.NoError(t, err)
