@@ -43,6 +43,8 @@ func (t realTimer) Stop() bool          { return t.t.Stop() }
 // production's.
 type options struct {
 	clock clock
+	// hub, when set, is told of the server's subscriptions (tests).
+	hub func(*subscriptions)
 }
 
 func (o options) withDefaults() options {

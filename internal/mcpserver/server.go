@@ -72,6 +72,9 @@ func newServer(svc Service, version string, o options) (*mcp.Server, *subscripti
 		UnsubscribeHandler: subs.unsubscribe,
 	})
 	subs.srv = s
+	if o.hub != nil {
+		o.hub(subs)
+	}
 	s.AddReceivingMiddleware(refuseUndeclared(caps), publishOutputSchemas, listResources(svc))
 	addResources(s, svc)
 	return s, subs
@@ -302,6 +305,11 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 		}
 	})
 	s.AddReceivingMiddleware(sp.middleware)
+	// A 2026-07-28 client's subscriptions/listen is answered only when it
+	// ends: the session's end ends it, or its end would wait for it
+	// until ShutdownBound.
+	ending := make(chan struct{})
+	s.AddReceivingMiddleware(endWith(ending, "subscriptions/listen"))
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -344,6 +352,7 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	// From here a request read is refused, not served: the end is bounded
 	// by what was in flight.
 	f.closing.Store(true)
+	close(ending)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownBound)
 	defer cancel()
 	if owned {

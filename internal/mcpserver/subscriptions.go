@@ -40,6 +40,7 @@ type subscriptions struct {
 	closed   bool
 	byURI    map[string]*subscription
 	sessions map[*mcp.ServerSession]bool // sessions whose end is watched
+	moved    chan struct{}               // closed and replaced when byURI changes (tests)
 }
 
 // subscription is one subscribed URI.
@@ -53,6 +54,7 @@ func newSubscriptions(svc Service, c clock) *subscriptions {
 	return &subscriptions{
 		svc: svc, clock: c, done: make(chan struct{}),
 		byURI: make(map[string]*subscription), sessions: make(map[*mcp.ServerSession]bool),
+		moved: make(chan struct{}),
 	}
 }
 
@@ -82,6 +84,7 @@ func (h *subscriptions) subscribe(_ context.Context, req *mcp.SubscribeRequest) 
 	if sub == nil {
 		sub = &subscription{taskID: ref.taskID, sessions: make(map[*mcp.ServerSession]bool), stop: make(chan struct{})}
 		h.byURI[uri] = sub
+		h.movedLocked()
 		h.wg.Go(func() { h.watch(uri, sub) })
 	}
 	sub.sessions[ss] = true
@@ -118,6 +121,7 @@ func (h *subscriptions) leave(ss *mcp.ServerSession, uri string) {
 		if len(sub.sessions) == 0 {
 			close(sub.stop)
 			delete(h.byURI, u)
+			h.movedLocked()
 		}
 	}
 }
@@ -135,11 +139,17 @@ func (h *subscriptions) close() {
 	h.wg.Wait()
 }
 
-// active counts the watched URIs (tests).
-func (h *subscriptions) active() int {
+func (h *subscriptions) movedLocked() {
+	close(h.moved)
+	h.moved = make(chan struct{})
+}
+
+// active counts the watched URIs, with a channel closed when that may
+// change (tests).
+func (h *subscriptions) active() (int, <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.byURI)
+	return len(h.byURI), h.moved
 }
 
 // watch notifies uri's subscribers of each change of its task, at most
@@ -176,5 +186,29 @@ func (h *subscriptions) watch(uri string, sub *subscription) {
 		ctx, cancel := context.WithTimeout(context.Background(), notifyBound)
 		_ = h.srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri})
 		cancel()
+	}
+}
+
+// endWith runs method's requests with a context that also ends when
+// ending is closed: requests that last as long as their stream does.
+func endWith(ending <-chan struct{}, method string) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, m string, req mcp.Request) (mcp.Result, error) {
+			if m != method {
+				return next(ctx, m, req)
+			}
+			ctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				select {
+				case <-ending:
+					cancel()
+				case <-ctx.Done():
+				}
+			})
+			defer wg.Wait()
+			defer cancel()
+			return next(ctx, m, req)
+		}
 	}
 }
