@@ -49,8 +49,8 @@ func (c *fakeClock) NewTicker(d time.Duration) ticker { return fakeTicker{c.add(
 
 type fakeTicker struct{ *fakeTimer }
 
-func (t fakeTicker) Stop() { t.fakeTimer.Stop() }
-func (c *fakeClock) NewTimer(d time.Duration) timer   { return c.add(d, 0) }
+func (t fakeTicker) Stop()                          { t.fakeTimer.Stop() }
+func (c *fakeClock) NewTimer(d time.Duration) timer { return c.add(d, 0) }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.c }
 

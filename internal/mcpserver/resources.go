@@ -103,9 +103,9 @@ func readResource(svc Service, uri string) (*mcp.ReadResourceResult, error) {
 	}
 	var b json.RawMessage
 	if ref.events {
-		req, err := eventsQuery(ref)
-		if err != nil {
-			return nil, invalidParams("%.200q: %v", uri, err)
+		req, qerr := eventsQuery(ref)
+		if qerr != nil {
+			return nil, invalidParams("%.200q: %v", uri, qerr)
 		}
 		var p ledger.Page
 		if p, err = svc.Events(req); err == nil {

@@ -66,7 +66,10 @@ func (h *subscriptions) subscribe(_ context.Context, req *mcp.SubscribeRequest) 
 	if err != nil {
 		return invalidParams("%v", err)
 	}
-	if _, err := h.svc.Task(ref.taskID); err != nil {
+	// The first change to tell of is the first after this call: the
+	// client reads the resource once subscribed.
+	changed, err := h.svc.Changes(ref.taskID)
+	if err != nil {
 		return resourceError(uri, err)
 	}
 	if ref.events {
@@ -85,7 +88,7 @@ func (h *subscriptions) subscribe(_ context.Context, req *mcp.SubscribeRequest) 
 		sub = &subscription{taskID: ref.taskID, sessions: make(map[*mcp.ServerSession]bool), stop: make(chan struct{})}
 		h.byURI[uri] = sub
 		h.movedLocked()
-		h.wg.Go(func() { h.watch(uri, sub) })
+		h.wg.Go(func() { h.watch(uri, sub, changed) })
 	}
 	sub.sessions[ss] = true
 	if ss != nil && !h.sessions[ss] {
@@ -152,17 +155,13 @@ func (h *subscriptions) active() (int, <-chan struct{}) {
 	return len(h.byURI), h.moved
 }
 
-// watch notifies uri's subscribers of each change of its task, at most
-// once per UpdateInterval: changes within the interval are told once, at
-// its end.
-func (h *subscriptions) watch(uri string, sub *subscription) {
+// watch notifies uri's subscribers of each change of its task after
+// changed, at most once per UpdateInterval: changes within the interval
+// are told once, at its end.
+func (h *subscriptions) watch(uri string, sub *subscription, changed <-chan struct{}) {
 	var last time.Time
 	sent := false
 	for {
-		changed, err := h.svc.Changes(sub.taskID)
-		if err != nil {
-			return // the task was there when subscribed; tasks are not removed
-		}
 		select {
 		case <-changed:
 		case <-sub.stop:
@@ -181,6 +180,12 @@ func (h *subscriptions) watch(uri string, sub *subscription) {
 				t.Stop()
 				return
 			}
+		}
+		// Watch for the next change before telling of this one: a change
+		// made while the client reads is told again.
+		var err error
+		if changed, err = h.svc.Changes(sub.taskID); err != nil {
+			return // the task was there when subscribed; tasks are not removed
 		}
 		last, sent = h.clock.Now(), true
 		ctx, cancel := context.WithTimeout(context.Background(), notifyBound)
