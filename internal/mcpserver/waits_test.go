@@ -28,6 +28,7 @@ type clockRig struct {
 	progress chan *mcp.ProgressNotificationParams
 	updated  chan string // the URIs of notifications/resources/updated
 	served   chan struct{}
+	toServer *os.File // the server's stdin
 }
 
 func newClockRig(t *testing.T, version string) *clockRig {
@@ -74,7 +75,7 @@ func newClockRig(t *testing.T, version string) *clockRig {
 	cs, err := client.Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.Close() })
-	r.hub = <-hubs
+	r.hub, r.toServer = <-hubs, inW
 	r.ledgerRig = &ledgerRig{svc: svc, sup: sup, cs: cs, ws: ws}
 	return r
 }
