@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -14,7 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
 )
 
 const protocol2026 = "2026-07-28"
@@ -299,4 +305,84 @@ func (r *clockRig) subscribe2(t *testing.T, version, uri string) {
 	}
 	go func() { _ = r.cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: uri}) }()
 	r.awaitActive(t, 2)
+}
+
+// TestSubscriptionsOverHTTP: the sessions of the HTTP listener share one
+// server; each subscribed session is told of a change once per interval,
+// and the watcher ends with the last session subscribed.
+func TestSubscriptionsOverHTTP(t *testing.T) {
+	sup := tasktest.New()
+	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: sup, Workspace: t.TempDir()})
+	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+	clock := newFakeClock()
+	hubs := make(chan *subscriptions, 1)
+	const token = "test-token"
+	ts := httptest.NewServer(httpHandler(svc, "test", token, nil, options{clock: clock, hub: func(h *subscriptions) { hubs <- h }}))
+	t.Cleanup(ts.Close)
+	r := &clockRig{clock: clock, hub: <-hubs}
+
+	type session struct {
+		cs      *mcp.ClientSession
+		updated chan string
+	}
+	open := func() session {
+		s := session{updated: make(chan string, 100)}
+		client := mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "1"}, &mcp.ClientOptions{
+			ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+				s.updated <- req.Params.URI
+			},
+		})
+		cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
+			Endpoint: ts.URL, HTTPClient: &http.Client{Transport: bearerToken(token)},
+		}, &mcp.ClientSessionOptions{ProtocolVersion: hostProtocol})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cs.Close() })
+		s.cs = cs
+		return s
+	}
+	a, b := open(), open()
+	out := call(t, a.cs, "spawn_task", map[string]any{"agent": "codex", "prompt": "p"})
+	id := out["task_id"].(string)
+	run := <-sup.Started
+	sink := run.Sink.(acpsession.Sink)
+	event := func() {
+		require.NoError(t, sink.ToolCall(false, fieldsJSON(t, map[string]any{"tool_call_id": "t"})))
+	}
+	uri := taskURI(id)
+	for _, s := range []session{a, b} {
+		require.NoError(t, s.cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: uri}))
+	}
+	r.awaitActive(t, 1) // one watcher for both
+	next := func(s session) {
+		t.Helper()
+		select {
+		case got := <-s.updated:
+			assert.Equal(t, uri, got)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no notifications/resources/updated")
+		}
+	}
+	event()
+	next(a)
+	next(b)
+	event()
+	clock.awaitTimers(t, 1)
+	event()
+	clock.Advance(UpdateInterval)
+	next(a)
+	next(b)
+	require.NoError(t, a.cs.Close())
+	r.awaitActive(t, 1)
+	require.NoError(t, b.cs.Close())
+	r.awaitActive(t, 0) // the last session's end ends the watcher
+	assert.Empty(t, a.updated)
+	assert.Empty(t, b.updated)
+}
+
+type bearerToken string
+
+func (b bearerToken) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
 }
