@@ -117,12 +117,12 @@ func TestResourceRead(t *testing.T) {
 		code int64
 		msg  string
 	}{
-		"unknown task":          {"symm://tasks/nope", mcp.CodeResourceNotFound, "Resource not found"},
-		"unknown task's events": {"symm://tasks/nope/events", mcp.CodeResourceNotFound, "Resource not found"},
+		"unknown task":          {"symm://tasks/nope", jsonrpc.CodeInvalidParams, "Resource not found"},
+		"unknown task's events": {"symm://tasks/nope/events", jsonrpc.CodeInvalidParams, "Resource not found"},
 		// The SDK finds no template for these: not found, as any URI
 		// that is no resource of ours.
-		"no such resource":    {taskURI(id) + "/diff", mcp.CodeResourceNotFound, "Resource not found"},
-		"record with a query": {taskURI(id) + "?x=1", mcp.CodeResourceNotFound, "Resource not found"},
+		"no such resource":    {taskURI(id) + "/diff", jsonrpc.CodeInvalidParams, "Resource not found"},
+		"record with a query": {taskURI(id) + "?x=1", jsonrpc.CodeInvalidParams, "Resource not found"},
 		"after_seq not a number": {taskURI(id) + "/events?after_seq=ten", jsonrpc.CodeInvalidParams,
 			`after_seq must be a whole number, 0 or more, not "ten"`},
 		"negative after_seq": {taskURI(id) + "/events?after_seq=-1", jsonrpc.CodeInvalidParams, "after_seq must be a whole number, 0 or more"},
@@ -130,7 +130,7 @@ func TestResourceRead(t *testing.T) {
 		"unknown parameter": {taskURI(id) + "/events?max_bytes=5", jsonrpc.CodeInvalidParams,
 			`unknown parameter "max_bytes" (after_seq and limit are known)`},
 		"parameter twice": {taskURI(id) + "/events?limit=1&limit=2", jsonrpc.CodeInvalidParams, "limit is given 2 times"},
-		"another scheme":  {"file:///etc/passwd", mcp.CodeResourceNotFound, "Resource not found"},
+		"another scheme":  {"file:///etc/passwd", jsonrpc.CodeInvalidParams, "Resource not found"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := l.cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: c.uri})
@@ -252,16 +252,17 @@ func TestSubscriptions(t *testing.T) {
 func TestSubscribeErrors(t *testing.T) {
 	r := newClockRig(t, hostProtocol)
 	id, _ := r.spawn(t, nil)
-	for uri, code := range map[string]int64{
-		"symm://tasks/nope":                   mcp.CodeResourceNotFound,
-		taskURI(id) + "/log":                  jsonrpc.CodeInvalidParams,
-		taskURI(id) + "/events?after_seq=bad": jsonrpc.CodeInvalidParams,
-		"https://example.com/x":               jsonrpc.CodeInvalidParams,
+	for uri, msg := range map[string]string{
+		"symm://tasks/nope":                   "Resource not found",
+		taskURI(id) + "/log":                  `a task has no resource "log" (only events)`,
+		taskURI(id) + "/events?after_seq=bad": `after_seq must be a whole number, 0 or more, not "bad"`,
+		"https://example.com/x":               "is not symm://tasks/{task_id} or symm://tasks/{task_id}/events",
 	} {
 		err := r.cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: uri})
 		var wire *jsonrpc.Error
 		require.True(t, errors.As(err, &wire), "%s: want a JSON-RPC error, got %v", uri, err)
-		assert.Equal(t, code, wire.Code, uri)
+		assert.Equal(t, int64(jsonrpc.CodeInvalidParams), wire.Code, uri)
+		assert.Contains(t, wire.Message, msg, uri)
 	}
 	n, _ := r.hub.active()
 	assert.Zero(t, n)
