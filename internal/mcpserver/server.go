@@ -1,8 +1,10 @@
 // Package mcpserver is symm-mcp's MCP layer: ten tools that translate
-// arguments into TaskService calls and stored JSON into replies. It holds
-// no state. Domain failures are tool errors whose text is
-// "<code>: <message>"; arguments that do not fit a tool's input schema are
-// rejected by the MCP SDK before a handler runs.
+// arguments into TaskService calls and stored JSON into replies, and the
+// task resources, which read what the tools return. It holds no state but
+// its sessions' resource subscriptions, which end with them. Waits report
+// progress to a client that asked for it. Domain failures are tool errors
+// whose text is "<code>: <message>"; arguments that do not fit a tool's
+// input schema are rejected by the MCP SDK before a handler runs.
 package mcpserver
 
 import (

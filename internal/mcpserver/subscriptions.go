@@ -77,6 +77,9 @@ func (h *subscriptions) subscribe(_ context.Context, req *mcp.SubscribeRequest) 
 			return invalidParams("%.200q: %v", uri, err)
 		}
 	}
+	// The SDK records the subscription once this returns, before it
+	// answers: a change in between is told to nobody, and the client,
+	// which reads the resource once subscribed, sees it anyway.
 	ss := req.Session
 	h.mu.Lock()
 	defer h.mu.Unlock()

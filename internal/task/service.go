@@ -4,7 +4,8 @@
 // and records what comes back as events.
 //
 // Lock order: Service.endMu, then Service.mu, then a taskRun's mu, then
-// the store's own locks.
+// the store's own locks. A taskRun's wmu (what its watchers read) is a
+// leaf: taken under mu or alone, and nothing is taken under it.
 // Neither lock is held across supervisor calls, marker I/O or waiting.
 package task
 
