@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
-	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -137,19 +136,25 @@ func (h handlers) getEvents(_ context.Context, a eventsArgs) (json.RawMessage, e
 	if err != nil {
 		return nil, err
 	}
+	return eventsReply(p), nil
+}
+
+// eventsReply is a page of events as get_events and the events resource
+// return it.
+func eventsReply(p ledger.Page) json.RawMessage {
 	return object(
 		member{"cursor", jsonValue(p.Cursor)},
 		member{"has_more", jsonValue(p.HasMore)},
 		member{"status", jsonValue(p.Status)},
 		member{"events", array(p.Events)},
-	), nil
+	)
 }
 
 // --- wait_tasks
 
 type waitArgs struct {
 	TaskIDs        []string `json:"task_ids" jsonschema:"the tasks to wait for; returns when any of them is finished"`
-	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty" jsonschema:"how long to wait; default and maximum 30"`
+	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty" jsonschema:"how long to wait, 0 to 300 seconds (larger values are clamped); default 30; keep it below your client's tool timeout (Codex: tool_timeout_sec); with a progress token, progress is sent every 5 s"`
 }
 
 type waitOut struct {
@@ -161,8 +166,9 @@ type waitOut struct {
 var waitTasksTool = toolDef[waitArgs]{
 	tool: mcp.Tool{
 		Name: "wait_tasks",
-		Description: "Wait up to 30 seconds for any of the given tasks to be finished. Returns completed and pending summaries " +
-			"and reason: terminal when one is finished, timeout otherwise.",
+		Description: "Wait up to timeout_seconds (default 30, at most 300) for any of the given tasks to be finished. Returns " +
+			"completed and pending summaries and reason: terminal when one is finished, timeout otherwise. A call with a " +
+			"progress token gets notifications/progress every 5 s saying what the tasks do.",
 		Annotations: annotations(true, false, true, false),
 	},
 	edit: func(s *jsonschema.Schema) {
@@ -172,13 +178,11 @@ var waitTasksTool = toolDef[waitArgs]{
 	output: reflect.TypeFor[waitOut](),
 }
 
-func (h handlers) waitTasks(ctx context.Context, a waitArgs) (json.RawMessage, error) {
-	timeout := task.MaxWait
-	if a.TimeoutSeconds != nil {
-		// Larger values are clamped to the maximum wait.
-		timeout = time.Duration(min(*a.TimeoutSeconds, task.MaxWait.Seconds()) * float64(time.Second))
-	}
+func (h handlers) waitTasks(ctx context.Context, req *mcp.CallToolRequest, a waitArgs) (json.RawMessage, error) {
+	timeout := waitTimeout(a.TimeoutSeconds)
+	stop := h.reportProgress(ctx, req, a.TaskIDs, timeout)
 	res, err := h.svc.Wait(ctx, a.TaskIDs, timeout)
+	stop()
 	if err != nil {
 		return nil, err
 	}

@@ -76,6 +76,9 @@ type taskRun struct {
 	lost     error // the first record the ledger refused; the task fails with it
 	lostMore int   // records refused after that one, logged in all at the end
 	stopping bool  // the run was asked to stop for lost
+
+	wmu sync.Mutex // guards w; a leaf, taken under mu or alone (watch.go)
+	w   watch
 }
 
 func newTaskRun(s *Service, id string, cancelStart context.CancelFunc) *taskRun {
@@ -130,6 +133,7 @@ func (r *taskRun) finished() {
 		}
 	}
 	close(r.done)
+	r.touch("", 0) // the terminal status
 	s.mu.Lock()
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -216,7 +220,10 @@ func (r *taskRun) record(typ string, fields any) error {
 			return fmt.Errorf("encoding %s event: %w", typ, err)
 		}
 	}
-	_, err := r.s.cfg.Store.Append(r.id, typ, r.s.cfg.Now(), b)
+	seq, err := r.s.cfg.Store.Append(r.id, typ, r.s.cfg.Now(), b)
+	if err == nil {
+		r.touch(typ, seq)
+	}
 	return err
 }
 
@@ -434,6 +441,7 @@ func (r *taskRun) Usage(f acpsession.UsageFields) error {
 		r.lostLocked("usage", err)
 		return err
 	}
+	r.touch("", 0)
 	return nil
 }
 
@@ -448,6 +456,7 @@ func (r *taskRun) Title(c acpsession.TitleChange) error {
 		r.lostLocked("session title", err)
 		return err
 	}
+	r.touch("", 0)
 	return nil
 }
 
@@ -479,6 +488,7 @@ func (r *taskRun) ProcessStarted(pid int, argv []string) {
 	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, r.s.cfg.Now()); err != nil {
 		r.lostLocked("running status", err)
 	}
+	r.touch("", 0)
 }
 
 // Stderr implements supervisor.Sink.
@@ -506,11 +516,12 @@ func (r *taskRun) Stderr(text string, part, parts int) {
 		return
 	}
 	now := r.s.cfg.Now()
-	_, d, err := r.s.cfg.Store.AppendCapped(r.id, "stderr", now, b, r.s.cfg.StderrCap)
+	seq, d, err := r.s.cfg.Store.AppendCapped(r.id, "stderr", now, b, r.s.cfg.StderrCap)
 	if err != nil {
 		r.lostLocked("stderr event", err)
 		return
 	}
+	r.touch("stderr", seq)
 	if d.Lines == 0 {
 		return
 	}

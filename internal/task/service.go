@@ -4,7 +4,8 @@
 // and records what comes back as events.
 //
 // Lock order: Service.endMu, then Service.mu, then a taskRun's mu, then
-// the store's own locks.
+// the store's own locks. A taskRun's wmu (what its watchers read) is a
+// leaf: taken under mu or alone, and nothing is taken under it.
 // Neither lock is held across supervisor calls, marker I/O or waiting.
 package task
 
@@ -109,8 +110,12 @@ const (
 	MaxListBytes = 1 << 20
 	// MaxScan bounds how many events one filtered get_events call examines.
 	MaxScan = 10000
-	// MaxWait is the longest wait_tasks waits.
-	MaxWait = 30 * time.Second
+	// DefaultWait is how long wait_tasks waits when the caller gives no
+	// timeout, and MaxWait the longest it waits; longer timeouts are
+	// clamped. A wait that long lives through a host's tool timeout only
+	// with progress notifications (intent 0023).
+	DefaultWait = 30 * time.Second
+	MaxWait     = 300 * time.Second
 )
 
 // Config wires a Service.
@@ -324,6 +329,7 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	if _, err := s.cfg.Store.Transition(id, ledger.Starting, s.cfg.Now()); err != nil {
 		return nil, fmt.Errorf("starting task: %w", err)
 	}
+	r.touch("", 0)
 	if shutting {
 		r.failStart("the server is shutting down; the task was not started")
 		return s.cfg.Store.TaskJSON(id)
@@ -539,6 +545,9 @@ func (s *Service) Resolve(id string, resolution ledger.Resolution, note string) 
 	r.mu.Lock()
 	_, err = s.cfg.Store.Resolve(id, resolution, note, s.cfg.Now())
 	r.mu.Unlock()
+	if err == nil {
+		r.touch("", 0)
+	}
 	if te := (*ledger.TransitionError)(nil); errors.As(err, &te) {
 		return nil, errorf(InvalidTransition, "%s", te.Reason())
 	}
@@ -575,19 +584,22 @@ type WaitResult struct {
 	Reason    string // "terminal" or "timeout"
 }
 
-// Wait waits up to timeout (at most MaxWait) for any of the tasks to be
-// finished. It returns early with ctx's error when ctx ends (the client
-// went away).
+// Wait waits up to timeout (at most MaxWait; longer is clamped) for any of
+// the tasks to be finished. It returns early with ctx's error when ctx
+// ends (the client went away). A negative timeout is invalid_request.
 func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration) (WaitResult, error) {
 	if len(ids) == 0 {
 		return WaitResult{}, errorf(InvalidRequest, "task_ids is empty")
+	}
+	if timeout < 0 {
+		return WaitResult{}, errorf(InvalidRequest, "timeout_seconds must not be negative")
 	}
 	for _, id := range ids {
 		if _, err := s.lookup(id); err != nil {
 			return WaitResult{}, err
 		}
 	}
-	timeout = min(max(timeout, 0), MaxWait)
+	timeout = min(timeout, MaxWait)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
