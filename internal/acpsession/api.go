@@ -159,6 +159,9 @@ type Params struct {
 	// KeepOpen: no session/close, even when the agent offers it (an agent
 	// whose closed sessions no longer resume).
 	KeepOpen bool
+	// Keep: the session stays open after Run's turn (no session/close),
+	// for follow-up turns (Session.Turn); it ends with the process.
+	Keep bool
 	// Settings are applied in order: caller choices first, then pins.
 	Settings []Setting
 	// Allow lists the ACP tool kinds approved for this task.
