@@ -158,7 +158,9 @@ func (s *Session) sendCancel(cancelCh, sentCh, stop <-chan struct{}) {
 		return
 	}
 	s.mu.Lock()
-	active := s.st.phase == phaseTurn
+	// Only this turn's: a Cancel that came as the turn ended must not
+	// reach a follow-up turn that began since.
+	active := s.st.phase == phaseTurn && s.st.cancelCh == cancelCh
 	sid := s.st.sid
 	s.mu.Unlock()
 	if !active {
