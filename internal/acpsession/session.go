@@ -89,20 +89,21 @@ func Start(stdin io.Writer, stdout io.Reader, p Params, sink Sink, logger *slog.
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
 	}
+	cancelTurn, promptSent := make(chan struct{}), make(chan struct{})
 	s := &Session{
 		p:                 p,
 		sink:              sink,
 		log:               logger,
 		timeout:           timeout,
 		stdout:            stdout,
-		cancelTurn:        make(chan struct{}),
+		cancelTurn:        cancelTurn,
 		cancelRequestSent: make(chan struct{}),
-		promptSent:        make(chan struct{}),
+		promptSent:        promptSent,
 		stopWorker:        make(chan struct{}),
 		workerDone:        make(chan struct{}),
 		done:              make(chan struct{}),
+		st:                newState(p.ResumeID, p.Allow, cancelTurn, promptSent),
 	}
-	s.st = newState(p.ResumeID, p.Allow, s.cancelTurn, s.promptSent)
 	pr, pw := io.Pipe()
 	s.sdkIn = pw
 	s.conn = acp.NewClientSideConnection(&client{s: s}, &stdinTap{s: s, w: stdin}, pr)
