@@ -29,12 +29,12 @@ var (
 	// session/resume nor loadSession.
 	ErrCannotLoad = errors.New("agent cannot load sessions")
 
-	errSinkClosed  = errors.New("sink closed")
-	errRunTwice    = errors.New("acpsession: Run called twice")
+	errSinkClosed = errors.New("sink closed")
+	errRunTwice   = errors.New("acpsession: Run called twice")
 	// errNotBetweenTurns: Turn was called before Run's turn ended, or
 	// during another Turn.
 	errNotBetweenTurns = errors.New("acpsession: Turn called while the session is not between turns")
-	errStreamEnded = errors.New("stdout ended before Run")
+	errStreamEnded     = errors.New("stdout ended before Run")
 )
 
 // maxLine is the longest stdout line accepted, its line ending included:

@@ -27,11 +27,11 @@ type run struct {
 	sink   Sink
 	conv   Conversation
 
-	keep      time.Duration // the current turn's keep-alive
-	next      chan Turn     // Send hands a turn to a kept run
-	noTurns   chan struct{} // closed when the run takes no more turns
-	t      Timeouts
-	log    *slog.Logger
+	keep    time.Duration // the current turn's keep-alive
+	next    chan Turn     // Send hands a turn to a kept run
+	noTurns chan struct{} // closed when the run takes no more turns
+	t       Timeouts
+	log     *slog.Logger
 
 	cmd    *exec.Cmd
 	stdin  *os.File // our write end of the agent's stdin

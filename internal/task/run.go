@@ -179,7 +179,7 @@ const droppedInterval = time.Second
 
 var (
 	_ supervisor.TurnSink = (*taskRun)(nil)
-	_ acpsession.Sink = (*taskRun)(nil)
+	_ acpsession.Sink     = (*taskRun)(nil)
 )
 
 type errorFields struct {

@@ -101,6 +101,12 @@ func (t *turn) step(st *Step) string {
 			t.reply.WriteString(text)
 		}
 		a.sendUpdate(sid, textUpdate("agent_message_chunk", text))
+	case st.PID:
+		text := "pid=" + strconv.Itoa(os.Getpid())
+		if sid == t.s.id {
+			t.reply.WriteString(text)
+		}
+		a.sendUpdate(sid, textUpdate("agent_message_chunk", text))
 	case st.WriteFile != nil:
 		path := st.WriteFile.Path
 		if !filepath.IsAbs(path) {
