@@ -1,0 +1,307 @@
+package mcpserver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
+)
+
+// Follow-ups (send_task) and kept processes (spawn_task keep_alive),
+// through MCP with the fake agent as a real child process.
+
+// send sends a follow-up and returns its id.
+func (r *rig) send(t *testing.T, args map[string]any) string {
+	t.Helper()
+	out := call(t, r.cs, "send_task", args)
+	return out["task_id"].(string)
+}
+
+// messages joins the task's agent_message texts.
+func (r *rig) messages(t *testing.T, id string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, e := range r.events(t, id, "agent_message") {
+		b.WriteString(e["text"].(string))
+	}
+	return b.String()
+}
+
+// awaitRecord polls the task's record until ok holds: a condition with a
+// deadline, for a change no event announces (a kept process's exit).
+func (r *rig) awaitRecord(t *testing.T, id string, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rec := call(t, r.cs, "get_task", map[string]any{"task_id": id})
+		if ok(rec) {
+			return rec
+		}
+		require.True(t, time.Now().Before(deadline), "task %s: the record did not change as awaited: %v", id, rec)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func count(xs []string, x string) int {
+	n := 0
+	for _, v := range xs {
+		if v == x {
+			n++
+		}
+	}
+	return n
+}
+
+func pidStep() map[string]any { return map[string]any{"pid": true} }
+
+func TestFollowUpOnKeptProcess(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	parent := r.spawn(t, map[string]any{"prompt": script(pidStep()), "workspace": ws, "keep_alive": true})
+	prec := r.wait(t, parent)
+	assert.Equal(t, "succeeded", prec["status"])
+	assert.NotNil(t, prec["kept_alive_until"], "the record shows how long the process is kept")
+	assert.Nil(t, prec["kept_process"])
+	ptypes := typesOf(r.events(t, parent))
+	assert.Contains(t, ptypes, "turn_ended")
+	assert.NotContains(t, ptypes, "process_exited", "turn_ended stands where process_exited would")
+	pidText := r.messages(t, parent)
+	require.True(t, strings.HasPrefix(pidText, "pid="), pidText)
+
+	child := r.send(t, map[string]any{"task_id": parent, "prompt": script(pidStep()), "keep_alive": true, "idle_timeout_s": 600})
+	crec := r.wait(t, child)
+	assert.Equal(t, "succeeded", crec["status"])
+	assert.Equal(t, parent, crec["parent_task_id"])
+	assert.Equal(t, prec["session_id"], crec["session_id"])
+	assert.Equal(t, pidText, r.messages(t, child), "the follow-up ran on the parent's process")
+	ctypes := typesOf(r.events(t, child))
+	assert.NotContains(t, ctypes, "process_started", "no new process")
+	assert.NotContains(t, ctypes, "session_started", "the session was not set up again")
+	assert.Contains(t, ctypes, "turn_ended")
+
+	prec = call(t, r.cs, "get_task", map[string]any{"task_id": parent})
+	assert.Equal(t, []any{child}, prec["follow_ups"])
+	fu := r.events(t, parent, "follow_up")
+	require.Len(t, fu, 1)
+	assert.Equal(t, child, fu[0]["task_id"])
+
+	m := methods(requests(t, ws))
+	assert.Equal(t, 1, count(m, "initialize"), "one process: %v", m)
+	assert.Equal(t, 1, count(m, "session/new"))
+	assert.Equal(t, 0, count(m, "session/load")+count(m, "session/resume"), "no load: %v", m)
+	assert.Equal(t, 2, count(m, "session/prompt"))
+
+	// cancel_task on the task that holds the kept process ends it; its
+	// record, not its log, gains the process's end.
+	pids := r.pids(t, parent, ws)
+	before := r.events(t, child)
+	call(t, r.cs, "cancel_task", map[string]any{"task_id": child})
+	crec = r.awaitRecord(t, child, func(m map[string]any) bool { return m["kept_process"] != nil })
+	kp := crec["kept_process"].(map[string]any)
+	assert.Equal(t, pidText, "pid="+strconv.Itoa(int(kp["pid"].(float64))))
+	assert.NotNil(t, kp["exited_at"])
+	assert.Equal(t, "succeeded", crec["status"], "a finished task is unchanged")
+	assert.Equal(t, len(before), len(r.events(t, child)), "nothing appended to a finished task's log")
+	requireGone(t, pids)
+}
+
+func TestFollowUpAfterIdleTimeout(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, map[string]any{"load_session": true})
+	parent := r.spawn(t, map[string]any{"prompt": script(pidStep()), "workspace": ws, "keep_alive": true, "idle_timeout_s": 1})
+	r.wait(t, parent)
+	prec := r.awaitRecord(t, parent, func(m map[string]any) bool { return m["kept_process"] != nil })
+	kp := prec["kept_process"].(map[string]any)
+	assert.Equal(t, 0.0, kp["exit_code"], "the kept agent left on its own when its stdin closed")
+	requireGone(t, r.pids(t, parent, ws))
+
+	child := r.send(t, map[string]any{"task_id": parent, "prompt": script(pidStep())})
+	crec := r.wait(t, child)
+	assert.Equal(t, "succeeded", crec["status"], "%v", crec["error"])
+	assert.NotEqual(t, r.messages(t, parent), r.messages(t, child), "a new process")
+	started := r.events(t, child, "process_started")
+	require.Len(t, started, 1)
+	ss := r.events(t, child, "session_started")
+	require.Len(t, ss, 1)
+	assert.Equal(t, "load", ss[0]["resumed_by"])
+	assert.Equal(t, prec["session_id"], ss[0]["session_id"])
+	assert.Contains(t, typesOf(r.events(t, child)), "process_exited", "no keep_alive: the process ends with the turn")
+	m := methods(requests(t, ws))
+	assert.Equal(t, 2, count(m, "initialize"))
+	assert.Equal(t, 1, count(m, "session/load"))
+}
+
+func TestFollowUpsQueuedInOrder(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	gate := filepath.Join(t.TempDir(), "go")
+	parent := r.spawn(t, map[string]any{"prompt": script(map[string]any{"wait_file": gate}), "workspace": ws})
+	var children []string
+	for i := range 3 {
+		children = append(children, r.send(t, map[string]any{
+			"task_id": parent, "prompt": script(map[string]any{"message": "child " + strconv.Itoa(i)}),
+		}))
+	}
+	for _, c := range children {
+		rec := call(t, r.cs, "get_task", map[string]any{"task_id": c})
+		assert.Equal(t, "created", rec["status"], "queued behind the running turn")
+	}
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	for i, c := range children {
+		rec := r.wait(t, c)
+		assert.Equal(t, "succeeded", rec["status"], "%v", rec["error"])
+		assert.Equal(t, "child "+strconv.Itoa(i), r.messages(t, c))
+	}
+	var prompts []string
+	for _, req := range requests(t, ws) {
+		if req["method"] == "session/prompt" {
+			p := req["params"].(map[string]any)["prompt"].([]any)[0].(map[string]any)["text"].(string)
+			prompts = append(prompts, p)
+		}
+	}
+	require.Len(t, prompts, 4)
+	for i := range 3 {
+		assert.Contains(t, prompts[i+1], "child "+strconv.Itoa(i), "follow-ups run in the order they were sent")
+	}
+	assert.Equal(t, 1, count(methods(requests(t, ws)), "initialize"), "the queued follow-ups ran on the parent's process")
+	assert.Contains(t, typesOf(r.events(t, children[2])), "process_exited", "the last one, not kept, ended the process")
+	requireGone(t, r.pids(t, parent, ws))
+}
+
+func TestFollowUpInterrupt(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	parent := r.spawn(t, map[string]any{"prompt": script(map[string]any{"wait_for_cancel": true}), "workspace": ws})
+	// The parent's turn must be under way before the interrupt can cancel it.
+	r.awaitRecord(t, parent, func(m map[string]any) bool { return m["status"] == "running" && m["session_id"] != nil })
+	queued := r.send(t, map[string]any{"task_id": parent, "prompt": script(map[string]any{"message": "queued"})})
+	urgent := r.send(t, map[string]any{"task_id": parent, "prompt": script(pidStep()), "interrupt": true})
+
+	prec := r.wait(t, parent)
+	assert.Equal(t, "cancelled", prec["status"])
+	tc := r.events(t, parent, "task_cancelled")
+	require.Len(t, tc, 1)
+	assert.Equal(t, "interrupt", tc[0]["source"])
+	urec := r.wait(t, urgent)
+	assert.Equal(t, "succeeded", urec["status"], "%v", urec["error"])
+	qrec := r.wait(t, queued)
+	assert.Equal(t, "succeeded", qrec["status"])
+	us, _ := time.Parse(time.RFC3339, urec["started_at"].(string))
+	qs, _ := time.Parse(time.RFC3339, qrec["started_at"].(string))
+	assert.False(t, qs.Before(us), "the interrupt went ahead of the queued follow-up")
+
+	m := methods(requests(t, ws))
+	assert.Equal(t, 1, count(m, "initialize"), "one process: %v", m)
+	assert.Equal(t, 1, count(m, "session/cancel"))
+	assert.Equal(t, 3, count(m, "session/prompt"))
+	var prompts []string
+	for _, req := range requests(t, ws) {
+		if req["method"] == "session/prompt" {
+			prompts = append(prompts, req["params"].(map[string]any)["prompt"].([]any)[0].(map[string]any)["text"].(string))
+		}
+	}
+	assert.Contains(t, prompts[1], `"pid"`, "the interrupting prompt came next")
+	assert.Contains(t, prompts[2], "queued")
+}
+
+func TestCancelQueuedFollowUp(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	gate := filepath.Join(t.TempDir(), "go")
+	parent := r.spawn(t, map[string]any{"prompt": script(map[string]any{"wait_file": gate}), "workspace": ws})
+	child := r.send(t, map[string]any{"task_id": parent, "prompt": "never sent"})
+	crec := call(t, r.cs, "cancel_task", map[string]any{"task_id": child})
+	assert.Equal(t, "cancelled", crec["status"])
+	assert.Equal(t, []string{"task_created", "task_cancelled", "status_changed"}, typesOf(r.events(t, child)),
+		"a queued follow-up ends without a process")
+	prec := call(t, r.cs, "get_task", map[string]any{"task_id": parent})
+	assert.NotEqual(t, "cancelled", prec["status"], "the parent is untouched")
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	prec = r.wait(t, parent)
+	assert.Equal(t, "succeeded", prec["status"])
+	assert.Empty(t, r.events(t, parent, "task_cancelled"))
+	assert.Equal(t, 1, count(methods(requests(t, ws)), "session/prompt"), "the cancelled follow-up never reached the agent")
+}
+
+func TestShutdownEndsKeptProcesses(t *testing.T) {
+	base := leakcheck.Take()
+	// A subtest, so that the rig's cleanup (the MCP session) runs before
+	// the check.
+	t.Run("kept", func(t *testing.T) {
+		r := newRig(t, rigOptions{})
+		var ids, wss []string
+		for range 2 {
+			ws := workspace(t, nil)
+			ids = append(ids, r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws, "keep_alive": true}))
+			wss = append(wss, ws)
+		}
+		var pids []int
+		for i, id := range ids {
+			r.wait(t, id)
+			pids = append(pids, r.pids(t, id, wss[i])...)
+		}
+		require.Len(t, pids, 2)
+		require.NoError(t, r.svc.Shutdown(context.Background()))
+		requireGone(t, pids)
+		for _, id := range ids {
+			b, err := r.svc.Task(id)
+			require.NoError(t, err)
+			assert.Contains(t, string(b), `"kept_process":{`, "the kept process's end is recorded")
+		}
+	})
+	base.Check(t, 10*time.Second, 2, 0)
+}
+
+func TestFollowUpPermissionsPerTurn(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	perm := map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "report": true}}
+	parent := r.spawn(t, map[string]any{"prompt": script(perm), "workspace": ws, "keep_alive": true, "allow": []string{"execute"}})
+	r.wait(t, parent)
+	child := r.send(t, map[string]any{"task_id": parent, "prompt": script(perm), "keep_alive": true})
+	r.wait(t, child)
+	grand := r.send(t, map[string]any{"task_id": child, "prompt": script(perm), "allow": []string{"execute"}})
+	r.wait(t, grand)
+	decision := func(id string) string {
+		ev := r.events(t, id, "permission")
+		require.Len(t, ev, 1)
+		return ev[0]["decision"].(string)
+	}
+	assert.Equal(t, "allow_once", decision(parent))
+	assert.NotEqual(t, "allow_once", decision(child), "omitted allow means none: the parent's is not carried over")
+	assert.Equal(t, "allow_once", decision(grand), "each turn has its own")
+	assert.Equal(t, 1, count(methods(requests(t, ws)), "initialize"))
+}
+
+func TestSendTaskRefusals(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	for _, args := range []map[string]any{
+		{"agent": "fake", "prompt": "p", "workspace": ws, "idle_timeout_s": 5},
+		{"agent": "fake", "prompt": "p", "workspace": ws, "keep_alive": true, "idle_timeout_s": 0},
+		{"agent": "fake", "prompt": "p", "workspace": ws, "keep_alive": true, "idle_timeout_s": 86401},
+	} {
+		assert.Contains(t, callErr(t, r.cs, "spawn_task", args), "invalid_request: idle_timeout_s")
+	}
+	// The fake agent offers neither load nor resume by default.
+	id := r.spawn(t, map[string]any{"prompt": "p", "workspace": ws})
+	r.wait(t, id)
+	msg := callErr(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "again"})
+	assert.Contains(t, msg, "invalid_request: ")
+	assert.Contains(t, msg, "cannot resume")
+	assert.Contains(t, callErr(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "p", "idle_timeout_s": 5}),
+		"invalid_request: idle_timeout_s goes only with keep_alive")
+	assert.Contains(t, callErr(t, r.cs, "send_task", map[string]any{"task_id": "nope", "prompt": "p"}), "task_not_found: ")
+	assert.Contains(t, callErr(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": " "}), "invalid_request: prompt is empty")
+	tasks := call(t, r.cs, "list_tasks", map[string]any{})["tasks"].([]any)
+	assert.Len(t, tasks, 1, "no task was created by a refused call")
+}
+
