@@ -305,3 +305,36 @@ func TestSendTaskRefusals(t *testing.T) {
 	assert.Len(t, tasks, 1, "no task was created by a refused call")
 }
 
+func TestFollowUpHandsItsWorktreeOn(t *testing.T) {
+	g := newGitSetup(t)
+	r := newRig(t, rigOptions{git: g})
+	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
+	parent := r.spawn(t, map[string]any{"workspace": repo, "isolation": "worktree", "keep_alive": true,
+		"prompt": script(writeStep("a.txt", "changed\n"))})
+	prec := r.wait(t, parent)
+	require.Equal(t, "succeeded", prec["status"], "%v", prec["error"])
+	child := r.send(t, map[string]any{"task_id": parent, "prompt": script(writeStep("b.txt", "new\n")), "keep_alive": true})
+	crec := r.wait(t, child)
+	require.Equal(t, "succeeded", crec["status"], "%v", crec["error"])
+	assert.Equal(t, prec["worktree"], crec["worktree"], "the follow-up works in its parent's worktree")
+	files := crec["diff"].(map[string]any)["files"].([]any)
+	var paths []string
+	for _, f := range files {
+		paths = append(paths, f.(map[string]any)["path"].(string))
+	}
+	assert.ElementsMatch(t, []string{"a.txt", "b.txt"}, paths, "the follow-up's diff holds the chain's work")
+	assert.Equal(t, []any{}, crec["overlaps"], "a chain does not overlap with itself")
+	assert.NoFileExists(t, filepath.Join(repo, "b.txt"))
+
+	// The process kept after the follow-up still works in the worktree.
+	out := call(t, r.cs, "cleanup_worktrees", map[string]any{"task_ids": []string{parent}})
+	assert.Empty(t, out["removed"])
+	require.Len(t, out["kept"], 1)
+	assert.Equal(t, "task is live", out["kept"].([]any)[0].(map[string]any)["reason"])
+
+	call(t, r.cs, "cancel_task", map[string]any{"task_id": child})
+	r.awaitRecord(t, child, func(m map[string]any) bool { return m["kept_process"] != nil })
+	out = call(t, r.cs, "cleanup_worktrees", map[string]any{"task_ids": []string{parent, child}, "force": true})
+	require.Len(t, out["removed"], 1, "one worktree, removed once: %v", out)
+	assert.Empty(t, out["kept"])
+}
