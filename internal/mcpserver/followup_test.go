@@ -301,8 +301,14 @@ func TestSendTaskRefusals(t *testing.T) {
 		"invalid_request: idle_timeout_s goes only with keep_alive")
 	assert.Contains(t, callErr(t, r.cs, "send_task", map[string]any{"task_id": "nope", "prompt": "p"}), "task_not_found: ")
 	assert.Contains(t, callErr(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": " "}), "invalid_request: prompt is empty")
+
+	// An effort that travels as a launch flag cannot reach a kept process.
+	flag := r.spawn(t, map[string]any{"agent": "fake_flag", "prompt": "p", "workspace": ws, "keep_alive": true})
+	r.wait(t, flag)
+	assert.Contains(t, callErr(t, r.cs, "send_task", map[string]any{"task_id": flag, "prompt": "p", "effort": "high"}),
+		"invalid_request: agent fake_flag takes effort as a launch flag")
 	tasks := call(t, r.cs, "list_tasks", map[string]any{})["tasks"].([]any)
-	assert.Len(t, tasks, 1, "no task was created by a refused call")
+	assert.Len(t, tasks, 2, "no task was created by a refused call")
 }
 
 func TestFollowUpHandsItsWorktreeOn(t *testing.T) {
