@@ -95,6 +95,9 @@
 // Supervisor; Shutdown waits for them.
 //
 // Lock order: there is none, because no two locks are ever held together.
+// A run's sinkMu guards its current sink; CancelTurn holds it across
+// Conversation.Cancel, which must not block, so that no turn begins between
+// the check of the sink and the cancel.
 // Supervisor.mu guards the run table and the shutdown state and is never held
 // across I/O or a Sink call. The package-level children.mu guards the set of
 // pids whose cmd.Wait has not returned; it is held across cmd.Start (so a

@@ -3,8 +3,9 @@
 // agent's process to the supervisor and its conversation to an ACP session,
 // and records what comes back as events.
 //
-// Lock order: Service.endMu, then Service.mu, then a taskRun's mu, then
-// the store's own locks.
+// Lock order: Service.endMu, then Service.mu, then a chain's mu (the
+// follow-ups of one session, followup.go), then a taskRun's mu, then the
+// store's own locks.
 // Neither lock is held across supervisor calls, marker I/O or waiting.
 package task
 
