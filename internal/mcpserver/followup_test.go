@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -343,4 +345,73 @@ func TestFollowUpHandsItsWorktreeOn(t *testing.T) {
 	out = call(t, r.cs, "cleanup_worktrees", map[string]any{"task_ids": []string{parent, child}, "force": true})
 	require.Len(t, out["removed"], 1, "one worktree, removed once: %v", out)
 	assert.Empty(t, out["kept"])
+}
+
+// connectShared is connect over ServeShared, a daemon's session: its end
+// does not stop the service's tasks. It returns the session and a func
+// that ends it and waits for ServeShared to return.
+func connectShared(t *testing.T, svc Service) (*mcp.ClientSession, func()) {
+	t.Helper()
+	inR, inW, err := os.Pipe()
+	require.NoError(t, err)
+	outR, outW, err := os.Pipe()
+	require.NoError(t, err)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		ServeShared(context.Background(), svc, "test", inR, outW)
+		_ = outW.Close()
+	}()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).
+		Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, &mcp.ClientSessionOptions{ProtocolVersion: hostProtocol})
+	require.NoError(t, err)
+	end := func() {
+		_ = cs.Close()
+		_ = inW.Close()
+		<-served
+		_ = outR.Close()
+	}
+	return cs, end
+}
+
+func TestKeptProcessOutlivesASharedSession(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	first, end := connectShared(t, r.svc)
+	out := call(t, first, "spawn_task", map[string]any{"agent": "fake", "prompt": script(pidStep()), "workspace": ws, "keep_alive": true})
+	parent := out["task_id"].(string)
+	r.wait(t, parent)
+	end() // the host that started it goes; the daemon's service stays
+
+	second, end2 := connectShared(t, r.svc)
+	defer end2()
+	child := call(t, second, "send_task", map[string]any{"task_id": parent, "prompt": script(pidStep())})["task_id"].(string)
+	crec := r.wait(t, child)
+	assert.Equal(t, "succeeded", crec["status"], "%v", crec["error"])
+	assert.Equal(t, r.messages(t, parent), r.messages(t, child), "the kept process served another host's follow-up")
+	assert.Equal(t, 1, count(methods(requests(t, ws)), "initialize"))
+}
+
+func TestStdioDisconnectEndsKeptProcesses(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	id := r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws, "keep_alive": true})
+	r.wait(t, id)
+	pids := r.pids(t, id, ws)
+	require.Len(t, pids, 1)
+	require.NoError(t, syscall.Kill(pids[0], 0), "the process is kept")
+	require.NoError(t, r.cs.Close()) // the host goes: Serve ends every task and kept process
+	// Polled: the kept process's end is recorded in the task, which no
+	// client is left to be told of.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := r.svc.Task(id)
+		require.NoError(t, err)
+		if strings.Contains(string(b), `"kept_process":{`) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "kept process %d outlived the stdio session", pids[0])
+		time.Sleep(10 * time.Millisecond)
+	}
+	requireGone(t, pids)
 }
