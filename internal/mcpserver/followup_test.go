@@ -309,8 +309,14 @@ func TestSendTaskRefusals(t *testing.T) {
 	r.wait(t, flag)
 	assert.Contains(t, callErr(t, r.cs, "send_task", map[string]any{"task_id": flag, "prompt": "p", "effort": "high"}),
 		"invalid_request: agent fake_flag takes effort as a launch flag")
+	// keep_alive is one of the arguments a retry is compared on.
+	keyed := r.spawn(t, map[string]any{"prompt": "p", "workspace": ws, "keep_alive": true, "idempotency_key": "k"})
+	assert.Equal(t, keyed, r.spawn(t, map[string]any{"prompt": "p", "workspace": ws, "keep_alive": true, "idle_timeout_s": 600, "idempotency_key": "k"}),
+		"the default idle timeout given is the same arguments")
+	assert.Contains(t, callErr(t, r.cs, "spawn_task", map[string]any{"agent": "fake", "prompt": "p", "workspace": ws, "idempotency_key": "k"}),
+		"invalid_request: idempotency_key")
 	tasks := call(t, r.cs, "list_tasks", map[string]any{})["tasks"].([]any)
-	assert.Len(t, tasks, 2, "no task was created by a refused call")
+	assert.Len(t, tasks, 3, "no task was created by a refused call")
 }
 
 func TestFollowUpHandsItsWorktreeOn(t *testing.T) {
