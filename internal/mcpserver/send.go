@@ -33,7 +33,9 @@ var sendTaskTool = toolDef[sendArgs]{
 			"the task's kept process (spawn_task keep_alive) when there is one, else the session is resumed in a new process. " +
 			"While a turn of the session runs, the new task waits in created and starts after it (in order); interrupt " +
 			"cancels that turn instead.",
-		Annotations: annotations(false, false, false, true),
+		// Destructive as spawn_task: the agent may change files, and
+		// interrupt cancels a turn.
+		Annotations: annotations(false, true, false, true),
 	},
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
