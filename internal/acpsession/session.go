@@ -311,6 +311,13 @@ func (s *Session) Turn(ctx context.Context, p TurnParams, sink Sink) (stopReason
 	return s.prompt(ctx, sid, p.Prompt)
 }
 
+// ID returns the session's id, "" before the agent named it.
+func (s *Session) ID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.sid
+}
+
 // CanResume reports whether the agent offered to take a session up again
 // (session/resume or session/load) in its answer to initialize.
 func (s *Session) CanResume() bool {

@@ -157,9 +157,11 @@ func TestFollowUpsQueuedInOrder(t *testing.T) {
 		assert.Equal(t, "created", rec["status"], "queued behind the running turn")
 	}
 	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	sid := call(t, r.cs, "get_task", map[string]any{"task_id": parent})["session_id"]
 	for i, c := range children {
 		rec := r.wait(t, c)
 		assert.Equal(t, "succeeded", rec["status"], "%v", rec["error"])
+		assert.Equal(t, sid, rec["session_id"])
 		assert.Equal(t, "child "+strconv.Itoa(i), r.messages(t, c))
 	}
 	var prompts []string

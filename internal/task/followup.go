@@ -372,6 +372,12 @@ func (r *taskRun) turnBegun(runID supervisor.RunID, sess *acpsession.Session) er
 	if r.stopped != "" {
 		return errStoppedBeforeTurn
 	}
+	// The session of a follow-up queued before its parent's session
+	// existed is known only now.
+	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetSessionID(sess.ID())); err != nil {
+		r.lostLocked("session id", err)
+		return err
+	}
 	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, r.s.cfg.Now()); err != nil {
 		r.lostLocked("running status", err)
 		return err
