@@ -25,7 +25,7 @@ var (
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	deadline  = flag.Duration("deadline", 4*time.Minute, "the most the whole harness may take")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -111,6 +111,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"restart", measureRestart},
 		{"worktree", measureWorktree},
 		{"fleet", measureFleet},
+		{"followup", measureFollowUp},
 	}
 	failed := false
 	for _, s := range steps {
@@ -180,7 +181,7 @@ func TestHarness(t *testing.T) {
 		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",
-		"worktree creation", "worktree diff of one change", "spawn_tasks of"} {
+		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process"} {
 		assert.Contains(t, out.String(), name)
 	}
 }

@@ -39,6 +39,13 @@ type spawnArgs struct {
 	Isolation   string   `json:"isolation,omitempty" jsonschema:"none (default): the agent works in workspace itself; worktree: in a git worktree of its own, on branch symm/<task_id>"`
 	BaseRef     string   `json:"base_ref,omitempty" jsonschema:"with isolation=worktree: the branch, tag or commit to start from; default HEAD"`
 	spawnRetry
+	spawnKeep
+}
+
+// spawnKeep is spawn_task's keep-alive for follow-ups (send_task).
+type spawnKeep struct {
+	KeepAlive    bool `json:"keep_alive,omitempty" jsonschema:"keep the agent's process and session after the turn for follow-ups with send_task; the task still finishes with its turn"`
+	IdleTimeoutS *int `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
 }
 
 // spawnRetry is spawn_task's idempotency_key, apart from the other
@@ -57,6 +64,7 @@ var spawnTaskTool = toolDef[spawnArgs]{
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
 		s.Properties["isolation"].Enum = enum(task.Isolations)
+		s.Properties["idle_timeout_s"].Maximum = ptr(maxInteger)
 	},
 	output: reflect.TypeFor[ledger.Task](),
 }
@@ -71,6 +79,7 @@ func (a spawnArgs) request() task.SpawnRequest {
 		Effort: a.Effort, SessionID: a.SessionID, InitiatorID: a.InitiatorID, ExecutorID: a.ExecutorID,
 		IdempotencyKey: a.IdempotencyKey,
 		Isolation:      task.Isolation(a.Isolation), BaseRef: a.BaseRef,
+		KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS,
 	}
 }
 

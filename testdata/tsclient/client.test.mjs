@@ -35,7 +35,7 @@ const VERSIONS = ['2025-06-18', '2025-11-25'];
 
 const TOOLS = [
   'cancel_task', 'cleanup_worktrees', 'describe_agent', 'get_events',
-  'get_task', 'list_tasks', 'resolve_task', 'spawn_task', 'spawn_tasks',
+  'get_task', 'list_tasks', 'resolve_task', 'send_task', 'spawn_task', 'spawn_tasks',
   'wait_tasks',
 ];
 
