@@ -1,0 +1,108 @@
+// The list page: every task the stream sends, newest first, grouped by
+// initiator, filtered by status and agent (the filters live in the URL).
+import { el, taskLink, age, usageText, costText, badge, wireLogout, watchStream } from './common.js';
+
+const rows = new Map(); // task id -> row
+const groupsEl = document.getElementById('groups');
+const emptyEl = document.getElementById('empty');
+const countEl = document.getElementById('count');
+const fStatus = document.getElementById('f-status');
+const fAgent = document.getElementById('f-agent');
+const params = new URLSearchParams(location.search);
+
+function syncOptions(select, values) {
+  const want = params.get(select.name) || '';
+  const have = new Set([...select.options].map((o) => o.value));
+  for (const v of [...values, want].filter(Boolean).sort()) {
+    if (have.has(v)) continue;
+    have.add(v);
+    const o = el('option', { text: v });
+    o.value = v;
+    select.append(o);
+  }
+  select.value = want;
+}
+
+function rowEl(r, now) {
+  const tr = el('tr', { data: { task: r.task_id, status: r.status } });
+  const name = r.title || r.task_id;
+  tr.append(
+    el('td', { class: 'name' }, taskLink(r.task_id, name), r.title ? el('div', { class: 'sub', text: r.task_id }) : null),
+    el('td', { text: r.agent }),
+    el('td', {}, badge(r.status)),
+    el('td', { class: 'res', text: r.resolution === 'unresolved' ? '' : r.resolution }),
+    el('td', { class: 'age', text: age(r.created_at, now), title: r.created_at }),
+    el('td', { class: 'usage', text: usageText(r.usage) }),
+    el('td', { class: 'cost', text: costText(r.usage) }),
+  );
+  const last = el('td', { class: 'last' });
+  if (r.last_message) {
+    last.append(el('span', { text: r.last_message.text }));
+    if (r.last_message.truncated) last.append(el('span', { class: 'sub', text: ` (${Number(r.last_message.length).toLocaleString()} chars)` }));
+  } else if (r.error) {
+    last.append(el('span', { class: 'error', text: r.error }));
+  }
+  tr.append(last);
+  return tr;
+}
+
+function render() {
+  pending = false;
+  const now = Date.now();
+  const status = params.get('status') || '';
+  const agent = params.get('agent') || '';
+  const all = [...rows.values()];
+  syncOptions(fStatus, new Set(all.map((r) => r.status)));
+  syncOptions(fAgent, new Set(all.map((r) => r.agent)));
+  const shown = all.filter((r) => (!status || r.status === status) && (!agent || r.agent === agent));
+  shown.sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : (a.task_id < b.task_id ? 1 : -1)));
+  const groups = new Map();
+  for (const r of shown) {
+    const g = r.initiator_id ?? '';
+    if (!groups.has(g)) groups.set(g, []);
+    groups.get(g).push(r);
+  }
+  const frag = document.createDocumentFragment();
+  for (const [initiator, list] of groups) {
+    const tbody = el('tbody');
+    for (const r of list) tbody.append(rowEl(r, now));
+    const live = list.filter((r) => r.status === 'running' || r.status === 'pending').length;
+    frag.append(el('section', { class: 'group', data: { initiator } },
+      el('h2', {}, el('span', { text: initiator || '(no initiator)' }), el('span', { class: 'count', text: ` ${list.length} task${list.length === 1 ? '' : 's'}${live ? `, ${live} live` : ''}` })),
+      el('table', { class: 'tasks' },
+        el('thead', {}, el('tr', {}, ...['task', 'agent', 'status', 'resolution', 'age', 'usage', 'cost', 'last message'].map((h) => el('th', { text: h })))),
+        tbody)));
+  }
+  groupsEl.replaceChildren(frag);
+  emptyEl.hidden = shown.length > 0;
+  emptyEl.textContent = all.length ? 'No task matches the filters.' : 'No tasks yet.';
+  countEl.textContent = `${shown.length} of ${all.length}`;
+  document.body.dataset.ready = 'true';
+}
+
+let pending = false;
+function schedule() {
+  if (pending) return;
+  pending = true;
+  requestAnimationFrame(render);
+}
+
+for (const s of [fStatus, fAgent]) {
+  s.addEventListener('change', () => {
+    if (s.value) params.set(s.name, s.value); else params.delete(s.name);
+    const q = params.toString();
+    history.replaceState(null, '', q ? `/?${q}` : '/');
+    schedule();
+  });
+}
+
+const es = new EventSource('/api/stream/tasks');
+watchStream(es, document.getElementById('conn'));
+es.addEventListener('reset', () => { rows.clear(); });
+es.addEventListener('task', (e) => {
+  const r = JSON.parse(e.data);
+  rows.set(r.task_id, r);
+});
+es.addEventListener('sync', schedule);
+setInterval(schedule, 30000); // ages move on
+wireLogout();
