@@ -112,6 +112,7 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("POST /logout", s.authed(s.csrf(s.logout)))
 	mux.HandleFunc("GET /{$}", s.page("index.html"))
 	mux.HandleFunc("GET /tasks/{id}", s.page("task.html"))
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(sub)))
 	mux.HandleFunc("GET /api/session", s.authed(s.sessionInfo))
 	mux.HandleFunc("GET /api/stream/tasks", s.authed(s.listStream))

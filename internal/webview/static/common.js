@@ -12,6 +12,7 @@ export function el(tag, props = {}, ...kids) {
     if (k === 'class') n.className = v;
     else if (k === 'text') n.textContent = String(v);
     else if (k === 'title') n.title = String(v);
+    else if (k === 'id') n.id = String(v);
     else if (k === 'data') Object.assign(n.dataset, v);
     else if (k === 'hidden') n.hidden = Boolean(v);
     else throw new Error(`el: unknown prop ${k}`);
@@ -44,8 +45,19 @@ export function clippedText(tag, cls, text) {
   n.textContent = s.slice(0, CLIP);
   const more = el('button', { class: 'more', text: `show all ${s.length.toLocaleString()} characters` });
   more.type = 'button';
-  more.addEventListener('click', () => { n.textContent = s; });
+  more.addEventListener('click', () => {
+    n.textContent = hardWrap(s);
+    more.remove();
+  });
   return el('div', { class: 'clipped' }, n, more);
+}
+
+// hardWrap breaks lines longer than WRAP characters for display: a
+// browser lays out one line of a million characters that may break
+// anywhere in tens of seconds, a thousand lines of a thousand at once.
+const WRAP = 1000;
+export function hardWrap(s) {
+  return s.replace(new RegExp(`[^\\n]{${WRAP}}(?=[^\\n])`, 'g'), '$&\n');
 }
 
 // preview shows a JSON value (a raw input or output): compact, clipped.

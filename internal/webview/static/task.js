@@ -20,8 +20,10 @@ function when(ev) {
   return el('time', { class: 'when', text: (ev.time || '').slice(11, 19), title: ev.time });
 }
 
-function entry(ev, cls, ...kids) {
-  const li = el('li', { class: `ev ${cls}`, data: { seq: String(ev.seq), type: ev.type } }, when(ev), ...kids);
+// entry appends a timeline entry: its time, its kind, and a body of kids.
+function entry(ev, cls, label, ...kids) {
+  const li = el('li', { class: `ev ${cls}`, data: { seq: String(ev.seq), type: ev.type } }, when(ev),
+    el('span', { class: 'kind', text: label }), el('div', { class: 'body' }, ...kids));
   timeline.append(li);
   while (timeline.childElementCount > MAX_ENTRIES) {
     timeline.firstElementChild.remove();
@@ -31,7 +33,7 @@ function entry(ev, cls, ...kids) {
 }
 
 function textEntry(ev, kind) {
-  if (last && last.kind === kind && last.node.isConnected && last.size < 256 * 1024) {
+  if (last && last.kind === kind && last.node.isConnected && last.size < 4 * 1024 * 1024) {
     last.size += (ev.text ?? '').length;
     last.parts.push(ev.text ?? '');
     const full = last.parts.join('');
@@ -40,7 +42,7 @@ function textEntry(ev, kind) {
   }
   const label = kind === 'agent_thought' ? 'thought' : 'message';
   const body = clippedText('div', 'text', ev.text ?? '');
-  const li = entry(ev, kind === 'agent_thought' ? 'thought' : 'message', el('span', { class: 'kind', text: label }), body);
+  const li = entry(ev, kind === 'agent_thought' ? 'thought' : 'message', label, body);
   last = { kind, node: li, body, parts: [ev.text ?? ''], size: (ev.text ?? '').length };
 }
 
@@ -53,13 +55,13 @@ function stderrEntry(ev) {
   }
   const summary = el('summary', { text: 'stderr (1 line)' });
   const lines = el('div', { class: 'lines' }, clippedText('div', 'line', ev.text ?? ''));
-  const li = entry(ev, 'stderr', el('details', {}, summary, lines));
+  const li = entry(ev, 'stderr', 'stderr', el('details', {}, summary, lines));
   last = { kind: 'stderr', node: li, summary, lines, n: 1 };
 }
 
 function toolCard(ev) {
   const card = { title: el('span', { class: 'tool-title' }), kind: el('span', { class: 'tool-kind' }), status: el('span', { class: 'tool-status' }), input: el('div', { class: 'io' }), output: el('div', { class: 'io' }) };
-  card.node = entry(ev, 'tool', el('span', { class: 'kind', text: 'tool' }),
+  card.node = entry(ev, 'tool', 'tool',
     el('div', { class: 'tool-head' }, card.kind, card.title, card.status), card.input, card.output);
   tools.set(ev.tool_call_id, card);
   return card;
@@ -84,18 +86,18 @@ function planEntry(ev) {
     ol.append(el('li', { class: `p-${String(p.status ?? '').replace(/[^a-z_]/g, '')}` },
       el('span', { class: 'sub', text: `${p.status ?? ''} ` }), el('span', { text: p.content ?? '' })));
   }
-  entry(ev, 'plan', el('span', { class: 'kind', text: 'plan' }), ol);
+  entry(ev, 'plan-ev', 'plan', ol);
 }
 
 function permissionEntry(ev) {
   const who = ev.decided_by ? ` by ${ev.decided_by}${ev.via ? ` via ${ev.via}` : ''}` : '';
-  entry(ev, `permission d-${String(ev.decision ?? '').replace(/[^a-z_]/g, '')}`, el('span', { class: 'kind', text: 'permission' }),
+  entry(ev, `permission d-${String(ev.decision ?? '').replace(/[^a-z_]/g, '')}`, 'permission',
     el('div', {}, el('span', { class: 'tool-kind', text: ev.kind ?? '' }), el('span', { text: ` ${ev.title ?? ev.tool_call_id ?? ''} → ` }),
       el('strong', { text: ev.decision ?? '' }), el('span', { class: 'sub', text: `${ev.option_id ? ` (${ev.option_id})` : ''}${who}` })));
 }
 
 function generic(ev, label, text, cls = 'meta-ev') {
-  entry(ev, cls, el('span', { class: 'kind', text: label }), clippedText('div', 'text', text));
+  entry(ev, cls, label, clippedText('div', 'text', text));
 }
 
 function addEvent(ev) {
@@ -118,7 +120,11 @@ function addEvent(ev) {
     case 'permission':
       permissionEntry(ev); break;
     case 'status_changed':
-      entry(ev, 'status', el('span', { class: 'kind', text: 'status' }), badge(ev.from ?? ''), ' → ', badge(ev.to ?? '')); break;
+      entry(ev, 'status', 'status', badge(ev.from ?? ''), ' → ', badge(ev.to ?? '')); break;
+    case 'agent_update':
+      generic(ev, 'update', `${ev.update_type ?? ''}: ${JSON.stringify(ev.data ?? null)}`); break;
+    case 'session_started':
+      generic(ev, 'session', `${ev.resumed ? `resumed (${ev.resumed_by ?? ''})` : 'new'}: ${ev.session_id ?? ''}`); break;
     case 'error':
       generic(ev, 'error', ev.message ?? '', 'error-ev'); break;
     case 'process_started':
@@ -200,10 +206,17 @@ function confirmStep(text) {
 }
 
 let actionsOn = false;
+let actionsMode = '';
+// renderActions offers cancel while the task runs, a resolution once it
+// ended; a record that changes within one of those leaves the form as the
+// person filled it.
 function renderActions(t) {
   const box = document.getElementById('actions');
   box.hidden = !actionsOn;
   if (!actionsOn) return;
+  const mode = TERMINAL.has(t.status) ? 'resolve' : 'cancel';
+  if (mode === actionsMode) return;
+  actionsMode = mode;
   const msg = el('span', { class: 'sub', id: 'action-msg' });
   if (!TERMINAL.has(t.status)) {
     const b = el('button', { text: 'Cancel task', class: 'danger' });
