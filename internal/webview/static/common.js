@@ -1,7 +1,7 @@
 // Shared helpers of the live view's pages. Every string that comes from a
 // task (the agents write arbitrary text) reaches the page only as text:
-// el() sets textContent, never innerHTML, and no link is ever made from
-// an agent's string.
+// el() sets textContent and never parses markup, and no link is ever made
+// from an agent's string.
 
 // el builds an element: props are a class, text, title or dataset; kids
 // are nodes or strings (as text).
