@@ -8,100 +8,13 @@
 // SYMM_MCP, FAKE_ACP_AGENT, CHROMIUM and SCREENSHOTS.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 
 import { chromium } from 'playwright-core';
 
-const server = requiredPath('SYMM_MCP');
-const fakeAgent = requiredPath('FAKE_ACP_AGENT');
-const browserPath = process.env.CHROMIUM || '/usr/bin/chromium';
-const shots = resolve(process.env.SCREENSHOTS || 'screenshots');
-// Every wait is bounded by this; none sleeps.
-const WAIT = 20000;
-
-function requiredPath(name) {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set (run scripts/webview-e2e.sh)`);
-  return resolve(v);
-}
-
-function script(steps, extra = {}) {
-  return JSON.stringify({ steps, ...extra });
-}
-
-// startDaemon starts serve with the fake agent as codex-acp and returns
-// the live view's base URL once the daemon logged it.
-async function startDaemon(dir) {
-  const bin = join(dir, 'bin');
-  const ws = join(dir, 'ws');
-  const state = join(dir, 'state');
-  for (const d of [bin, ws, state]) mkdirSync(d, { mode: 0o700 });
-  symlinkSync(fakeAgent, join(bin, 'codex-acp'));
-  writeFileSync(join(ws, 'fake-agent.json'), JSON.stringify({
-    agent_info: { name: 'fake-codex', version: '1.2.3' },
-    modes: { current: 'read-only', available: [{ id: 'read-only', name: 'Read only' }] },
-  }));
-  const child = spawn(server, ['serve', '--socket', join(dir, 'symm.sock'), '--state-dir', state, '--ledger', 'memory',
-    '--http', '127.0.0.1:0', '--dashboard-actions', '--log-level', 'info'], {
-    cwd: ws, env: { PATH: bin, HOME: dir, TMPDIR: dir }, stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  let log = '';
-  const base = await new Promise((ok, fail) => {
-    const timer = setTimeout(() => { child.kill('SIGKILL'); fail(new Error(`the daemon did not start:\n${log}`)); }, WAIT);
-    child.stderr.on('data', (b) => {
-      log += b;
-      const m = /msg="serving the live view" url=(\S+)/.exec(log);
-      if (m) { clearTimeout(timer); ok(m[1].replace(/\/$/, '')); }
-    });
-    child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`the daemon exited (${code}):\n${log}`)); });
-  });
-  child.stderr.on('data', (b) => process.stderr.write(b));
-  const token = readFileSync(join(state, 'token'), 'utf8').trim();
-  return { child, base, token, ws };
-}
-
-// mcp is a minimal Streamable HTTP client: initialize, then tool calls.
-class MCP {
-  constructor(base, token) { this.url = `${base}/mcp`; this.token = token; this.id = 0; this.session = null; }
-
-  async post(body) {
-    const headers = {
-      Authorization: `Bearer ${this.token}`, 'Content-Type': 'application/json',
-      Accept: 'application/json, text/event-stream', 'MCP-Protocol-Version': '2025-06-18',
-    };
-    if (this.session) headers['Mcp-Session-Id'] = this.session;
-    const r = await fetch(this.url, { method: 'POST', headers, body: JSON.stringify(body) });
-    if (r.headers.get('mcp-session-id')) this.session = r.headers.get('mcp-session-id');
-    const text = await r.text();
-    if (!r.ok) throw new Error(`MCP ${r.status}: ${text}`);
-    if (body.id === undefined) return null;
-    const lines = (r.headers.get('content-type') || '').includes('text/event-stream')
-      ? text.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5))
-      : [text];
-    for (const l of lines) {
-      const msg = JSON.parse(l);
-      if (msg.id === body.id) {
-        if (msg.error) throw new Error(`MCP error: ${JSON.stringify(msg.error)}`);
-        return msg.result;
-      }
-    }
-    throw new Error(`no answer to request ${body.id}: ${text}`);
-  }
-
-  async init() {
-    await this.post({ jsonrpc: '2.0', id: ++this.id, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'webview-e2e', version: '1' } } });
-    await this.post({ jsonrpc: '2.0', method: 'notifications/initialized' });
-  }
-
-  async call(name, args) {
-    const res = await this.post({ jsonrpc: '2.0', id: ++this.id, method: 'tools/call', params: { name, arguments: args } });
-    assert.notEqual(res.isError, true, `${name}: ${res.content?.[0]?.text}`);
-    return res.structuredContent;
-  }
-}
+import { MCP, WAIT, browserPath, script, shots, startDaemon } from './lib.mjs';
 
 describe('live view in headless Chromium', () => {
   let dir, d, mcp, browser, ctx, page;
@@ -245,9 +158,17 @@ describe('live view in headless Chromium', () => {
     const resolved = await mcp.call('get_task', { task_id: spawned.task_id });
     assert.equal(resolved.resolution, 'rejected');
     assert.equal(resolved.resolution_note, 'cancelled from the page');
+    // One more, still running when the list is shot (the daemon's end
+    // stops it).
+    const live = await mcp.call('spawn_task', {
+      agent: 'codex', workspace: d.ws, initiator_id: 'reviewer', executor_id: 'fake-codex',
+      prompt: script([{ raw_update: { sessionUpdate: 'session_info_update', title: 'Review the lexer split' } }, { message: 'reading lexer.go' }, { wait_for_cancel: true }]),
+    });
     await page.goto(`${d.base}/`);
     await page.locator(`tr[data-task="${spawned.task_id}"] td.res:text("rejected")`).waitFor();
-    await page.screenshot({ path: join(shots, 'list.png'), fullPage: false });
+    await page.locator(`tr[data-task="${live.task_id}"][data-status=running]`).waitFor();
+    const box = await page.locator('#list').boundingBox();
+    await page.screenshot({ path: join(shots, 'list.png'), clip: { x: 0, y: 0, width: 1280, height: Math.ceil(box.y + box.height) } });
   });
 
   test('a hostile task renders inert and stays responsive', async () => {
