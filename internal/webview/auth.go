@@ -55,10 +55,12 @@ func secure(next http.Handler) http.Handler {
 			http.Error(w, "forbidden: the live view answers only to a loopback Host", http.StatusForbidden)
 			return
 		}
-		// A read of another site's page (a cross-site GET, which the
-		// SameSite cookie already leaves without a session) is refused
-		// outright; unsafe methods are CrossOriginProtection's.
-		if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		// A fetch by another site's page (which the SameSite cookie
+		// already leaves without a session) is refused outright; a link
+		// followed from another site is a navigation and gets the page or
+		// the login, never a session (the cookie stays behind). Unsafe
+		// methods are CrossOriginProtection's.
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" && r.Header.Get("Sec-Fetch-Mode") != "navigate" {
 			http.Error(w, "forbidden: cross-site request", http.StatusForbidden)
 			return
 		}
@@ -130,32 +132,42 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	s.renderLogin(w, http.StatusOK, "")
+	s.renderLogin(w, http.StatusOK, "", nextPath(r.URL.Query().Get("next")))
 }
 
-func (s *Server) renderLogin(w http.ResponseWriter, status int, msg string) {
+func (s *Server) renderLogin(w http.ResponseWriter, status int, msg, next string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = loginTemplate.Execute(w, struct{ Message string }{msg})
+	_ = loginTemplate.Execute(w, struct{ Message, Next string }{msg, next})
+}
+
+// nextPath is where a login goes on: one of the view's own pages (the list
+// or a task's), else the list; never another site.
+func nextPath(p string) string {
+	if p == "/" || (strings.HasPrefix(p, "/tasks/") && !strings.ContainsAny(p, "\\?#") && !strings.Contains(p[len("/tasks/"):], "/")) {
+		return p
+	}
+	return "/"
 }
 
 // login exchanges the token, posted in the body, for a session cookie. A
 // token in the URL is refused, so that none ends up in a history or a log.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if r.URL.RawQuery != "" {
-		s.renderLogin(w, http.StatusBadRequest, "The token goes in the form, never in the address.")
+		s.renderLogin(w, http.StatusBadRequest, "The token goes in the form, never in the address.", "/")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil {
-		s.renderLogin(w, http.StatusBadRequest, "The login form could not be read.")
+		s.renderLogin(w, http.StatusBadRequest, "The login form could not be read.", "/")
 		return
 	}
 	got := strings.TrimSpace(r.PostForm.Get("token"))
+	next := nextPath(r.PostForm.Get("next"))
 	if s.cfg.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
 		s.log.Warn("live view: a login with a wrong token")
-		s.renderLogin(w, http.StatusUnauthorized, "That is not this daemon's token.")
+		s.renderLogin(w, http.StatusUnauthorized, "That is not this daemon's token.", next)
 		return
 	}
 	id, now := randomHex(), s.cfg.Now()
@@ -175,7 +187,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		Name: CookieName, Value: id, Path: "/", Expires: expires, MaxAge: int(s.cfg.SessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
 	})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (s *Server) evictOldestLocked() {

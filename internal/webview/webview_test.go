@@ -171,7 +171,7 @@ func TestLoginExchangesTheTokenForASessionCookie(t *testing.T) {
 		for _, p := range []string{"/", "/tasks/x"} {
 			resp := r.get(t, p, nil)
 			assert.Equal(t, http.StatusSeeOther, resp.StatusCode, p)
-			assert.Equal(t, "/login", resp.Header.Get("Location"), p)
+			assert.Equal(t, "/login?next="+url.QueryEscape(p), resp.Header.Get("Location"), p)
 		}
 		for _, p := range []string{"/api/session", "/api/stream/tasks", "/api/stream/tasks/x"} {
 			assert.Equal(t, http.StatusUnauthorized, r.get(t, p, nil).StatusCode, p)
@@ -195,6 +195,20 @@ func TestLoginExchangesTheTokenForASessionCookie(t *testing.T) {
 		assert.Empty(t, resp.Cookies())
 		resp = r.get(t, "/login?token="+token, nil)
 		assert.Empty(t, resp.Cookies(), "a GET never logs in")
+	})
+
+	t.Run("a login goes on to the page asked for, and only to one of ours", func(t *testing.T) {
+		for next, want := range map[string]string{
+			"/tasks/abc": "/tasks/abc", "/": "/", "": "/", "//evil.example": "/", "https://evil.example/": "/",
+			"/tasks/a/../../x": "/", "/tasks/\\evil": "/", "/api/session": "/",
+		} {
+			req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/login", strings.NewReader(url.Values{"token": {token}, "next": {next}}.Encode()))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp := r.do(t, req)
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+			assert.Equal(t, want, resp.Header.Get("Location"), "next %q", next)
+		}
 	})
 
 	t.Run("the right token in the body opens a session", func(t *testing.T) {
@@ -273,6 +287,13 @@ func TestOriginAndHostAreChecked(t *testing.T) {
 		req.AddCookie(c)
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
 		assert.Equal(t, http.StatusForbidden, r.do(t, req).StatusCode)
+		// A link followed from another site is a navigation: it gets the
+		// login (a browser leaves the SameSite cookie behind).
+		nav, err := http.NewRequest(http.MethodGet, r.srv.URL+"/login", nil)
+		require.NoError(t, err)
+		nav.Header.Set("Sec-Fetch-Site", "cross-site")
+		nav.Header.Set("Sec-Fetch-Mode", "navigate")
+		assert.Equal(t, http.StatusOK, r.do(t, nav).StatusCode)
 	})
 	t.Run("a Host that is not loopback is refused (DNS rebinding)", func(t *testing.T) {
 		for _, host := range []string{"evil.example", "evil.example:80", "10.0.0.1", "127.0.0.1.evil.example"} {

@@ -263,6 +263,13 @@ async function main() {
   try { actionsOn = (await getSession()).actions; } catch { return; }
   const es = new EventSource('/api/stream/tasks/' + encodeURIComponent(id));
   watchStream(es, document.getElementById('conn'));
+  es.addEventListener('error', () => {
+    // A stream refused before any record came: no such task here.
+    if (es.readyState === EventSource.CLOSED && !record) {
+      document.getElementById('title').textContent = `No task ${id} in this daemon's ledger.`;
+      document.body.dataset.status = 'missing';
+    }
+  });
   es.addEventListener('task', (e) => { renderRecord(JSON.parse(e.data)); document.body.dataset.status = record.status; });
   es.addEventListener('events', (e) => {
     for (const ev of JSON.parse(e.data)) addEvent(ev);
