@@ -1,7 +1,7 @@
 // Helpers of the live view's browser checks: a daemon with the fake ACP
 // agent as codex, and a minimal MCP client of its /mcp.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
@@ -30,6 +30,9 @@ export async function startDaemon(dir, extraArgs = ['--dashboard-actions']) {
   const state = join(dir, 'state');
   for (const d of [bin, ws, state]) mkdirSync(d, { mode: 0o700 });
   symlinkSync(fakeAgent, join(bin, 'codex-acp'));
+  // git, for the worktree tasks: the daemon's PATH is bin alone.
+  const git = execFileSync('sh', ['-c', 'command -v git'], { encoding: 'utf8' }).trim();
+  symlinkSync(git, join(bin, 'git'));
   writeFileSync(join(ws, 'fake-agent.json'), JSON.stringify({
     agent_info: { name: 'fake-codex', version: '1.2.3' },
     modes: { current: 'read-only', available: [{ id: 'read-only', name: 'Read only' }] },
@@ -50,7 +53,7 @@ export async function startDaemon(dir, extraArgs = ['--dashboard-actions']) {
   });
   if (process.env.DAEMON_LOG) child.stderr.on('data', (b) => process.stderr.write(b));
   const token = readFileSync(join(state, 'token'), 'utf8').trim();
-  return { child, base, token, ws };
+  return { child, base, token, ws, dir };
 }
 
 // mcp is a minimal Streamable HTTP client: initialize, then tool calls.
@@ -93,3 +96,15 @@ export class MCP {
   }
 }
 
+
+// gitRepo makes a repository with one commit, for a worktree task.
+export function gitRepo(dir) {
+  mkdirSync(dir, { mode: 0o700 });
+  const git = (...args) => execFileSync('git', ['-C', dir, '-c', 'user.name=t', '-c', 'user.email=t@example.invalid', ...args]);
+  git('init', '-q');
+  writeFileSync(join(dir, 'parser.go'), 'package parser\n');
+  writeFileSync(join(dir, 'fake-agent.json'), JSON.stringify({ modes: { current: 'read-only', available: [{ id: 'read-only', name: 'Read only' }] } }));
+  git('add', '.');
+  git('commit', '-q', '-m', 'first');
+  return dir;
+}

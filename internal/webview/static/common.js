@@ -52,12 +52,14 @@ export function clippedText(tag, cls, text) {
   return el('div', { class: 'clipped' }, n, more);
 }
 
-// hardWrap breaks lines longer than WRAP characters for display: a
-// browser lays out one line of a million characters that may break
-// anywhere in tens of seconds, a thousand lines of a thousand at once.
-const WRAP = 1000;
+// hardWrap cuts lines longer than LONG characters into pieces of PIECE
+// for display: a browser lays out a line of a million characters that may
+// break anywhere for tens of seconds, and pieces that fit the width at
+// once.
+const LONG = 1000;
+const PIECE = 100;
 export function hardWrap(s) {
-  return s.replace(new RegExp(`[^\\n]{${WRAP}}(?=[^\\n])`, 'g'), '$&\n');
+  return s.replace(new RegExp(`[^\\n]{${LONG + 1},}`, 'g'), (line) => line.replace(new RegExp(`.{${PIECE}}(?=.)`, 'gs'), '$&\n'));
 }
 
 // preview shows a JSON value (a raw input or output): compact, clipped.
