@@ -627,3 +627,53 @@ func TestAgentStringsStayData(t *testing.T) {
 		return nil
 	}))
 }
+
+// digested adds a digest to every record, as a ledger with digests writes
+// it, so that the list's reading of digest.last_message is held before
+// the digest lands.
+type digested struct {
+	*task.Service
+	text string
+}
+
+func (d digested) Task(id string) (json.RawMessage, error) {
+	b, err := d.Service.Task(id)
+	if err != nil {
+		return nil, err
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, err
+	}
+	rec["digest"] = map[string]any{"final": true, "last_message": map[string]any{"text": d.text, "truncated": false, "length": len(d.text)}}
+	return json.Marshal(rec)
+}
+
+func TestListRowShowsTheDigestsLastMessage(t *testing.T) {
+	sup := tasktest.New()
+	hub := webview.NewHub()
+	svc := task.New(task.Config{Store: hub.Watch(store.New()), Agents: agents.Default(), Supervisor: sup, Workspace: t.TempDir()})
+	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+	long := strings.Repeat("é", 600)
+	r := &rig{svc: svc, sup: sup, ws: t.TempDir(), runs: map[string]*tasktest.Run{}}
+	r.srv = httptest.NewServer(webview.New(webview.Config{Tasks: digested{svc, long}, Hub: hub, Token: token, PushInterval: time.Millisecond}))
+	t.Cleanup(r.srv.Close)
+	c, _ := r.login(t)
+	r.spawn(t, "")
+
+	s := r.stream(t, "/api/stream/tasks", c, "")
+	evs, _ := s.untilSync(t)
+	var row struct {
+		LastMessage struct {
+			Text      string `json:"text"`
+			Truncated bool   `json:"truncated"`
+			Length    int    `json:"length"`
+		} `json:"last_message"`
+	}
+	require.Equal(t, "task", evs[1].typ)
+	require.NoError(t, json.Unmarshal([]byte(evs[1].data), &row))
+	assert.True(t, row.LastMessage.Truncated, "a row holds a line of it")
+	assert.Equal(t, strings.Repeat("é", 500)+"…", row.LastMessage.Text)
+	assert.Equal(t, len(long), row.LastMessage.Length, "the whole message's length, as the digest says")
+	s.close()
+}
