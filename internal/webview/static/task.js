@@ -254,6 +254,32 @@ function renderActions(t) {
   box.replaceChildren(sel, note, b, msg);
 }
 
+// Events are added to the page once per frame, at most PER_FRAME a frame,
+// so that one layout (and one scroll) covers many and the page answers
+// during a flood; of a backlog longer than the page keeps, only the newest
+// MAX_ENTRIES are drawn (the others would be dropped at once).
+const PER_FRAME = 300;
+let backlog = [];
+function drain() {
+  const t0 = performance.now();
+  if (backlog.length > MAX_ENTRIES) {
+    const skip = backlog.length - MAX_ENTRIES;
+    for (const ev of backlog.slice(0, skip)) {
+      if (typeof ev.seq === 'number' && ev.seq > lastSeq) { lastSeq = ev.seq; events++; dropped++; }
+    }
+    backlog = backlog.slice(skip);
+    last = null;
+  }
+  for (const ev of backlog.splice(0, PER_FRAME)) addEvent(ev);
+  evCount.textContent = `${events} events`;
+  hiddenNote.hidden = dropped === 0;
+  hiddenNote.textContent = `${dropped} earlier events are not shown.`;
+  document.body.dataset.lastSeq = String(lastSeq);
+  scrollIfFollowing();
+  performance.measure('symm:drain', { start: t0 });
+  if (backlog.length) requestAnimationFrame(drain);
+}
+
 function scrollIfFollowing() {
   if (follow.checked) window.scrollTo(0, document.documentElement.scrollHeight);
 }
@@ -272,12 +298,9 @@ async function main() {
   });
   es.addEventListener('task', (e) => { renderRecord(JSON.parse(e.data)); document.body.dataset.status = record.status; });
   es.addEventListener('events', (e) => {
-    for (const ev of JSON.parse(e.data)) addEvent(ev);
-    evCount.textContent = `${events} events`;
-    hiddenNote.hidden = dropped === 0;
-    hiddenNote.textContent = `${dropped} earlier entries are not shown.`;
-    document.body.dataset.lastSeq = String(lastSeq);
-    scrollIfFollowing();
+    const idle = backlog.length === 0;
+    for (const ev of JSON.parse(e.data)) backlog.push(ev);
+    if (idle) requestAnimationFrame(drain);
   });
 }
 main();
