@@ -8,7 +8,7 @@ BIN         := bin/symm-mcp
 # about 0.5 ms (intent 0008).
 BUILD       := CGO_ENABLED=0 $(GO) build -trimpath
 
-.PHONY: all build run test lint check fuzz bench e2e clean
+.PHONY: all build run test lint check fuzz bench e2e webview-e2e clean
 
 all: check
 
@@ -39,11 +39,19 @@ check: lint test
 	./scripts/changelog-guard.sh
 
 ## bench: build the server, the fake agent and the load harness, and print the
-## harness's table of figures and targets; fails when a target is missed
+## harness's table of figures and targets, then the live view's first paint
+## with 1,000 tasks in headless Chromium; fails when a target is missed
 bench: build
 	$(GO) build -o bin/fake-acp-agent ./internal/acpsession/fakeagent/cmd/fake-acp-agent
 	$(GO) test -c -o bin/symm-bench ./internal/bench
 	./bin/symm-bench -harness -server $(BIN) -agent bin/fake-acp-agent
+	./scripts/webview-e2e.sh bench
+
+## webview-e2e: the live view in Debian's headless Chromium (the chromium
+## package), driven by playwright-core against a daemon with the fake agent;
+## screenshots in bin/e2e/screenshots/
+webview-e2e:
+	./scripts/webview-e2e.sh
 
 ## e2e: install the pinned agents (scripts/install-agents.sh, cached outside
 ## the checkout) and run the end-to-end suite against them; where unshare and

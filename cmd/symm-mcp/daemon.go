@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/webview"
 )
 
 // The ledgers serve can keep: jetstream, the default, in the state
@@ -123,6 +125,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	addDaemonFlags(fs, &o)
 	ledger := fs.String("ledger", defaultLedger, "where tasks and events are kept: jetstream (in the state directory, kept across restarts) or memory (lost when the daemon ends)")
 	httpAddr := fs.String("http", "", "also serve Streamable HTTP at /mcp on this loopback `ADDR` (127.0.0.1:PORT; port 0 picks one), behind the bearer token in <state-dir>/token")
+	actions := fs.Bool("dashboard-actions", false, "let the live view at / of --http cancel tasks and record resolutions (it is read-only without)")
 	readyFD := fs.Int("ready-fd", 0, "descriptor to report readiness on (used by --shared when it starts the daemon)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: symm-mcp serve [flags]\n\n"+
@@ -147,6 +150,10 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "symm-mcp serve: --ledger %q: want memory or jetstream\n", *ledger)
 		return 2
 	}
+	if *actions && *httpAddr == "" {
+		fmt.Fprintf(stderr, "symm-mcp serve: --dashboard-actions needs --http (the live view is served there)\n")
+		return 2
+	}
 	if *httpAddr != "" {
 		if err := daemon.CheckHTTPAddr(*httpAddr); err != nil {
 			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
@@ -168,6 +175,12 @@ func serveDaemon(args []string, stderr io.Writer) int {
 
 	groups := daemon.NewGroups(o.stateDir, log)
 	tasks := &daemonTasks{}
+	// The live view learns of changes from the ledger's writes (a hub
+	// wrapping it), only when it is served.
+	var hub *webview.Hub
+	if *httpAddr != "" {
+		hub = webview.NewHub()
+	}
 	version := buildVersion()
 	d, err := daemon.Listen(daemon.Config{
 		Socket: o.socket, StateDir: o.stateDir, Tasks: tasks, Version: version, Ledger: *ledger, Logger: log,
@@ -186,6 +199,12 @@ func serveDaemon(args []string, stderr io.Writer) int {
 			})
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) })
 		},
+		WebHandler: func(token string) http.Handler {
+			h := sync.OnceValue(func() http.Handler {
+				return webview.New(webview.Config{Tasks: tasks.svc, Hub: hub, Token: token, Actions: *actions, Logger: log.With("view", true)})
+			})
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) })
+		},
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
@@ -196,6 +215,9 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		d.Close()
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 		return 1
+	}
+	if hub != nil {
+		led = hub.Watch(led)
 	}
 	svc, markers, err := newService(o, env, log, groups, led)
 	if err != nil {
@@ -225,6 +247,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", *ledger, "tasks", recovered.Tasks, "version", version)
 	if u := d.HTTPURL(); u != "" {
 		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(o.stateDir))
+		log.Info("serving the live view", "url", strings.TrimSuffix(u, daemon.HTTPPath)+"/", "actions", *actions)
 	}
 	if *readyFD > 0 {
 		if err := daemon.NotifyReady(*readyFD); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
+	"github.com/symm-mcp/symm-mcp/internal/webview"
 )
 
 // startServeHTTP starts `symm-mcp serve --http 127.0.0.1:0` with the
@@ -181,4 +182,55 @@ func TestServeHTTPRefusals(t *testing.T) {
 	stderr, code := runBinary(t, "serve", "--socket", d.socket, "--state-dir", d.state, "--http", "127.0.0.1:0")
 	assert.Equal(t, 1, code, stderr)
 	assert.Contains(t, stderr, "readable by others")
+}
+
+// TestServeHTTPLiveView: serve --http serves the live view at /: its
+// login exchanges the token (in the body) for a session cookie, which
+// opens the view's stream and never /mcp, where only the bearer token
+// counts; --dashboard-actions needs --http.
+func TestServeHTTPLiveView(t *testing.T) {
+	d := newShared(t, agentPath(t))
+	mcpURL, token, _ := startServeHTTP(t, d)
+	base := strings.TrimSuffix(mcpURL, daemon.HTTPPath)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	resp, err := noFollow.Get(base + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusSeeOther, resp.StatusCode, "without a session, the login")
+	assert.True(t, strings.HasPrefix(resp.Header.Get("Location"), "/login"), resp.Header.Get("Location"))
+
+	req, err := http.NewRequest(http.MethodPost, base+"/login", strings.NewReader("token="+token))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err = noFollow.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == webview.CookieName {
+			cookie = c
+		}
+	}
+	require.NotNil(t, cookie)
+
+	req, err = http.NewRequest(http.MethodGet, base+"/api/session", nil)
+	require.NoError(t, err)
+	req.AddCookie(cookie)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the cookie opens the view")
+	assert.Contains(t, string(b), `"actions":false`, "read-only by default")
+
+	code, body := post(t, mcpURL, map[string]string{"Cookie": cookie.Name + "=" + cookie.Value})
+	assert.Equal(t, http.StatusUnauthorized, code, "the session cookie is no credential for /mcp: %s", body)
+	code, body = post(t, mcpURL, map[string]string{"Cookie": cookie.Name + "=" + cookie.Value, "Authorization": "Bearer " + token})
+	assert.Equal(t, http.StatusOK, code, body)
+
+	stderr, exit := runBinary(t, "serve", "--dashboard-actions")
+	assert.Equal(t, 2, exit, stderr)
+	assert.Contains(t, stderr, "--dashboard-actions needs --http")
 }

@@ -43,6 +43,10 @@ func TestImportRules(t *testing.T) {
 			assert.Equal(t, module+"/internal/fsowner", imp, "internal/%s imports nothing of ours but internal/fsowner", pkg)
 		}
 	}
+	// The live view reads through the task service and the ledger model.
+	for _, imp := range ours(module + "/internal/webview") {
+		assert.Contains(t, []string{module + "/internal/task", module + "/internal/ledger"}, imp, "internal/webview imports nothing of ours but task and ledger")
+	}
 	// A ledger imports nothing of ours but the ledger contract.
 	for _, l := range []string{"store", "jetstream"} {
 		for _, imp := range ours(module + "/internal/" + l) {
@@ -63,6 +67,8 @@ func TestImportRules(t *testing.T) {
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the MCP layer")
 			case imp == module+"/internal/daemon":
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the daemon")
+			case imp == module+"/internal/webview":
+				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the live view")
 			}
 		}
 	}

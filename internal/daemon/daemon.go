@@ -60,7 +60,10 @@ type Config struct {
 	// token kept in the state directory (TokenPath).
 	HTTP        string
 	HTTPHandler HTTPHandlerFunc
-	Logger      *slog.Logger
+	// WebHandler, when set, serves every other path of the HTTP listener
+	// (the live view), from the same token.
+	WebHandler HTTPHandlerFunc
+	Logger     *slog.Logger
 	// ShutdownBound bounds the tasks' cleanup at shutdown (0: 30 s).
 	ShutdownBound time.Duration
 	// Groups, when set, is the record of the agents' process groups that
@@ -194,7 +197,7 @@ func Listen(cfg Config) (_ *Daemon, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if d.httpLn, d.httpSrv, err = listenHTTP(cfg.HTTP, token, cfg.HTTPHandler, &d.httpReqs); err != nil {
+		if d.httpLn, d.httpSrv, err = listenHTTP(cfg.HTTP, token, cfg.HTTPHandler, cfg.WebHandler, &d.httpReqs); err != nil {
 			return nil, err
 		}
 		d.httpURL = httpURL(d.httpLn)

@@ -126,9 +126,10 @@ func createToken(path string) (string, error) {
 }
 
 // listenHTTP listens on addr and builds the server of the handler at
-// HTTPPath, every request counted in reqs, which the daemon's end waits
-// for (http.Server.Close does not).
-func listenHTTP(addr, token string, handler HTTPHandlerFunc, reqs *sync.WaitGroup) (net.Listener, *http.Server, error) {
+// HTTPPath and, when web is not nil, of web at every other path, every
+// request counted in reqs, which the daemon's end waits for
+// (http.Server.Close does not).
+func listenHTTP(addr, token string, handler, web HTTPHandlerFunc, reqs *sync.WaitGroup) (net.Listener, *http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, &AddrError{Addr: addr, Err: err}
@@ -140,6 +141,14 @@ func listenHTTP(addr, token string, handler HTTPHandlerFunc, reqs *sync.WaitGrou
 		defer reqs.Done()
 		h.ServeHTTP(w, r)
 	}))
+	if web != nil {
+		wh := web(token)
+		mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			reqs.Add(1)
+			defer reqs.Done()
+			wh.ServeHTTP(w, r)
+		}))
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return ln, srv, nil
 }

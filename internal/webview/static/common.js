@@ -1,0 +1,165 @@
+// Shared helpers of the live view's pages. Every string that comes from a
+// task (the agents write arbitrary text) reaches the page only as text:
+// el() sets textContent and never parses markup, and no link is ever made
+// from an agent's string.
+
+// el builds an element: props are a class, text, title or dataset; kids
+// are nodes or strings (as text).
+export function el(tag, props = {}, ...kids) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (v === undefined || v === null) continue;
+    if (k === 'class') n.className = v;
+    else if (k === 'text') n.textContent = String(v);
+    else if (k === 'title') n.title = String(v);
+    else if (k === 'id') n.id = String(v);
+    else if (k === 'data') Object.assign(n.dataset, v);
+    else if (k === 'hidden') n.hidden = Boolean(v);
+    else throw new Error(`el: unknown prop ${k}`);
+  }
+  for (const kid of kids) {
+    if (kid === undefined || kid === null || kid === false) continue;
+    n.append(typeof kid === 'string' ? document.createTextNode(kid) : kid);
+  }
+  return n;
+}
+
+// taskLink links to a task's page; the id is percent-encoded into a path
+// of our own, so no id can make it anything but a link to /tasks/.
+export function taskLink(id, text) {
+  const a = el('a', { text });
+  a.href = '/tasks/' + encodeURIComponent(id);
+  return a;
+}
+
+// Long text is shown clipped, with a button that shows the rest.
+export const CLIP = 4000;
+
+export function clippedText(tag, cls, text) {
+  const s = String(text ?? '');
+  const n = el(tag, { class: cls });
+  if (s.length <= CLIP) {
+    n.textContent = s;
+    return n;
+  }
+  n.textContent = s.slice(0, CLIP);
+  const more = el('button', { class: 'more', text: `show all ${s.length.toLocaleString()} characters` });
+  more.type = 'button';
+  more.addEventListener('click', () => {
+    n.textContent = hardWrap(s);
+    more.remove();
+  });
+  return el('div', { class: 'clipped' }, n, more);
+}
+
+// hardWrap cuts lines longer than LONG characters into pieces of PIECE
+// for display: a browser lays out a line of a million characters that may
+// break anywhere for tens of seconds, and pieces that fit the width at
+// once.
+const LONG = 1000;
+const PIECE = 100;
+export function hardWrap(s) {
+  return s.replace(new RegExp(`[^\\n]{${LONG + 1},}`, 'g'), (line) => line.replace(new RegExp(`.{${PIECE}}(?=.)`, 'gs'), '$&\n'));
+}
+
+// preview shows a JSON value (a raw input or output): compact, clipped.
+export function preview(v) {
+  if (v === undefined || v === null) return null;
+  let s;
+  if (typeof v === 'object' && v.truncated === true && typeof v.preview === 'string') {
+    s = `${v.preview}… (${Number(v.length).toLocaleString()} bytes in all)`;
+  } else {
+    s = typeof v === 'string' ? v : JSON.stringify(v, null, 1);
+  }
+  return clippedText('pre', 'raw', s);
+}
+
+export function age(iso, now = Date.now()) {
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return '';
+  let s = Math.max(0, Math.round((now - t) / 1000));
+  if (s < 60) return `${s}s`;
+  let m = Math.floor(s / 60);
+  if (m < 60) return `${m}m`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h}h ${m % 60}m`;
+  return `${Math.floor(h / 24)}d`;
+}
+
+export function duration(fromIso, toIso) {
+  const a = Date.parse(fromIso), b = Date.parse(toIso);
+  if (Number.isNaN(a) || Number.isNaN(b)) return '';
+  return age(new Date(a).toISOString(), b);
+}
+
+export function usageText(u) {
+  if (!u) return '';
+  const parts = [];
+  if (u.total_tokens != null) parts.push(`${Number(u.total_tokens).toLocaleString()} tok`);
+  else if (u.input_tokens != null || u.output_tokens != null) {
+    parts.push(`${Number(u.input_tokens ?? 0).toLocaleString()} in / ${Number(u.output_tokens ?? 0).toLocaleString()} out`);
+  }
+  if (u.context && u.context.size) parts.push(`ctx ${Math.round(100 * u.context.used / u.context.size)}%`);
+  return parts.join(' · ');
+}
+
+export function costText(u) {
+  if (!u || !u.cost) return '';
+  const amount = Number(u.cost.amount);
+  return `${amount.toFixed(amount < 1 ? 4 : 2)} ${String(u.cost.currency ?? '')}`.trim();
+}
+
+export const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+
+export function badge(status) {
+  return el('span', { class: `badge s-${String(status).replace(/[^a-z_]/g, '')}`, text: status });
+}
+
+let session = null;
+
+// getSession reads the page's CSRF token and whether actions are on; a
+// page whose session ended goes to the login.
+export async function getSession() {
+  if (session) return session;
+  const r = await fetch('/api/session', { credentials: 'same-origin', cache: 'no-store' });
+  if (r.status === 401) {
+    location.assign('/login');
+    throw new Error('no session');
+  }
+  session = await r.json();
+  return session;
+}
+
+// act posts an action with the session's CSRF token.
+export async function act(path, body) {
+  const s = await getSession();
+  const r = await fetch(path, {
+    method: 'POST', credentials: 'same-origin', cache: 'no-store',
+    headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': s.csrf },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(data.error || `HTTP ${r.status}`);
+  return data;
+}
+
+export function wireLogout() {
+  document.getElementById('logout').addEventListener('click', async () => {
+    try { await act('/logout'); } catch { /* gone already */ }
+    location.assign('/login');
+  });
+}
+
+// connState shows the stream's state; a stream refused (the session
+// ended) goes to the login.
+export function watchStream(es, conn) {
+  es.addEventListener('open', () => { conn.textContent = 'live'; conn.className = 'conn live'; });
+  es.addEventListener('error', async () => {
+    conn.textContent = 'reconnecting…';
+    conn.className = 'conn down';
+    if (es.readyState === EventSource.CLOSED) {
+      const r = await fetch('/api/session', { credentials: 'same-origin', cache: 'no-store' }).catch(() => null);
+      if (r && r.status === 401) location.assign('/login');
+    }
+  });
+}

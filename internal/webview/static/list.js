@@ -1,0 +1,127 @@
+// The list page: every task the stream sends, newest first, grouped by
+// initiator, filtered by status and agent (the filters live in the URL).
+import { el, taskLink, age, usageText, costText, badge, wireLogout, watchStream, TERMINAL } from './common.js';
+
+const rows = new Map(); // task id -> row
+const groupsEl = document.getElementById('groups');
+const emptyEl = document.getElementById('empty');
+const countEl = document.getElementById('count');
+const fStatus = document.getElementById('f-status');
+const fAgent = document.getElementById('f-agent');
+const params = new URLSearchParams(location.search);
+
+function syncOptions(select, values) {
+  const want = params.get(select.name) || '';
+  const have = new Set([...select.options].map((o) => o.value));
+  for (const v of [...values, want].filter(Boolean).sort()) {
+    if (have.has(v)) continue;
+    have.add(v);
+    const o = el('option', { text: v });
+    o.value = v;
+    select.append(o);
+  }
+  select.value = want;
+}
+
+function rowEl(r, now) {
+  const tr = el('tr', { data: { task: r.task_id, status: r.status } });
+  const name = r.title || r.task_id;
+  tr.append(
+    el('td', { class: 'name' }, taskLink(r.task_id, name), r.title ? el('div', { class: 'sub', text: r.task_id }) : null),
+    el('td', { text: r.agent }),
+    el('td', {}, badge(r.status)),
+    el('td', { class: 'res', text: r.resolution === 'unresolved' ? '' : r.resolution }),
+    el('td', { class: 'age', text: age(r.created_at, now), title: r.created_at }),
+    el('td', { class: 'usage', text: usageText(r.usage) }),
+    el('td', { class: 'cost', text: costText(r.usage) }),
+  );
+  const last = el('td', { class: 'last' });
+  if (r.last_message) {
+    last.append(el('span', { text: r.last_message.text }));
+    if (r.last_message.truncated) last.append(el('span', { class: 'sub', text: ` (${Number(r.last_message.length).toLocaleString()} chars)` }));
+  } else if (r.error) {
+    last.append(el('span', { class: 'error', text: r.error }));
+  }
+  tr.append(last);
+  return tr;
+}
+
+const CHUNK = 50;
+const COLUMNS = [['task', 'c-task'], ['agent', 'c-agent'], ['status', 'c-status'], ['resolution', 'c-res'], ['age', 'c-age'], ['usage', 'c-usage'], ['cost', 'c-cost'], ['last message', 'c-last']];
+
+function render() {
+  pending = false;
+  const t0 = performance.now();
+  const now = Date.now();
+  const status = params.get('status') || '';
+  const agent = params.get('agent') || '';
+  const all = [...rows.values()];
+  syncOptions(fStatus, new Set(all.map((r) => r.status)));
+  syncOptions(fAgent, new Set(all.map((r) => r.agent)));
+  const shown = all.filter((r) => (!status || r.status === status) && (!agent || r.agent === agent));
+  shown.sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : (a.task_id < b.task_id ? 1 : -1)));
+  const groups = new Map();
+  for (const r of shown) {
+    const g = r.initiator_id ?? '';
+    if (!groups.has(g)) groups.set(g, []);
+    groups.get(g).push(r);
+  }
+  const frag = document.createDocumentFragment();
+  for (const [initiator, list] of groups) {
+    const live = list.filter((r) => !TERMINAL.has(r.status)).length;
+    const section = el('section', { class: 'group', data: { initiator } },
+      el('h2', {}, el('span', { text: initiator || '(no initiator)' }), el('span', { class: 'count', text: ` ${list.length} task${list.length === 1 ? '' : 's'}${live ? `, ${live} live` : ''}` })));
+    // Tables of CHUNK rows, each laid out only once scrolled near
+    // (content-visibility), so that a thousand rows paint as fast as a few.
+    for (let i = 0; i < list.length; i += CHUNK) {
+      const tbody = el('tbody');
+      for (const r of list.slice(i, i + CHUNK)) tbody.append(rowEl(r, now));
+      const cols = el('colgroup', {}, ...COLUMNS.map(([, cls]) => el('col', { class: cls })));
+      const head = i === 0 ? el('thead', {}, el('tr', {}, ...COLUMNS.map(([h]) => el('th', { text: h })))) : null;
+      section.append(el('div', { class: 'chunk' }, el('table', { class: 'tasks' }, cols, head, tbody)));
+    }
+    frag.append(section);
+  }
+  groupsEl.replaceChildren(frag);
+  emptyEl.hidden = shown.length > 0;
+  emptyEl.textContent = all.length ? 'No task matches the filters.' : 'No tasks yet.';
+  countEl.textContent = `${shown.length} of ${all.length}`;
+  if (!document.body.dataset.ready) {
+    performance.measure('symm:list-render', { start: t0 });
+    // The first list is on screen at the next frame: a mark for make bench.
+    requestAnimationFrame(() => performance.mark('symm:list-painted'));
+  }
+  document.body.dataset.ready = 'true';
+}
+
+let pending = false;
+let synced = false;
+function schedule() {
+  if (pending) return;
+  pending = true;
+  requestAnimationFrame(render);
+}
+
+for (const s of [fStatus, fAgent]) {
+  s.addEventListener('change', () => {
+    if (s.value) params.set(s.name, s.value); else params.delete(s.name);
+    const q = params.toString();
+    history.replaceState(null, '', q ? `/?${q}` : '/');
+    schedule();
+  });
+}
+
+const es = new EventSource('/api/stream/tasks');
+watchStream(es, document.getElementById('conn'));
+es.addEventListener('reset', () => { rows.clear(); });
+es.addEventListener('task', (e) => {
+  const r = JSON.parse(e.data);
+  rows.set(r.task_id, r);
+});
+es.addEventListener('sync', () => {
+  if (!synced) performance.mark('symm:list-synced');
+  synced = true;
+  schedule();
+});
+setInterval(schedule, 30000); // ages move on
+wireLogout();
