@@ -23,9 +23,10 @@ var (
 	harness   = flag.Bool("harness", false, "run the load harness and exit (make bench) instead of the tests")
 	serverBin = flag.String("server", "bin/symm-mcp", "the server binary")
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
+	acpxCLI   = flag.String("acpx", "", "acpx "+acpxVersion+"'s CLI script (node_modules/acpx/dist/cli.js), the peer the large turn is set beside")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	deadline  = flag.Duration("deadline", 4*time.Minute, "the most the whole harness may take")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 		// the way of the server it measures.
 		debug.SetGCPercent(400)
 		cfg := fullScale()
-		cfg.server, cfg.agent, cfg.reps = *serverBin, *agentBin, *reps
+		cfg.server, cfg.agent, cfg.acpx, cfg.reps = *serverBin, *agentBin, *acpxCLI, *reps
 		if *only != "" {
 			cfg.only = strings.Split(*only, ",")
 		}
@@ -48,6 +49,7 @@ func TestMain(m *testing.M) {
 // config sizes one harness run.
 type config struct {
 	server, agent string
+	acpx          string // the peer's CLI script, run with node
 
 	only []string // measurements to run; nil: all
 
@@ -102,6 +104,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"start", measureStart},
 		{"spawn", measureSpawn},
 		{"turn", measureTurn},
+		{"peer", measurePeer},
 		{"wake", measureWake},
 		{"streams", measureStreams},
 		{"pages", measurePages},
