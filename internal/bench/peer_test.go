@@ -9,9 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 )
@@ -389,4 +394,71 @@ func tail(b []byte) string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
+}
+
+// TestOrderChecks holds the two order checks to what they must refuse: an
+// update missing, two updates swapped, one delivered twice.
+func TestOrderChecks(t *testing.T) {
+	const n, every = 30, 10
+	fl := fakeagent.NewFloodLines("s", fakeagent.Flood{N: n, ToolCallUpdateEvery: every})
+	lines := func(order []int) []byte {
+		var out []byte
+		out = append(out, `{"jsonrpc":"2.0","id":1,"result":{"sessionId":"s"}}`+"\n"...)
+		for _, i := range order {
+			out = fl.Append(out, i)
+		}
+		return append(out, `{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}`+"\n"...)
+	}
+	// events coalesces the chunks before each tool_call_update into two
+	// agent_message events, cut in the middle of a chunk, as a 64 KiB cut
+	// may.
+	events := func(order []int) [][]json.RawMessage {
+		var evs []json.RawMessage
+		add := func(v map[string]any) {
+			b, err := json.Marshal(v)
+			require.NoError(t, err)
+			evs = append(evs, b)
+		}
+		var text strings.Builder
+		flush := func() {
+			if s := text.String(); s != "" {
+				add(map[string]any{"type": "agent_message", "text": s[:len(s)/2]})
+				add(map[string]any{"type": "agent_message", "text": s[len(s)/2:]})
+			}
+			text.Reset()
+		}
+		add(map[string]any{"type": "task_created"})
+		for _, i := range order {
+			if fl.IsToolCallUpdate(i) {
+				flush()
+				add(map[string]any{"type": "tool_call_update", "tool_call_id": "tc-" + strconv.Itoa(i)})
+			} else {
+				text.WriteString(floodText(i))
+			}
+		}
+		flush()
+		add(map[string]any{"type": "process_exited"})
+		return [][]json.RawMessage{evs[:3], evs[3:]}
+	}
+	var good []int
+	for i := range n {
+		good = append(good, i)
+	}
+	require.NoError(t, eventsInOrder(events(good), n, every))
+	require.NoError(t, acpxInOrder(lines(good), n, every))
+	swapped := slices.Clone(good)
+	swapped[3], swapped[4] = swapped[4], swapped[3]
+	swappedCall := slices.Clone(good)
+	swappedCall[9], swappedCall[10] = swappedCall[10], swappedCall[9]
+	for name, order := range map[string][]int{
+		"missing":           slices.Delete(slices.Clone(good), 5, 6),
+		"missing the last":  good[:n-1],
+		"swapped":           swapped,
+		"swapped with call": swappedCall,
+		"twice":             slices.Insert(slices.Clone(good), 5, 4),
+		"call twice":        slices.Insert(slices.Clone(good), 10, 9),
+	} {
+		assert.Error(t, eventsInOrder(events(order), n, every), "events %s", name)
+		assert.Error(t, acpxInOrder(lines(order), n, every), "acpx %s", name)
+	}
 }
