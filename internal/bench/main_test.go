@@ -159,8 +159,12 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		}
 		logf("%s took %.1f s", s.name, time.Since(began).Seconds())
 	}
-	fmt.Fprintf(out, "symm-mcp load harness: %s, %d CPUs (GOMAXPROCS %d), %s; medians of %d runs unless a row says otherwise\n\n",
-		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), cfg.reps)
+	runs := fmt.Sprintf("medians of %d runs unless a row says otherwise", cfg.reps)
+	if cfg.scale {
+		runs = "one run of each, on a fresh server"
+	}
+	fmt.Fprintf(out, "symm-mcp load harness: %s, %d CPUs (GOMAXPROCS %d), %s; load average %s; %s\n\n",
+		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), loadAverage(), runs)
 	t.print(out)
 	if t.failed() || failed {
 		fmt.Fprintln(out, "\nFAIL: a target was missed")
@@ -168,6 +172,20 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 	}
 	fmt.Fprintln(out, "\nPASS: every target met")
 	return 0
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages at the
+// end of the run: the figures carry what else ran on the cores.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func cpuModel() string {
