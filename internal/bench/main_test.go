@@ -147,7 +147,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 			continue
 		}
 		began := time.Now()
-		logf("measuring %s ...", s.name)
+		logf("measuring %s (load average %s) ...", s.name, loadAverage())
 		if err := s.fn(ctx, e, &t); errors.Is(err, errScaleLimits) {
 			logf("%s: %v", s.name, err)
 			failed = true
