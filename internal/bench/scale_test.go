@@ -150,7 +150,7 @@ func (e *env) slowWorkspace() (string, error) {
 // 10 ms, reads the server's RSS, and cancels them all from 16 callers: the
 // time from the first cancel_task to every task ended and no agent
 // process left.
-func measureLive(ctx context.Context, e *env, t *table) error {
+func measureLive(ctx context.Context, e *env, t *table) (err error) {
 	ws, err := e.slowWorkspace()
 	if err != nil {
 		return err
@@ -159,7 +159,7 @@ func measureLive(ctx context.Context, e *env, t *table) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = s.close() }()
+	defer func() { err = errors.Join(err, s.close()) }()
 	n := e.cfg.live
 	began := time.Now()
 	ids := make([]string, n)
@@ -391,12 +391,12 @@ func fanOut(n, callers int, fn func(i int) error) error {
 // measureSpawnRate times cfg.spawnCalls spawn_task calls made back to back
 // by cfg.spawnCallers concurrent callers on one server, each reply timed
 // from its call; the short tasks run on meanwhile, and all must succeed.
-func measureSpawnRate(ctx context.Context, e *env, t *table) error {
+func measureSpawnRate(ctx context.Context, e *env, t *table) (err error) {
 	s, _, err := e.start(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = s.close() }()
+	defer func() { err = errors.Join(err, s.close()) }()
 	n := e.cfg.spawnCalls
 	lat := make([]time.Duration, n)
 	ids := make([]string, n)
@@ -437,12 +437,12 @@ func measureSpawnRate(ctx context.Context, e *env, t *table) error {
 // measureFinished holds cfg.finished finished tasks on one server (starts
 // that failed: no agent process) and reads its RSS and the time of
 // list_tasks' first page.
-func measureFinished(ctx context.Context, e *env, t *table) error {
+func measureFinished(ctx context.Context, e *env, t *table) (err error) {
 	s, _, err := e.start(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = s.close() }()
+	defer func() { err = errors.Join(err, s.close()) }()
 	n := e.cfg.finished
 	began := time.Now()
 	if _, err := spawnFailing(ctx, s, n); err != nil {
