@@ -36,6 +36,19 @@ const (
 	ledgerOpenWait = 2 * time.Minute
 )
 
+// minFree is the room serve wants on the state directory's file system
+// before it starts. A new JetStream store takes 76 KiB in 21 files, a
+// 100,000-update turn about 7 MiB of events and JetStream writes its
+// stream in blocks of up to 8 MiB: 64 MiB is room for a few such turns
+// and a block being compacted. The memory ledger writes only the lock,
+// the log, the token and the group records.
+func minFree(ledger string) daemon.Room {
+	if ledger == ledgerMemory {
+		return daemon.Room{Bytes: 1 << 20, Inodes: 16}
+	}
+	return daemon.Room{Bytes: 64 << 20, Inodes: 64}
+}
+
 // openLedger opens the daemon's ledger. A JetStream store that cannot be
 // used is the jetstream package's *StoreError, which says how to move it
 // aside: the daemon never starts empty over it. closeFn closes the ledger,
@@ -158,7 +171,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	version := buildVersion()
 	d, err := daemon.Listen(daemon.Config{
 		Socket: o.socket, StateDir: o.stateDir, Tasks: tasks, Version: version, Ledger: *ledger, Logger: log,
-		ShutdownBound: mcpserver.ShutdownBound, Groups: groups,
+		ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(*ledger),
 		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
 			out2 := mcpserver.ServeShared(ctx, tasks.svc, version, in, out)
 			log.Debug("MCP session ended", "reason", out2.Reason)

@@ -19,12 +19,13 @@
 // permission handler (client.go) feed with their own steps.
 //
 // Phases. The conversation's phase moves only forward, but for a load's
-// replay:
+// replay and a kept session's next turn (Params.Keep, Session.Turn):
 //
 //	idle --Run--> setup --session/load sent--> replay --load answered--> setup
 //	              (session/resume replays nothing: it stays in setup)
 //	setup --start recorded--> started --prompt sent--> turn --answered--> over
 //	started, turn --Run's prompt call returned--> over
+//	over --Turn (a kept session's follow-up)--> started
 //	idle, setup, replay --setup failed, or start not recorded--> noSession
 //
 // Updates are held in idle and setup, and released in order when the start
@@ -159,6 +160,9 @@ type Params struct {
 	// KeepOpen: no session/close, even when the agent offers it (an agent
 	// whose closed sessions no longer resume).
 	KeepOpen bool
+	// Keep: the session stays open after Run's turn (no session/close),
+	// for follow-up turns (Session.Turn); it ends with the process.
+	Keep bool
 	// Settings are applied in order: caller choices first, then pins.
 	Settings []Setting
 	// Allow lists the ACP tool kinds approved for this task.

@@ -31,7 +31,7 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 		return cancelledOutcome, nil
 	}
 	defer s.apply(factPermissionDone{})
-	cancelled, modes, announced := e.cancelled, e.modes, e.announced
+	cancelled, modes, announced, allow := e.cancelled, e.modes, e.announced, e.allow
 	if !e.inTurn {
 		return cancelledOutcome, nil
 	}
@@ -57,14 +57,14 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 			ModeSwitch: f.Kind == permission.SwitchMode || switchesMode(f.Options, modes),
 			Options:    f.Options,
 		}
-		d = permission.Decide(s.p.Allow, r)
+		d = permission.Decide(allow, r)
 		// A request without a kind counts as "other"; in ACP it may also
 		// mean "the kind the tool call announced". Allow only when both
 		// readings allow, so neither can widen what the task allowed.
 		if f.Kind == "" && announced != "" && d.Outcome == permission.AllowOnce {
 			r.ToolKind = announced
 			r.ModeSwitch = r.ModeSwitch || announced == permission.SwitchMode
-			if d2 := permission.Decide(s.p.Allow, r); d2.Outcome != permission.AllowOnce {
+			if d2 := permission.Decide(allow, r); d2.Outcome != permission.AllowOnce {
 				d = d2
 			}
 		}

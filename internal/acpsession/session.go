@@ -29,9 +29,12 @@ var (
 	// session/resume nor loadSession.
 	ErrCannotLoad = errors.New("agent cannot load sessions")
 
-	errSinkClosed  = errors.New("sink closed")
-	errRunTwice    = errors.New("acpsession: Run called twice")
-	errStreamEnded = errors.New("stdout ended before Run")
+	errSinkClosed = errors.New("sink closed")
+	errRunTwice   = errors.New("acpsession: Run called twice")
+	// errNotBetweenTurns: Turn was called before Run's turn ended, or
+	// during another Turn.
+	errNotBetweenTurns = errors.New("acpsession: Turn called while the session is not between turns")
+	errStreamEnded     = errors.New("stdout ended before Run")
 )
 
 // maxLine is the longest stdout line accepted, its line ending included:
@@ -86,19 +89,20 @@ func Start(stdin io.Writer, stdout io.Reader, p Params, sink Sink, logger *slog.
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
 	}
+	cancelTurn, promptSent := make(chan struct{}), make(chan struct{})
 	s := &Session{
 		p:                 p,
 		sink:              sink,
 		log:               logger,
 		timeout:           timeout,
 		stdout:            stdout,
-		cancelTurn:        make(chan struct{}),
+		cancelTurn:        cancelTurn,
 		cancelRequestSent: make(chan struct{}),
-		promptSent:        make(chan struct{}),
+		promptSent:        promptSent,
 		stopWorker:        make(chan struct{}),
 		workerDone:        make(chan struct{}),
 		done:              make(chan struct{}),
-		st:                newState(p.ResumeID),
+		st:                newState(p.ResumeID, p.Allow, cancelTurn, promptSent),
 	}
 	pr, pw := io.Pipe()
 	s.sdkIn = pw
@@ -128,27 +132,36 @@ func (s *Session) Cancel() {
 	if e.abort != nil {
 		e.abort(ErrCancelledBeforePrompt)
 	}
-	close(s.cancelTurn)
+	close(e.cancelCh)
 }
 
 // work is the session's goroutine for sends that must not happen on a
-// caller's or a handler's goroutine: the session/cancel notification.
+// caller's or a handler's goroutine: the session/cancel notification of
+// the first turn (a follow-up turn has its own, see Turn).
 func (s *Session) work() {
 	defer close(s.workerDone)
+	s.sendCancel(s.cancelTurn, s.promptSent, s.stopWorker)
+}
+
+// sendCancel sends session/cancel once cancelCh, a turn's, is closed and
+// the turn's prompt is on its way (sentCh), unless stop comes first.
+func (s *Session) sendCancel(cancelCh, sentCh, stop <-chan struct{}) {
 	select {
-	case <-s.cancelTurn:
-	case <-s.stopWorker:
+	case <-cancelCh:
+	case <-stop:
 		return
 	}
 	// A cancel sent before the prompt would be ignored by the agent, and the
 	// turn would then run unstopped: wait until the prompt is on its way.
 	select {
-	case <-s.promptSent:
-	case <-s.stopWorker:
+	case <-sentCh:
+	case <-stop:
 		return
 	}
 	s.mu.Lock()
-	active := s.st.phase == phaseTurn
+	// Only this turn's: a Cancel that came as the turn ended must not
+	// reach a follow-up turn that began since.
+	active := s.st.phase == phaseTurn && s.st.cancelCh == cancelCh
 	sid := s.st.sid
 	s.mu.Unlock()
 	if !active {
@@ -191,25 +204,32 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 		return "", err
 	}
 	// Whatever happens next, the session exists: close it before Run
-	// returns, which is just before the process is ended (intent 0017).
-	defer s.closeSession(ctx, sid)
+	// returns, which is just before the process is ended (intent 0017);
+	// unless it is kept for follow-up turns, which end with the process.
+	if !s.p.Keep {
+		defer s.closeSession(ctx, sid)
+	}
 	if s.p.probe {
 		return probeStopReason, nil
 	}
-	if err := s.applySettings(setupCtx, sid); err != nil {
+	if err := s.applySettings(setupCtx, sid, s.p.Settings); err != nil {
 		return "", err
 	}
 
 	if s.apply(factSetupDone{}).cancelled {
 		return "", ErrCancelledBeforePrompt
 	}
+	return s.prompt(ctx, sid, s.p.Prompt)
+}
 
+// prompt sends the turn's prompt and waits for its end.
+func (s *Session) prompt(ctx context.Context, sid acp.SessionId, text string) (string, error) {
 	// The SDK's call sends the prompt and waits for its end; the answer is
 	// the one the wire saw, before the SDK did (the SDK's own copy of it is
 	// not read). Its error only says why no answer came.
 	_, perr := s.conn.Prompt(ctx, acp.PromptRequest{
 		SessionId: sid,
-		Prompt:    []acp.ContentBlock{acp.TextBlock(s.p.Prompt)},
+		Prompt:    []acp.ContentBlock{acp.TextBlock(text)},
 	})
 	t := s.apply(factTurnEnded{}).turn
 	ans := t.ans
@@ -234,6 +254,77 @@ func (s *Session) Run(ctx context.Context) (stopReason string, err error) {
 		return "", fmt.Errorf("prompt: %w", perr)
 	}
 	return "", s.eofErr(ctx, errTurnCut)
+}
+
+// TurnParams describe a follow-up turn on a kept session.
+type TurnParams struct {
+	// Prompt is sent as one text block.
+	Prompt string
+	// Allow lists the ACP tool kinds approved for this turn only.
+	Allow []string
+	// Settings are applied again before the prompt: this turn's choices,
+	// then the pins.
+	Settings []Setting
+}
+
+// Turn runs one more prompt turn on a session whose Run (with
+// Params.Keep) returned a stop reason: the settings are applied, the
+// prompt is sent, and what the turn observes goes to sink from now on;
+// Cancel cancels this turn. Turns run one at a time, after Run. A session
+// whose agent went away, or that is not between turns, is refused with an
+// error that is ErrConnectionClosed for the former.
+func (s *Session) Turn(ctx context.Context, p TurnParams, sink Sink) (stopReason string, err error) {
+	setupCtx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	cancelCh, sentCh := make(chan struct{}), make(chan struct{})
+	s.sinkMu.Lock()
+	e := s.apply(factTurnBegun{allow: append([]string(nil), p.Allow...), cancelCh: cancelCh, sentCh: sentCh, abort: abort})
+	if e.refuse == nil {
+		s.sink = sink
+	}
+	s.sinkMu.Unlock()
+	switch e.refuse {
+	case nil:
+	case errStreamEnded:
+		return "", fmt.Errorf("%w before the follow-up turn", ErrConnectionClosed)
+	default:
+		return "", e.refuse
+	}
+	defer s.apply(factRunEnded{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { s.sendCancel(cancelCh, sentCh, stop) })
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+
+	s.mu.Lock()
+	sid := acp.SessionId(s.st.sid)
+	s.mu.Unlock()
+	if err := s.applySettings(setupCtx, sid, p.Settings); err != nil {
+		return "", err
+	}
+	if s.apply(factSetupDone{}).cancelled {
+		return "", ErrCancelledBeforePrompt
+	}
+	return s.prompt(ctx, sid, p.Prompt)
+}
+
+// ID returns the session's id, "" before the agent named it.
+func (s *Session) ID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.sid
+}
+
+// CanResume reports whether the agent offered to take a session up again
+// (session/resume or session/load) in its answer to initialize.
+func (s *Session) CanResume() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	caps := s.st.init.AgentCapabilities
+	return caps.SessionCapabilities.Resume != nil || caps.LoadSession
 }
 
 // closeWait bounds session/close (at most the request timeout): the turn

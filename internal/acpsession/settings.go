@@ -205,9 +205,9 @@ func matchWord(ids, words []string) (string, bool) {
 
 // applySettings applies p.Settings in order against the agent's current
 // offer, then checks that every pin is in force.
-func (s *Session) applySettings(ctx context.Context, sid acp.SessionId) error {
+func (s *Session) applySettings(ctx context.Context, sid acp.SessionId, settings []Setting) error {
 	var done []applied
-	for _, st := range s.p.Settings {
+	for _, st := range settings {
 		a, err := s.applySetting(ctx, sid, st)
 		if err != nil {
 			return err

@@ -84,11 +84,20 @@ type state struct {
 
 	inflight int           // permission handlers running
 	idle     chan struct{} // closed when inflight drops to 0 while draining
+
+	// The current turn's: the kinds it allows, the channel the first
+	// Cancel closes and the one closed when its prompt is written. A
+	// follow-up turn (Turn) replaces them.
+	allow    []string
+	cancelCh chan struct{}
+	sentCh   chan struct{}
 }
 
 // newState is the state of a session that has not run: idle, and, for a
 // resume, holding the updates of the session it will load.
-func newState(resumeID string) state { return state{phase: phaseIdle, sid: resumeID} }
+func newState(resumeID string, allow []string, cancelCh, sentCh chan struct{}) state {
+	return state{phase: phaseIdle, sid: resumeID, allow: allow, cancelCh: cancelCh, sentCh: sentCh}
+}
 
 // started reports that the session start was recorded.
 func (st *state) started() bool { return st.phase >= phaseStarted && st.phase <= phaseOver }
@@ -168,6 +177,12 @@ type (
 	factRunEnded struct{}
 	// factCancel: Cancel was called.
 	factCancel struct{}
+	// factTurnBegun: Turn begins a follow-up turn on the started session.
+	factTurnBegun struct {
+		allow            []string
+		cancelCh, sentCh chan struct{}
+		abort            context.CancelCauseFunc
+	}
 	// factPermissionAsked: the agent asks for a permission.
 	factPermissionAsked struct{ sid, toolID string }
 	// factPermissionDone: a permission handler that was admitted returns.
@@ -195,6 +210,7 @@ func (factSetupDone) isFact()       {}
 func (factTurnEnded) isFact()       {}
 func (factRunEnded) isFact()        {}
 func (factCancel) isFact()          {}
+func (factTurnBegun) isFact()       {}
 func (factPermissionDone) isFact()  {}
 func (factPermissionAsked) isFact() {}
 func (factRecordFailed) isFact()    {}
@@ -215,7 +231,9 @@ type effects struct {
 	dropped  int  // held updates let go
 	flush    bool // the turn ended: flush the sink, then usage
 	usage    *UsageFields
-	sentTurn bool // the prompt is on its way: close promptSent
+	sentTurn bool          // the prompt is on its way: close sentCh
+	sentCh   chan struct{} // the turn's, to close
+	cancelCh chan struct{} // factCancel: the turn's, to close on the first Cancel
 
 	refuse    error // Run may not go on
 	cancelled bool
@@ -225,6 +243,7 @@ type effects struct {
 
 	// factPermissionAsked
 	admitted, inTurn bool
+	allow            []string
 	modes            []string
 	announced        string
 
@@ -253,7 +272,7 @@ func (s *Session) apply(f fact) (e effects) {
 			st.phase = phaseReplay
 		case f.method == acp.AgentMethodSessionPrompt && st.phase == phaseStarted:
 			st.phase = phaseTurn
-			e.sentTurn = true
+			e.sentTurn, e.sentCh = true, st.sentCh
 		}
 	case factWriteFailed:
 		if st.writeErr == nil {
@@ -357,7 +376,23 @@ func (s *Session) apply(f fact) (e effects) {
 		st.cancelled = true
 		if e.first {
 			e.abort = st.abortSetup
+			e.cancelCh = st.cancelCh
 		}
+	case factTurnBegun:
+		switch {
+		case st.phase != phaseOver:
+			e.refuse = errNotBetweenTurns
+			return e
+		case st.end != streamOpen || st.failure != nil || st.writeErr != nil:
+			e.refuse = errStreamEnded
+			return e
+		}
+		st.phase = phaseStarted
+		st.cancelled = false
+		st.answer = promptAnswer{}
+		st.recordErr = nil
+		st.allow, st.cancelCh, st.sentCh = f.allow, f.cancelCh, f.sentCh
+		st.abortSetup = f.abort
 	case factPermissionAsked:
 		if st.end != streamOpen {
 			return e
@@ -367,6 +402,7 @@ func (s *Session) apply(f fact) (e effects) {
 		e.cancelled = st.cancelled
 		e.modes = st.offer.modeIDs()
 		e.announced = st.kinds[f.toolID]
+		e.allow = st.allow
 		st.inflight++
 	case factPermissionDone:
 		st.inflight--

@@ -432,8 +432,8 @@ func (s *Session) noteOutgoing(b []byte) (cancelRequest bool) {
 	s.pending.add(idKey(m.ID), outRequest{method: m.Method, modeID: m.Params.ModeID})
 	switch m.Method {
 	case acp.AgentMethodSessionLoad, acp.AgentMethodSessionPrompt:
-		if s.apply(factSent{method: m.Method}).sentTurn {
-			close(s.promptSent)
+		if e := s.apply(factSent{method: m.Method}); e.sentTurn {
+			close(e.sentCh)
 		}
 	}
 	return false

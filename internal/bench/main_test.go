@@ -28,7 +28,7 @@ var (
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
 	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale 10 min)")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet; with -scale limits, live, spawns, finished); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup; with -scale limits, live, spawns, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -132,6 +132,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"restart", measureRestart},
 		{"worktree", measureWorktree},
 		{"fleet", measureFleet},
+		{"followup", measureFollowUp},
 	}
 	if cfg.scale {
 		steps = []struct {
@@ -234,7 +235,7 @@ func TestHarness(t *testing.T) {
 		cfg.acpx = cli
 	} else {
 		t.Log("acpx is not installed (make acpx): the peer rows are left out")
-		cfg.only = []string{"start", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet"}
+		cfg.only = []string{"start", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup"}
 		names = nil
 	}
 	var out, log strings.Builder
@@ -246,7 +247,7 @@ func TestHarness(t *testing.T) {
 		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",
-		"worktree creation", "worktree diff of one change", "spawn_tasks of") {
+		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process") {
 		assert.Contains(t, out.String(), name)
 	}
 

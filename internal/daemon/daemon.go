@@ -66,9 +66,14 @@ type Config struct {
 	// Groups, when set, is the record of the agents' process groups that
 	// the supervisor keeps; Listen ends the groups a previous daemon left.
 	Groups *Groups
+	// MinFree is the room the state directory's file system must have
+	// for Listen to go on: bytes and inodes (0: not checked).
+	MinFree Room
 
 	// peerCred reads a connection's credentials; tests inject others.
 	peerCred func(net.Conn) (*syscall.Ucred, error)
+	// statfs reads a file system's free room; tests inject a full one.
+	statfs func(path string, st *syscall.Statfs_t) error
 }
 
 // Daemon is a daemon listening on its socket, its locks held.
@@ -115,6 +120,9 @@ func Listen(cfg Config) (_ *Daemon, err error) {
 	if cfg.peerCred == nil {
 		cfg.peerCred = peerCred
 	}
+	if cfg.statfs == nil {
+		cfg.statfs = syscall.Statfs
+	}
 	uid := os.Geteuid()
 	d := &Daemon{cfg: cfg, log: cfg.Logger, uid: uint32(uid), stop: make(chan struct{})}
 	defer func() {
@@ -126,6 +134,12 @@ func Listen(cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if err := PrepareStateDir(cfg.StateDir, uid); err != nil {
+		return nil, err
+	}
+	// Before anything is written in it: a daemon that started on a full
+	// disk would fail at its first task instead, with a ledger that may
+	// hold a task's start and not its end.
+	if err := checkRoom(cfg.StateDir, cfg.MinFree, cfg.statfs); err != nil {
 		return nil, err
 	}
 	if err := prepareSocketDir(filepath.Dir(cfg.Socket), uid); err != nil {

@@ -398,3 +398,57 @@ func TestShutdownWait(t *testing.T) {
 	}
 	assert.Equal(t, 71*time.Second, ShutdownWait(30*time.Second, 30*time.Second), "symm-mcp shutdown's wait with today's bounds")
 }
+
+// TestFullStateDirectory: a state directory on a file system without room
+// for the ledger is refused at start with a message naming the room, and
+// nothing is written in it (no lock, no socket, no record).
+func TestFullStateDirectory(t *testing.T) {
+	full := func(bytes, inodes, files uint64) func(string, *syscall.Statfs_t) error {
+		return func(_ string, st *syscall.Statfs_t) error {
+			st.Bsize, st.Bavail, st.Ffree, st.Files = 4096, bytes/4096, inodes, files
+			return nil
+		}
+	}
+	need := Room{Bytes: 64 << 20, Inodes: 64}
+	for _, tt := range []struct {
+		name   string
+		statfs func(string, *syscall.Statfs_t) error
+		want   string
+	}{
+		{"bytes", full(12<<10, 1000, 2000), "12 KiB and 1000 inodes free, the daemon needs 64 MiB and 64"},
+		{"inodes", full(1<<30, 3, 2000), "1024 MiB and 3 inodes free"},
+		{"unreadable", func(string, *syscall.Statfs_t) error { return syscall.EIO }, "cannot read the state directory's free space"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t, &fakeTasks{})
+			cfg.MinFree, cfg.statfs, cfg.Groups = need, tt.statfs, NewGroups(cfg.StateDir, nil)
+			_, err := Listen(cfg)
+			var pe *PathError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, cfg.StateDir, pe.Path)
+			assert.ErrorContains(t, err, tt.want)
+			entries, err := os.ReadDir(cfg.StateDir)
+			require.NoError(t, err)
+			assert.Empty(t, entries, "nothing written in the state directory")
+			_, err = os.Lstat(cfg.Socket)
+			assert.ErrorIs(t, err, os.ErrNotExist, "no socket")
+		})
+	}
+	t.Run("room enough, or no inode accounting", func(t *testing.T) {
+		cfg := testConfig(t, &fakeTasks{})
+		cfg.MinFree, cfg.statfs = need, full(1<<30, 0, 0)
+		d, err := Listen(cfg)
+		require.NoError(t, err)
+		d.Close()
+	})
+	t.Run("the real file system", func(t *testing.T) {
+		cfg := testConfig(t, &fakeTasks{})
+		cfg.MinFree = Room{Bytes: 1 << 62}
+		_, err := Listen(cfg)
+		assert.ErrorContains(t, err, "file system is full")
+		cfg.MinFree = Room{Bytes: 1, Inodes: 1}
+		d, err := Listen(cfg)
+		require.NoError(t, err)
+		d.Close()
+	})
+}

@@ -84,7 +84,7 @@ func run(m *testing.M) int {
 }
 
 // The matrix: one row per agent, one cell per check.
-var checks = []string{"describe", "pins", "plain", "refused", "allowed", "cancel", "resume", "doctor", "sessions", "worktree"}
+var checks = []string{"describe", "pins", "plain", "refused", "allowed", "cancel", "resume", "doctor", "sessions", "followup", "worktree"}
 
 type row struct {
 	cells   map[string]string // check -> "pass" or "FAIL: reason"
@@ -352,14 +352,49 @@ func testAgent(t *testing.T, a agentCase) {
 	check(t, a.name, 7, "resume", func(t *recorder) { resumed = r.checkResume(ctx, t, plain) })
 	check(t, a.name, 8, "doctor", func(t *recorder) { r.checkDoctor(ctx, t) })
 	check(t, a.name, 9, "sessions", func(t *recorder) { r.checkSessions(ctx, t, desc, plain, resumed) })
+	check(t, a.name, 10, "followup", func(t *recorder) { r.checkFollowUp(ctx, t) })
 	// One agent is enough to see a real agent's work land in its own
 	// worktree and in the task's diff: the one whose scripted tool call
 	// writes its file most reliably (agentSetup.worktree).
 	if a.worktree {
-		check(t, a.name, 10, "worktree", func(t *recorder) { r.checkWorktree(ctx, t, refusedKind) })
+		check(t, a.name, 11, "worktree", func(t *recorder) { r.checkWorktree(ctx, t, refusedKind) })
 	} else {
 		cell(a.name, "worktree", notThisAgent)
 	}
+}
+
+// checkFollowUp runs a keep-alive task and a follow-up on its kept
+// process (send_task), and notes the follow-up's time against a resume
+// in a new process (spawn_task with session_id), both call → finished.
+func (r *rig) checkFollowUp(ctx context.Context, t *recorder) {
+	first := r.spawn(ctx, t, map[string]any{"prompt": "Answer briefly. [[plain:K1ep]]", "keep_alive": true, "idle_timeout_s": 120})
+	first = r.wait(ctx, t, first.ID)
+	require.Equal(t, "succeeded", first.Status, "%s; events:\n%s", first.summary(), dump(first.events))
+	require.NotNil(t, first.SessionID, "session_id")
+	assert.NotEmpty(t, first.of("turn_ended"), "turn_ended where process_exited would stand")
+
+	began := time.Now()
+	var fu task
+	require.NoError(t, r.call(ctx, "send_task", map[string]any{"task_id": first.ID, "prompt": "Again. [[plain:K2ep]]", "keep_alive": true, "idle_timeout_s": 120}, &fu))
+	fu = r.wait(ctx, t, fu.ID)
+	kept := time.Since(began)
+	require.Equal(t, "succeeded", fu.Status, "%s; events:\n%s", fu.summary(), dump(fu.events))
+	assert.Contains(t, fu.messages(), "plain reply K2ep", "the loopback model answered the follow-up")
+	assert.Empty(t, fu.of("process_started"), "the follow-up ran on the kept process")
+	assert.Empty(t, fu.of("session_started"), "the session was not set up again")
+
+	began = time.Now()
+	res := r.spawn(ctx, t, map[string]any{"prompt": "Once more. [[plain:K3ep]]", "session_id": *first.SessionID})
+	res = r.wait(ctx, t, res.ID)
+	resumed := time.Since(began)
+	if res.Status == "succeeded" {
+		note(r.agent.name, "follow-up on the kept process %.2f s, resume in a new process %.2f s (saved %.2f s)",
+			kept.Seconds(), resumed.Seconds(), (resumed - kept).Seconds())
+	} else {
+		note(r.agent.name, "follow-up on the kept process %.2f s; the resume beside it ended %s", kept.Seconds(), res.Status)
+	}
+	// Ends the kept process; its record gains kept_process.
+	require.NoError(t, r.call(ctx, "cancel_task", map[string]any{"task_id": fu.ID}, nil))
 }
 
 // notThisAgent is the cell of a check that runs for another agent.

@@ -150,6 +150,28 @@ type Task struct {
 	// before that and without isolation.
 	Diff     *Diff     `json:"diff"`
 	Overlaps []Overlap `json:"overlaps"`
+	// ParentTaskID names the task a send_task follow-up continues, and
+	// FollowUps the follow-ups sent to this task, in order; both absent
+	// outside a chain of follow-ups.
+	ParentTaskID *string  `json:"parent_task_id,omitempty"`
+	FollowUps    []string `json:"follow_ups,omitempty"`
+	// KeptAliveUntil is when the agent process kept after this task's
+	// turn (keep_alive) ends unless a follow-up takes it first; absent
+	// when the process was not kept.
+	KeptAliveUntil *Time `json:"kept_alive_until,omitempty"`
+	// KeptProcess is how the process kept after this task's turn ended,
+	// recorded when it exits; absent until then, and when a follow-up
+	// took the process over (the follow-up's record has it).
+	KeptProcess *KeptProcess `json:"kept_process,omitempty"`
+}
+
+// KeptProcess is the end of an agent process kept alive after a task's
+// turn: nothing is appended to the finished task's log for it.
+type KeptProcess struct {
+	PID      int     `json:"pid"`
+	ExitedAt Time    `json:"exited_at"`
+	ExitCode *int    `json:"exit_code"`
+	Signal   *string `json:"signal"`
 }
 
 // NewTask describes a task to create.
@@ -171,6 +193,8 @@ type NewTask struct {
 	ArgumentsSHA256 string
 	// Worktree is the task's own worktree, made before the task (nil: none).
 	Worktree *Worktree
+	// ParentTaskID names the task a follow-up continues ("": none).
+	ParentTaskID string
 }
 
 func optional(s string) *string {
@@ -205,6 +229,7 @@ func (n NewTask) record(now time.Time) Task {
 		IdempotencyKey:  optional(n.IdempotencyKey),
 		ArgumentsSHA256: optional(n.ArgumentsSHA256),
 		Worktree:        cloneWorktree(n.Worktree),
+		ParentTaskID:    optional(n.ParentTaskID),
 	}.withPromptPreview()
 }
 
@@ -297,6 +322,28 @@ func SetExit(code *int, signal string) Edit {
 			t.ExitCode = nil
 		}
 		t.Signal = optional(signal)
+	}}
+}
+
+// AddFollowUp records a follow-up sent to the task.
+func AddFollowUp(id string) Edit {
+	return Edit{func(t *Task) { t.FollowUps = append(slices.Clip(t.FollowUps), id) }}
+}
+
+// SetKeptAliveUntil records until when the task's process is kept.
+func SetKeptAliveUntil(until time.Time) Edit {
+	return Edit{func(t *Task) { t.KeptAliveUntil = at(until) }}
+}
+
+// SetKeptProcess records the exit of the process kept after the task's turn.
+func SetKeptProcess(pid int, exitedAt time.Time, code *int, signal string) Edit {
+	return Edit{func(t *Task) {
+		kp := &KeptProcess{PID: pid, ExitedAt: Time{exitedAt}, Signal: optional(signal)}
+		if code != nil {
+			c := *code
+			kp.ExitCode = &c
+		}
+		t.KeptProcess = kp
 	}}
 }
 

@@ -8,12 +8,18 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// capabilities are what the server declares: tools only. It adds no
-// resources, prompts or completions (nor log messages, a feature the
-// 2026-07-28 protocol deprecates and the SDK refuses there).
+// capabilities are what the server declares: tools, and the task
+// resources with subscriptions (intent 0023). It adds no prompts or
+// completions (nor log messages, a feature the 2026-07-28 protocol
+// deprecates and the SDK refuses there).
 func capabilities() *mcp.ServerCapabilities {
-	// The tool list never changes once registered.
-	return &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: false}}
+	// The tool list never changes once registered. The resource list
+	// changes with every task, but a client that wants to follow tasks
+	// subscribes to them; list_changed would be a notification per spawn.
+	return &mcp.ServerCapabilities{
+		Tools:     &mcp.ToolCapabilities{ListChanged: false},
+		Resources: &mcp.ResourceCapabilities{Subscribe: true, ListChanged: false},
+	}
 }
 
 // refuseUndeclared answers the methods of each capability that caps does

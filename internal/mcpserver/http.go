@@ -23,11 +23,19 @@ import (
 //   - DNS rebinding (the handler's own localhost protection, on by
 //     default): a request that reached a loopback address with a Host
 //     that is not a loopback name is 403.
+//
+// Its sessions share one server, and so one watcher per subscribed task
+// resource; each subscription ends with its session.
 func HTTPHandler(svc Service, version, token string, log *slog.Logger) http.Handler {
+	return httpHandler(svc, version, token, log, options{})
+}
+
+func httpHandler(svc Service, version, token string, log *slog.Logger, o options) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv := New(svc, version)
+	srv, _ := newServer(svc, version, o)
+	register(srv, svc, o)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Logger: log})
 	bearer := auth.RequireBearerToken(tokenVerifier(token), &auth.RequireBearerTokenOptions{
 		AllowMissingExpiration: true, // the token lives in the state directory until it is removed

@@ -57,6 +57,12 @@ var fakeAdapter = &agents.Adapter{
 	Effort: &effortSetting,
 }
 
+// fakeFlagAdapter is the fake agent taking effort as a launch flag, as
+// cline does (the fake agent ignores its arguments).
+var fakeFlagAdapter = &agents.Adapter{
+	Name: "fake_flag", Executable: "fake-agent-flag", Options: []string{agents.OptEffort}, EffortFlag: "--effort=",
+}
+
 // testTimeouts keep cleanup bounds short; each still exceeds what a healthy
 // fake agent needs.
 var testTimeouts = supervisor.Timeouts{
@@ -82,7 +88,7 @@ type rigOptions struct {
 func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
 	bin := t.TempDir()
-	adapters := append(agents.DefaultAdapters(), fakeAdapter)
+	adapters := append(agents.DefaultAdapters(), fakeAdapter, fakeFlagAdapter)
 	for _, a := range adapters {
 		require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
 	}

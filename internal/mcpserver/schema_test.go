@@ -24,7 +24,7 @@ func TestNoBooleanSchemas(t *testing.T) {
 	l := newLedger(t)
 	res, err := l.cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
-	require.Len(t, res.Tools, 10)
+	require.Len(t, res.Tools, 11)
 	for _, tool := range res.Tools {
 		for name, schema := range map[string]any{"inputSchema": tool.InputSchema, "outputSchema": tool.OutputSchema} {
 			b, err := json.Marshal(schema)
@@ -198,21 +198,14 @@ func TestUndeclaredCapabilities(t *testing.T) {
 	l := newLedger(t)
 	init := l.cs.InitializeResult()
 	require.NotNil(t, init)
-	assert.Nil(t, init.Capabilities.Resources)
+	// Resources are declared (the task resources, intent 0023), with
+	// subscriptions and without list_changed.
+	assert.Equal(t, &mcp.ResourceCapabilities{Subscribe: true}, init.Capabilities.Resources)
 	assert.Nil(t, init.Capabilities.Prompts)
 	assert.Nil(t, init.Capabilities.Completions)
 
 	ctx := context.Background()
 	for method, call := range map[string]func() error{
-		"resources/list": func() error { _, err := l.cs.ListResources(ctx, nil); return err },
-		"resources/templates/list": func() error {
-			_, err := l.cs.ListResourceTemplates(ctx, nil)
-			return err
-		},
-		"resources/read": func() error {
-			_, err := l.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "file:///x"})
-			return err
-		},
 		"prompts/list": func() error { _, err := l.cs.ListPrompts(ctx, nil); return err },
 		"prompts/get": func() error {
 			_, err := l.cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "x"})

@@ -35,6 +35,7 @@ func toolOutputs() map[string]reflect.Type {
 		listTasksTool.tool.Name:        listTasksTool.output,
 		resolveTaskTool.tool.Name:      resolveTaskTool.output,
 		cancelTaskTool.tool.Name:       cancelTaskTool.output,
+		sendTaskTool.tool.Name:         sendTaskTool.output,
 		spawnTasksTool.tool.Name:       spawnTasksTool.output,
 		cleanupWorktreesTool.tool.Name: cleanupWorktreesTool.output,
 	}

@@ -1,8 +1,10 @@
-// Package mcpserver is symm-mcp's MCP layer: ten tools that translate
-// arguments into TaskService calls and stored JSON into replies. It holds
-// no state. Domain failures are tool errors whose text is
-// "<code>: <message>"; arguments that do not fit a tool's input schema are
-// rejected by the MCP SDK before a handler runs.
+// Package mcpserver is symm-mcp's MCP layer: eleven tools that translate
+// arguments into TaskService calls and stored JSON into replies, and the
+// task resources, which read what the tools return. It holds no state but
+// its sessions' resource subscriptions, which end with them. Waits report
+// progress to a client that asked for it. Domain failures are tool errors
+// whose text is "<code>: <message>"; arguments that do not fit a tool's
+// input schema are rejected by the MCP SDK before a handler runs.
 package mcpserver
 
 import (
@@ -30,9 +32,14 @@ type Service interface {
 	Task(id string) (json.RawMessage, error)
 	Events(req task.EventsRequest) (ledger.Page, error)
 	Wait(ctx context.Context, ids []string, timeout time.Duration) (task.WaitResult, error)
+	// Changes is closed at the task's next change (resource subscriptions).
+	Changes(id string) (<-chan struct{}, error)
+	// Activity says what a task does now (progress messages).
+	Activity(id string) (task.Activity, error)
 	ListTasks(req task.ListRequest) (task.TaskList, error)
 	Resolve(id string, resolution ledger.Resolution, note string) (json.RawMessage, error)
 	Cancel(ctx context.Context, id string) (json.RawMessage, error)
+	Send(ctx context.Context, req task.SendRequest) (json.RawMessage, error)
 	SpawnTasks(ctx context.Context, req task.FleetRequest) (task.FleetResult, error)
 	CleanupWorktrees(ctx context.Context, req task.CleanupRequest) (task.CleanupResult, error)
 	// Shutdown stops every task; Serve calls it when the session ends.
@@ -41,46 +48,63 @@ type Service interface {
 
 // Instructions tell an MCP host how the tools fit together.
 const Instructions = `symm-mcp hands a prompt to another coding agent and keeps a ledger of what happened.
-Loop: spawn_task returns a task_id while the agent works; wait_tasks (at most 30 s a call) until the task is finished,
+Loop: spawn_task returns a task_id while the agent works; wait_tasks (30 s a call by default, at most 300) until the task is finished,
 or wait in the background for the file at notify_path; read events with get_events, passing cursor back as after_seq
 while has_more is true; then resolve_task. succeeded means the turn ended with end_turn, not that the work is good:
 check agent_message and tool_call events. Ignore event types you do not know.`
 
-// New returns an MCP server with the ten tools, calling svc.
+// New returns an MCP server with the eleven tools and the task resources,
+// calling svc. Its resource subscriptions end with their sessions.
 func New(svc Service, version string) *mcp.Server {
-	s := newServer(version)
-	register(s, svc)
+	s, _ := newServer(svc, version, options{})
+	register(s, svc, options{})
 	return s
 }
 
-func newServer(version string) *mcp.Server {
+// newServer returns a server with the resources in place and the tools
+// still to register, and the hub of its resource subscriptions, which
+// its owner closes once the server's sessions ended.
+func newServer(svc Service, version string, o options) (*mcp.Server, *subscriptions) {
+	o = o.withDefaults()
 	caps := capabilities()
+	subs := newSubscriptions(svc, o.clock)
 	s := mcp.NewServer(&mcp.Implementation{Name: "symm-mcp", Version: version}, &mcp.ServerOptions{
-		Instructions: Instructions,
-		Capabilities: caps,
+		Instructions:       Instructions,
+		Capabilities:       caps,
+		SubscribeHandler:   subs.subscribe,
+		UnsubscribeHandler: subs.unsubscribe,
 	})
-	s.AddReceivingMiddleware(refuseUndeclared(caps), publishOutputSchemas)
-	return s
+	subs.srv = s
+	if o.hub != nil {
+		o.hub(subs)
+	}
+	s.AddReceivingMiddleware(refuseUndeclared(caps), publishOutputSchemas, listResources(svc))
+	addResources(s, svc)
+	return s, subs
 }
 
-// register adds the ten tools. Their output schemas are generated and
+// register adds the eleven tools. Their output schemas are generated and
 // published apart from the SDK (publishOutputSchemas): resolving them here
 // was most of the server's start-up.
-func register(s *mcp.Server, svc Service) {
-	h := handlers{svc}
+func register(s *mcp.Server, svc Service, o options) {
+	h := handlers{svc, o.withDefaults()}
 	addTool(s, describeAgentTool, h.describeAgent)
 	addTool(s, spawnTaskTool, h.spawnTask)
 	addTool(s, getTaskTool, h.getTask)
 	addTool(s, getEventsTool, h.getEvents)
-	addTool(s, waitTasksTool, h.waitTasks)
+	addToolRequest(s, waitTasksTool, h.waitTasks)
 	addTool(s, listTasksTool, h.listTasks)
 	addTool(s, resolveTaskTool, h.resolveTask)
 	addTool(s, cancelTaskTool, h.cancelTask)
+	addTool(s, sendTaskTool, h.sendTask)
 	addTool(s, spawnTasksTool, h.spawnTasks)
 	addTool(s, cleanupWorktreesTool, h.cleanupWorktrees)
 }
 
-type handlers struct{ svc Service }
+type handlers struct {
+	svc  Service
+	opts options
+}
 
 // toolDef is a tool's description with its schemas edited where inference
 // cannot say enough (enums, bounds).
@@ -93,6 +117,14 @@ type toolDef[In any] struct {
 // Replies are built from stored JSON, so handlers return raw bytes; the
 // output schema documents their shape.
 func addTool[In any](s *mcp.Server, d toolDef[In], h func(context.Context, In) (json.RawMessage, error)) {
+	addToolRequest(s, d, func(ctx context.Context, _ *mcp.CallToolRequest, args In) (json.RawMessage, error) {
+		return h(ctx, args)
+	})
+}
+
+// addToolRequest is addTool for a handler that needs the request itself
+// (its progress token, its session).
+func addToolRequest[In any](s *mcp.Server, d toolDef[In], h func(context.Context, *mcp.CallToolRequest, In) (json.RawMessage, error)) {
 	t := d.tool
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
@@ -102,8 +134,8 @@ func addTool[In any](s *mcp.Server, d toolDef[In], h func(context.Context, In) (
 		d.edit(in)
 	}
 	t.InputSchema = in
-	mcp.AddTool(s, &t, func(ctx context.Context, _ *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
-		b, err := h(ctx, args)
+	mcp.AddTool(s, &t, func(ctx context.Context, req *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
+		b, err := h(ctx, req, args)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -229,17 +261,17 @@ func RunStdio(ctx context.Context, svc Service, version string) Outcome {
 // initialize, its notification and ping waits until the tools are in place. Tool replies are written from stored JSON past
 // the SDK's encoding (splicer).
 func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) Outcome {
-	return serve(ctx, svc, version, in, out, true)
+	return serve(ctx, svc, version, in, out, true, options{})
 }
 
 // ServeShared serves one session of a service that other sessions share
 // (the daemon's connections): as Serve, except that the session's end
 // does not shut svc down; its tasks go on. Outcome.Shutdown is nil.
 func ServeShared(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) Outcome {
-	return serve(ctx, svc, version, in, out, false)
+	return serve(ctx, svc, version, in, out, false, options{})
 }
 
-func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer, owned bool) Outcome {
+func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer, owned bool, opts options) Outcome {
 	client := newClientWriter(out, WriteTimeout)
 	sp := newSplicer(client)
 	sdkIn, feed := io.Pipe()
@@ -248,7 +280,10 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 		return err
 	})
 
-	s := newServer(version)
+	s, subs := newServer(svc, version, opts)
+	// The session's subscriptions end with it: after every goroutine
+	// below (the SDK's session among them) is done.
+	defer subs.close()
 	begin, ready := make(chan struct{}), make(chan struct{})
 	startRegistering := sync.OnceFunc(func() { close(begin) })
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -274,6 +309,11 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 		}
 	})
 	s.AddReceivingMiddleware(sp.middleware)
+	// A 2026-07-28 client's subscriptions/listen is answered only when it
+	// ends: the session's end ends it, or its end would wait for it
+	// until ShutdownBound.
+	ending := make(chan struct{})
+	s.AddReceivingMiddleware(endWith(ending, "subscriptions/listen"))
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -284,7 +324,7 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 		case <-ran: // the session ended before anything needed the tools
 			return
 		}
-		register(s, svc)
+		register(s, svc, opts)
 		close(ready)
 	})
 	// The SDK's context ends only once the requests read are answered, so
@@ -316,6 +356,7 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	// From here a request read is refused, not served: the end is bounded
 	// by what was in flight.
 	f.closing.Store(true)
+	close(ending)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownBound)
 	defer cancel()
 	if owned {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
-	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -40,6 +39,13 @@ type spawnArgs struct {
 	Isolation   string   `json:"isolation,omitempty" jsonschema:"none (default): the agent works in workspace itself; worktree: in a git worktree of its own, on branch symm/<task_id>"`
 	BaseRef     string   `json:"base_ref,omitempty" jsonschema:"with isolation=worktree: the branch, tag or commit to start from; default HEAD"`
 	spawnRetry
+	spawnKeep
+}
+
+// spawnKeep is spawn_task's keep-alive for follow-ups (send_task).
+type spawnKeep struct {
+	KeepAlive    bool `json:"keep_alive,omitempty" jsonschema:"keep the agent's process and session after the turn for follow-ups with send_task; the task still finishes with its turn"`
+	IdleTimeoutS *int `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
 }
 
 // spawnRetry is spawn_task's idempotency_key, apart from the other
@@ -58,6 +64,7 @@ var spawnTaskTool = toolDef[spawnArgs]{
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
 		s.Properties["isolation"].Enum = enum(task.Isolations)
+		s.Properties["idle_timeout_s"].Maximum = ptr(maxInteger)
 	},
 	output: reflect.TypeFor[ledger.Task](),
 }
@@ -72,6 +79,7 @@ func (a spawnArgs) request() task.SpawnRequest {
 		Effort: a.Effort, SessionID: a.SessionID, InitiatorID: a.InitiatorID, ExecutorID: a.ExecutorID,
 		IdempotencyKey: a.IdempotencyKey,
 		Isolation:      task.Isolation(a.Isolation), BaseRef: a.BaseRef,
+		KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS,
 	}
 }
 
@@ -137,19 +145,25 @@ func (h handlers) getEvents(_ context.Context, a eventsArgs) (json.RawMessage, e
 	if err != nil {
 		return nil, err
 	}
+	return eventsReply(p), nil
+}
+
+// eventsReply is a page of events as get_events and the events resource
+// return it.
+func eventsReply(p ledger.Page) json.RawMessage {
 	return object(
 		member{"cursor", jsonValue(p.Cursor)},
 		member{"has_more", jsonValue(p.HasMore)},
 		member{"status", jsonValue(p.Status)},
 		member{"events", array(p.Events)},
-	), nil
+	)
 }
 
 // --- wait_tasks
 
 type waitArgs struct {
 	TaskIDs        []string `json:"task_ids" jsonschema:"the tasks to wait for; returns when any of them is finished"`
-	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty" jsonschema:"how long to wait; default and maximum 30"`
+	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty" jsonschema:"how long to wait, 0 to 300 seconds (larger values are clamped); default 30; keep it below your client's tool timeout (Codex: tool_timeout_sec); with a progress token, progress is sent every 5 s"`
 }
 
 type waitOut struct {
@@ -161,8 +175,9 @@ type waitOut struct {
 var waitTasksTool = toolDef[waitArgs]{
 	tool: mcp.Tool{
 		Name: "wait_tasks",
-		Description: "Wait up to 30 seconds for any of the given tasks to be finished. Returns completed and pending summaries " +
-			"and reason: terminal when one is finished, timeout otherwise.",
+		Description: "Wait up to timeout_seconds (default 30, at most 300) for any of the given tasks to be finished. Returns " +
+			"completed and pending summaries and reason: terminal when one is finished, timeout otherwise. A call with a " +
+			"progress token gets notifications/progress every 5 s saying what the tasks do.",
 		Annotations: annotations(true, false, true, false),
 	},
 	edit: func(s *jsonschema.Schema) {
@@ -172,13 +187,11 @@ var waitTasksTool = toolDef[waitArgs]{
 	output: reflect.TypeFor[waitOut](),
 }
 
-func (h handlers) waitTasks(ctx context.Context, a waitArgs) (json.RawMessage, error) {
-	timeout := task.MaxWait
-	if a.TimeoutSeconds != nil {
-		// Larger values are clamped to the maximum wait.
-		timeout = time.Duration(min(*a.TimeoutSeconds, task.MaxWait.Seconds()) * float64(time.Second))
-	}
+func (h handlers) waitTasks(ctx context.Context, req *mcp.CallToolRequest, a waitArgs) (json.RawMessage, error) {
+	timeout := waitTimeout(a.TimeoutSeconds)
+	stop := h.reportProgress(ctx, req, a.TaskIDs, timeout)
 	res, err := h.svc.Wait(ctx, a.TaskIDs, timeout)
+	stop()
 	if err != nil {
 		return nil, err
 	}

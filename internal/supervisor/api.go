@@ -47,6 +47,22 @@
 // within Drain after its pipes were closed and its context cancelled (Exit.Err
 // says so). Neither calls the Sink.
 //
+// # Kept processes
+//
+// A run's first turn is Conversation.Run; a run whose Sink is a TurnSink
+// can take more turns on the same process. When a turn ends with a stop
+// reason, the agent still runs and no stop was asked, the coordinator asks
+// the sink for the next turn (TurnEnded). It runs one returned at once;
+// else, with a keep-alive (Spec.KeepAlive, then the last turn's
+// Turn.KeepAlive), the process is kept: the coordinator waits for a turn
+// handed in by Send, the agent's exit, a stop, or the keep-alive's end,
+// whichever comes first (its timer is the coordinator's, stopped when it
+// stops waiting). Without one, or when the wait ends without a turn, the
+// run ends as it would have after its turn: Exited goes to the Sink of the
+// last turn. CancelTurn cancels the current turn without ending the
+// process, so that a next turn can follow it. Kept runs are live runs for
+// Stop and Shutdown.
+//
 // # Stderr
 //
 // Each stderr line (without its newline) is one Sink.Stderr call. Valid UTF-8
@@ -79,6 +95,9 @@
 // Supervisor; Shutdown waits for them.
 //
 // Lock order: there is none, because no two locks are ever held together.
+// A run's sinkMu guards its current sink; CancelTurn holds it across
+// Conversation.Cancel, which must not block, so that no turn begins between
+// the check of the sink and the cancel.
 // Supervisor.mu guards the run table and the shutdown state and is never held
 // across I/O or a Sink call. The package-level children.mu guards the set of
 // pids whose cmd.Wait has not returned; it is held across cmd.Start (so a
@@ -129,6 +148,46 @@ type Spec struct {
 	Dir string
 	// Converse starts the protocol conversation once the process runs.
 	Converse ConverseFunc
+	// KeepAlive, when positive, keeps the process after a turn that ended
+	// with a stop reason: the Sink, which must then be a TurnSink, is told
+	// (TurnEnded), and the process waits up to KeepAlive for a next turn
+	// (Send) before it is ended as usual. See "Kept processes".
+	KeepAlive time.Duration
+}
+
+// TurnSink is the Sink of a run whose process may take more than one
+// turn. A Sink that is one is asked, at the end of every turn that ended
+// with a stop reason while the agent still runs and no stop was asked,
+// for the next turn to run on the process.
+type TurnSink interface {
+	Sink
+	// TurnEnded is called, from the run's coordinator, when a turn ended
+	// with a stop reason. It returns the turn to run next on the process,
+	// at once, or nil: the process is then kept (TurnEnd.KeptUntil set)
+	// or ended as usual, Exited last. Once it returned a turn, the sink
+	// gets no more calls for the run; the turn's own Sink does.
+	TurnEnded(TurnEnd) *Turn
+}
+
+// TurnEnd is the end of one turn of a run.
+type TurnEnd struct {
+	StopReason string
+	PID        int
+	// KeptUntil is when the process ends unless a turn is sent to it;
+	// zero when it is not kept (no KeepAlive).
+	KeptUntil time.Time
+}
+
+// Turn is a next turn on a run's process.
+type Turn struct {
+	// Run drives the turn over the run's conversation, as
+	// Conversation.Run drives the first.
+	Run func(ctx context.Context, conv Conversation) (stopReason string, err error)
+	// Sink gets what the run observes from the turn's start on.
+	Sink TurnSink
+	// KeepAlive is the keep-alive after this turn (0: the process ends
+	// after it, unless its TurnEnded returns another turn).
+	KeepAlive time.Duration
 }
 
 // Sink receives what the supervisor observes about one run. Calls for a run
@@ -148,6 +207,8 @@ type Sink interface {
 
 // Exit is the outcome of one run.
 type Exit struct {
+	// PID is the agent's process id.
+	PID int
 	// ExitCode is the agent's exit code, nil when a signal killed it or the
 	// exit could not be observed.
 	ExitCode *int

@@ -95,6 +95,13 @@ func runHelper(mode string) {
 		}
 		sleepForever()
 
+	case "turns": // ends every turn it is prompted for, exits at stdin EOF
+		for in.Scan() {
+			if in.Text() == "prompt" {
+				say("end end_turn")
+			}
+		}
+
 	case "ignoreterm": // ends its turn, then ignores stdin EOF and SIGTERM
 		signal.Ignore(syscall.SIGTERM)
 		awaitPrompt()

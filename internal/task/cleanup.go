@@ -80,9 +80,9 @@ func (s *Service) CleanupWorktrees(ctx context.Context, req CleanupRequest) (Cle
 		if r.wt == nil || r.wtRemoved {
 			continue
 		}
-		select {
-		case <-r.done:
-		default:
+		// A worktree handed to follow-ups is in use while any task of the
+		// chain is live, or its process is kept.
+		if r.chain.anyLive() {
 			if req.OlderThan == nil {
 				res.Kept = append(res.Kept, Kept{TaskID: r.id, Path: r.wt.Path, Reason: KeptLive})
 			}
@@ -106,6 +106,14 @@ func (s *Service) CleanupWorktrees(ctx context.Context, req CleanupRequest) (Cle
 			res.Kept = append(res.Kept, Kept{TaskID: r.id, Path: r.wt.Path, Reason: string(reason)})
 		default:
 			r.wtRemoved = true
+			// Its follow-ups share it: it is gone for them too.
+			r.chain.mu.Lock()
+			for _, m := range r.chain.members {
+				if m.wt == r.wt {
+					m.wtRemoved = true
+				}
+			}
+			r.chain.mu.Unlock()
 			res.Removed = append(res.Removed, Removed{TaskID: r.id, Path: r.wt.Path, Branch: r.wt.Branch})
 			s.recordRemoval(r, req.Force)
 		}

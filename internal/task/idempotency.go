@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"time"
 	"unicode/utf8"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
@@ -28,6 +29,9 @@ type spawnArguments struct {
 	ExecutorID  string   `json:"executor_id"`
 	Isolation   string   `json:"isolation"`
 	BaseRef     string   `json:"base_ref"`
+	// KeepAliveS is the keep-alive in seconds after defaults, absent
+	// without keep_alive (so digests without it are as they were).
+	KeepAliveS int64 `json:"keep_alive_s,omitempty"`
 }
 
 // checkIdempotencyKey refuses a key over the bound or not UTF-8 (the
@@ -57,13 +61,22 @@ func argumentsDigest(req SpawnRequest, workspace string) string {
 	b, err := json.Marshal(spawnArguments{
 		Agent: req.Agent, Prompt: req.Prompt, Workspace: workspace, Allow: allow, Model: req.Model,
 		Effort: req.Effort, SessionID: req.SessionID, InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID,
-		Isolation: string(isolation), BaseRef: req.BaseRef,
+		Isolation: string(isolation), BaseRef: req.BaseRef, KeepAliveS: keepSeconds(req),
 	})
 	if err != nil {
 		panic("task: encoding spawn arguments: " + err.Error()) // strings only
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// keepSeconds is a checked request's keep-alive in seconds (0: none).
+func keepSeconds(req SpawnRequest) int64 {
+	d, err := keepAlive(req.KeepAlive, req.IdleTimeoutS)
+	if err != nil {
+		return 0
+	}
+	return int64(d / time.Second)
 }
 
 // retried answers a spawn whose key a task holds: that task when the

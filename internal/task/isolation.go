@@ -145,7 +145,9 @@ func (r *taskRun) endWorktree() {
 	runs := map[string]*taskRun{}
 	s.mu.Lock()
 	for id, o := range s.runs {
-		if o != r && o.wt != nil && o.wt.Repository == r.wt.Repository && o.diff != nil {
+		// A follow-up shares its parent's worktree: their work is one, not
+		// an overlap.
+		if o != r && o.wt != nil && o.wt.Repository == r.wt.Repository && o.wt.Path != r.wt.Path && o.diff != nil {
 			others[id], runs[id] = *o.diff, o
 		}
 	}

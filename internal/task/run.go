@@ -73,13 +73,28 @@ type taskRun struct {
 	// wtRemoved: cleanup removed the worktree; under Service.cleanMu.
 	wtRemoved bool
 
+	// chain is the task's chain of follow-ups (its own, for a task that is
+	// none), keep its keep-alive (0: none), fu what a follow-up's turn
+	// needs (nil for a spawned task); all set before the run is known to
+	// others. turnEnded: the task ended with its turn while its process
+	// stayed (turn_ended), so Exited, if it comes, is the kept process's.
+	chain     *chain
+	keep      time.Duration
+	fu        *followUp
+	turnEnded bool
+
 	lost     error // the first record the ledger refused; the task fails with it
 	lostMore int   // records refused after that one, logged in all at the end
 	stopping bool  // the run was asked to stop for lost
+
+	wmu sync.Mutex // guards w; a leaf, taken under mu or alone (watch.go)
+	w   watch
 }
 
 func newTaskRun(s *Service, id string, cancelStart context.CancelFunc) *taskRun {
-	return &taskRun{s: s, id: id, done: make(chan struct{}), cancelStart: cancelStart}
+	r := &taskRun{s: s, id: id, done: make(chan struct{}), cancelStart: cancelStart}
+	r.chain = &chain{members: []*taskRun{r}}
+	return r
 }
 
 // failStart ends a task that never got a process: an error event, then
@@ -130,10 +145,12 @@ func (r *taskRun) finished() {
 		}
 	}
 	close(r.done)
+	r.touch("", 0) // the terminal status
 	s.mu.Lock()
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
+	r.advance()
 }
 
 // requestStop marks a live task as stopping and records task_cancelled
@@ -165,8 +182,8 @@ func (r *taskRun) requestStop(source string) (started bool, runID supervisor.Run
 const droppedInterval = time.Second
 
 var (
-	_ supervisor.Sink = (*taskRun)(nil)
-	_ acpsession.Sink = (*taskRun)(nil)
+	_ supervisor.TurnSink = (*taskRun)(nil)
+	_ acpsession.Sink     = (*taskRun)(nil)
 )
 
 type errorFields struct {
@@ -216,7 +233,10 @@ func (r *taskRun) record(typ string, fields any) error {
 			return fmt.Errorf("encoding %s event: %w", typ, err)
 		}
 	}
-	_, err := r.s.cfg.Store.Append(r.id, typ, r.s.cfg.Now(), b)
+	seq, err := r.s.cfg.Store.Append(r.id, typ, r.s.cfg.Now(), b)
+	if err == nil {
+		r.touch(typ, seq)
+	}
 	return err
 }
 
@@ -434,6 +454,7 @@ func (r *taskRun) Usage(f acpsession.UsageFields) error {
 		r.lostLocked("usage", err)
 		return err
 	}
+	r.touch("", 0)
 	return nil
 }
 
@@ -448,6 +469,7 @@ func (r *taskRun) Title(c acpsession.TitleChange) error {
 		r.lostLocked("session title", err)
 		return err
 	}
+	r.touch("", 0)
 	return nil
 }
 
@@ -479,6 +501,7 @@ func (r *taskRun) ProcessStarted(pid int, argv []string) {
 	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, r.s.cfg.Now()); err != nil {
 		r.lostLocked("running status", err)
 	}
+	r.touch("", 0)
 }
 
 // Stderr implements supervisor.Sink.
@@ -506,11 +529,12 @@ func (r *taskRun) Stderr(text string, part, parts int) {
 		return
 	}
 	now := r.s.cfg.Now()
-	_, d, err := r.s.cfg.Store.AppendCapped(r.id, "stderr", now, b, r.s.cfg.StderrCap)
+	seq, d, err := r.s.cfg.Store.AppendCapped(r.id, "stderr", now, b, r.s.cfg.StderrCap)
 	if err != nil {
 		r.lostLocked("stderr event", err)
 		return
 	}
+	r.touch("stderr", seq)
 	if d.Lines == 0 {
 		return
 	}
@@ -539,8 +563,36 @@ func (r *taskRun) reportDroppedLocked(now time.Time) {
 }
 
 // Exited implements supervisor.Sink: pending text, then the error that
-// explains a failure, process_exited, and the terminal status_changed.
+// explains a failure, process_exited, and the terminal status_changed. For
+// a task that ended with its turn (turn_ended) it is the end of the kept
+// process, recorded in the task's record only.
 func (r *taskRun) Exited(x supervisor.Exit) {
+	r.mu.Lock()
+	kept := r.turnEnded
+	r.mu.Unlock()
+	if kept {
+		r.keptExited(x)
+		return
+	}
+	var stop *string
+	if x.StopReason != "" {
+		stop = &x.StopReason
+	}
+	var signal *string
+	if x.Signal != "" {
+		signal = &x.Signal
+	}
+	r.end(x, "process_exited", struct {
+		ExitCode   *int    `json:"exit_code"`
+		Signal     *string `json:"signal"`
+		StopReason *string `json:"stop_reason"`
+	}{x.ExitCode, signal, stop}, []ledger.Edit{ledger.SetExit(x.ExitCode, x.Signal)})
+}
+
+// end records the end of the task's turn: pending text, then the error
+// that explains a failure, the event typ (process_exited or turn_ended)
+// with fields, and the terminal status_changed with edits.
+func (r *taskRun) end(x supervisor.Exit, typ string, fields any, edits []ledger.Edit) {
 	r.endWorktree()
 	r.mu.Lock()
 	// What the run still holds goes to the ledger before the outcome is
@@ -556,20 +608,8 @@ func (r *taskRun) Exited(x supervisor.Exit) {
 		}
 		r.errorEventLocked(f)
 	}
-	var stop *string
-	if x.StopReason != "" {
-		stop = &x.StopReason
-	}
-	var signal *string
-	if x.Signal != "" {
-		signal = &x.Signal
-	}
-	if err := r.record("process_exited", struct {
-		ExitCode   *int    `json:"exit_code"`
-		Signal     *string `json:"signal"`
-		StopReason *string `json:"stop_reason"`
-	}{x.ExitCode, signal, stop}); err != nil {
-		r.lostLocked("process_exited event", err)
+	if err := r.record(typ, fields); err != nil {
+		r.lostLocked(typ+" event", err)
 		if status != ledger.Failed {
 			// The first loss, or the task would be failing already.
 			status, msg = ledger.Failed, r.lost.Error()
@@ -579,7 +619,6 @@ func (r *taskRun) Exited(x supervisor.Exit) {
 	if r.lostMore > 0 {
 		r.s.log.Error("more records were lost after the first", "task", r.id, "count", r.lostMore)
 	}
-	edits := []ledger.Edit{ledger.SetExit(x.ExitCode, x.Signal)}
 	if msg != "" {
 		edits = append(edits, ledger.SetError(msg))
 	}
@@ -588,6 +627,7 @@ func (r *taskRun) Exited(x supervisor.Exit) {
 		r.s.log.Error("recording the end of a task", "task", r.id, "status", status, "error", msg, "err", err)
 	}
 	r.ended = true
+	r.turnEnded = typ == "turn_ended"
 	// Finished tasks stay in the ledger: let go of what only a live run needs.
 	r.pending = nil
 	r.cancelStart = nil

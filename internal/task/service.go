@@ -3,8 +3,10 @@
 // agent's process to the supervisor and its conversation to an ACP session,
 // and records what comes back as events.
 //
-// Lock order: Service.endMu, then Service.mu, then a taskRun's mu, then
-// the store's own locks.
+// Lock order: Service.endMu, then Service.mu, then a chain's mu (the
+// follow-ups of one session, followup.go), then a taskRun's mu, then the
+// store's own locks. A taskRun's wmu (what its watchers read) is a leaf:
+// taken under mu or alone, and nothing is taken under it.
 // Neither lock is held across supervisor calls, marker I/O or waiting.
 package task
 
@@ -43,6 +45,11 @@ type Supervisor interface {
 	// goes on either way, so a ctx already done only asks (stopRun).
 	Stop(ctx context.Context, id supervisor.RunID)
 	Shutdown(ctx context.Context) error
+	// Send hands a follow-up turn to a kept run (supervisor.ErrNotKept:
+	// it takes none); CancelTurn cancels the turn of sink without ending
+	// the process.
+	Send(ctx context.Context, id supervisor.RunID, t supervisor.Turn) error
+	CancelTurn(id supervisor.RunID, sink supervisor.Sink)
 	LookPath(name string) (string, error)
 	// RunCommand runs a helper command (git) whose exit status the
 	// subreaper must leave to it.
@@ -109,8 +116,12 @@ const (
 	MaxListBytes = 1 << 20
 	// MaxScan bounds how many events one filtered get_events call examines.
 	MaxScan = 10000
-	// MaxWait is the longest wait_tasks waits.
-	MaxWait = 30 * time.Second
+	// DefaultWait is how long wait_tasks waits when the caller gives no
+	// timeout, and MaxWait the longest it waits; longer timeouts are
+	// clamped. A wait that long lives through a host's tool timeout only
+	// with progress notifications (intent 0023).
+	DefaultWait = 30 * time.Second
+	MaxWait     = 300 * time.Second
 )
 
 // Config wires a Service.
@@ -200,6 +211,11 @@ type SpawnRequest struct {
 	// only goes with IsolationWorktree.
 	Isolation Isolation
 	BaseRef   string
+	// KeepAlive keeps the agent's process after the turn for follow-ups
+	// (send_task) until IdleTimeoutS (nil: DefaultIdleTimeout) passes
+	// without one.
+	KeepAlive    bool
+	IdleTimeoutS *int
 }
 
 func (s *Service) workspace(ws string) (string, error) {
@@ -237,6 +253,7 @@ type spawnPlan struct {
 	adapter *agents.Adapter
 	areq    agents.Request
 	ws      string
+	keep    time.Duration
 }
 
 // prepare checks a spawn request without side effects.
@@ -271,11 +288,15 @@ func (s *Service) prepare(req SpawnRequest) (spawnPlan, error) {
 	if err := adapter.Check(areq); err != nil {
 		return spawnPlan{}, errorf(InvalidRequest, "%v", err)
 	}
+	keep, err := keepAlive(req.KeepAlive, req.IdleTimeoutS)
+	if err != nil {
+		return spawnPlan{}, err
+	}
 	ws, err := s.workspace(req.Workspace)
 	if err != nil {
 		return spawnPlan{}, err
 	}
-	return spawnPlan{req: req, adapter: adapter, areq: areq, ws: ws}, nil
+	return spawnPlan{req: req, adapter: adapter, areq: areq, ws: ws, keep: keep}, nil
 }
 
 // start creates the task of a checked request and starts its agent.
@@ -301,7 +322,8 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	startCtx, cancelStart := context.WithCancel(ctx)
 	defer cancelStart()
 	r := newTaskRun(s, id, cancelStart)
-	r.wt = wt
+	r.wt, r.keep = wt, p.keep
+	r.chain.live = r
 	if _, err := s.cfg.Store.Create(ledger.NewTask{
 		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: req.SessionID,
@@ -324,25 +346,47 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	if _, err := s.cfg.Store.Transition(id, ledger.Starting, s.cfg.Now()); err != nil {
 		return nil, fmt.Errorf("starting task: %w", err)
 	}
+	r.touch("", 0)
 	if shutting {
 		r.failStart("the server is shutting down; the task was not started")
 		return s.cfg.Store.TaskJSON(id)
 	}
+	s.launch(ctx, startCtx, r, launchPlan{adapter: adapter, areq: areq, prompt: req.Prompt, resumeID: req.SessionID, cwd: cwd})
+	return s.cfg.Store.TaskJSON(id)
+}
 
-	launch, err := adapter.Launch(areq, s.cfg.Getenv)
+// launchPlan is what launch needs to start a task's agent.
+type launchPlan struct {
+	adapter  *agents.Adapter
+	areq     agents.Request
+	prompt   string
+	resumeID string
+	cwd      string
+}
+
+// launch starts the agent of task r, in starting, in a new process:
+// startCtx is the start's, which a stop requested meanwhile cancels; ctx
+// bounds the stop of a run that started as a stop came.
+func (s *Service) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan) {
+	id := r.id
+	launch, err := lp.adapter.Launch(lp.areq, s.cfg.Getenv)
 	if err != nil {
 		r.failStart(err.Error())
-		return s.cfg.Store.TaskJSON(id)
+		return
 	}
 	params := acpsession.Params{
-		Cwd: cwd, Prompt: req.Prompt, ResumeID: req.SessionID, KeepOpen: adapter.KeepSessionOpen,
-		Settings: launch.Settings, Allow: slices.Clone(req.Allow), RequestTimeout: s.cfg.RequestTimeout,
-		ClientVersion: s.cfg.Version, Slots: s.slots,
+		Cwd: lp.cwd, Prompt: lp.prompt, ResumeID: lp.resumeID, KeepOpen: lp.adapter.KeepSessionOpen,
+		Settings: launch.Settings, Allow: slices.Clone(lp.areq.Allow), RequestTimeout: s.cfg.RequestTimeout,
+		ClientVersion: s.cfg.Version, Slots: s.slots, Keep: r.keep > 0,
 	}
 	spec := supervisor.Spec{
-		Argv: launch.Argv, Env: launch.Env, Dir: cwd,
+		Argv: launch.Argv, Env: launch.Env, Dir: lp.cwd, KeepAlive: r.keep,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
-			return acpsession.Start(stdin, stdout, params, r, s.log.With("task", id))
+			sess := acpsession.Start(stdin, stdout, params, r, s.log.With("task", id))
+			r.chain.mu.Lock()
+			r.chain.session = sess
+			r.chain.mu.Unlock()
+			return sess
 		},
 	}
 	// A stop requested from here on cancels startCtx: a start not yet under
@@ -354,7 +398,7 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 		} else {
 			r.failStart(err.Error())
 		}
-		return s.cfg.Store.TaskJSON(id)
+		return
 	}
 
 	r.mu.Lock()
@@ -367,7 +411,6 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	if stopNow {
 		s.cfg.Supervisor.Stop(context.WithoutCancel(ctx), runID)
 	}
-	return s.cfg.Store.TaskJSON(id)
 }
 
 // stopRun asks the supervisor to stop a run and returns at once: the run's
@@ -539,6 +582,9 @@ func (s *Service) Resolve(id string, resolution ledger.Resolution, note string) 
 	r.mu.Lock()
 	_, err = s.cfg.Store.Resolve(id, resolution, note, s.cfg.Now())
 	r.mu.Unlock()
+	if err == nil {
+		r.touch("", 0)
+	}
 	if te := (*ledger.TransitionError)(nil); errors.As(err, &te) {
 		return nil, errorf(InvalidTransition, "%s", te.Reason())
 	}
@@ -557,8 +603,15 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 		return nil, err
 	}
 	started, runID, requested := r.requestStop("cancel_task")
-	if requested && started {
+	switch {
+	case requested && !started && r.chain.removeQueued(r):
+		// A queued follow-up: it ends here, the turn before it untouched.
+		r.endUnstarted(ledger.Cancelled, "")
+	case requested && started:
 		s.cfg.Supervisor.Stop(ctx, runID)
+	case !requested:
+		// A finished task whose process is kept: that process ends.
+		s.stopKept(ctx, r)
 	}
 	select {
 	case <-r.done:
@@ -575,19 +628,22 @@ type WaitResult struct {
 	Reason    string // "terminal" or "timeout"
 }
 
-// Wait waits up to timeout (at most MaxWait) for any of the tasks to be
-// finished. It returns early with ctx's error when ctx ends (the client
-// went away).
+// Wait waits up to timeout (at most MaxWait; longer is clamped) for any of
+// the tasks to be finished. It returns early with ctx's error when ctx
+// ends (the client went away). A negative timeout is invalid_request.
 func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration) (WaitResult, error) {
 	if len(ids) == 0 {
 		return WaitResult{}, errorf(InvalidRequest, "task_ids is empty")
+	}
+	if timeout < 0 {
+		return WaitResult{}, errorf(InvalidRequest, "timeout_seconds must not be negative")
 	}
 	for _, id := range ids {
 		if _, err := s.lookup(id); err != nil {
 			return WaitResult{}, err
 		}
 	}
-	timeout = min(max(timeout, 0), MaxWait)
+	timeout = min(timeout, MaxWait)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
@@ -630,8 +686,11 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for _, r := range runs {
-		r.requestStop("shutdown")
+		if _, _, live := r.requestStop("shutdown"); live && r.chain.removeQueued(r) {
+			r.endUnstarted(ledger.Cancelled, "")
+		}
 	}
+	// Kept processes are the supervisor's live runs: Shutdown ends them.
 	err := s.cfg.Supervisor.Shutdown(ctx)
 	for _, r := range runs {
 		select {

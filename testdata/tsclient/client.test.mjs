@@ -2,8 +2,9 @@
 // with the fake ACP agent standing in for codex-acp: a strict listTools()
 // (the SDK's own ListToolsResultSchema), then every tool and every error
 // code a caller can meet, with the SDK checking each structuredContent
-// against the tool's outputSchema. Once per protocol version this SDK
-// speaks and symm-mcp's hosts use.
+// against the tool's outputSchema; a wait's progress notifications; the
+// task resources listed, read and subscribed to. Once per protocol version
+// this SDK speaks and symm-mcp's hosts use.
 //
 // Run by scripts/ts-client.sh, which builds the binaries and sets
 // SYMM_MCP (the server) and FAKE_ACP_AGENT (the fake agent).
@@ -17,9 +18,11 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import {
   ErrorCode,
+  ListPromptsResultSchema,
   ListResourcesResultSchema,
   ListToolsResultSchema,
   McpError,
+  ResourceUpdatedNotificationSchema,
   SUPPORTED_PROTOCOL_VERSIONS,
 } from '@modelcontextprotocol/sdk/types.js';
 
@@ -32,7 +35,7 @@ const VERSIONS = ['2025-06-18', '2025-11-25'];
 
 const TOOLS = [
   'cancel_task', 'cleanup_worktrees', 'describe_agent', 'get_events',
-  'get_task', 'list_tasks', 'resolve_task', 'spawn_task', 'spawn_tasks',
+  'get_task', 'list_tasks', 'resolve_task', 'send_task', 'spawn_task', 'spawn_tasks',
   'wait_tasks',
 ];
 
@@ -157,7 +160,8 @@ for (const version of VERSIONS) {
       assert.ok(SUPPORTED_PROTOCOL_VERSIONS.includes(version));
       assert.equal(f.transport.negotiated, version);
       assert.equal(f.client.getServerVersion().name, 'symm-mcp');
-      assert.deepEqual(Object.keys(f.client.getServerCapabilities()), ['tools']);
+      assert.deepEqual(Object.keys(f.client.getServerCapabilities()).sort(), ['resources', 'tools']);
+      assert.deepEqual(f.client.getServerCapabilities().resources, { subscribe: true });
     });
 
     test('tools/list passes the SDK\'s own ListToolsResultSchema', async () => {
@@ -345,11 +349,86 @@ for (const version of VERSIONS) {
     });
 
     test('undeclared capabilities are method-not-found', async () => {
-      await assert.rejects(f.client.request({ method: 'resources/list' }, ListResourcesResultSchema), (err) => {
+      await assert.rejects(f.client.request({ method: 'prompts/list' }, ListPromptsResultSchema), (err) => {
         assert.ok(err instanceof McpError);
         assert.equal(err.code, ErrorCode.MethodNotFound);
         return true;
       });
+    });
+
+    test('a wait with a progress token gets progress every 5 s, saying what the task does', async () => {
+      const spawned = await call(f.client, 'spawn_task', {
+        agent: 'codex', prompt: script([{ message: 'working' }, { wait_for_cancel: true }]), workspace: f.workspace,
+      });
+      const id = spawned.task_id;
+      const progress = [];
+      const started = Date.now();
+      // 6 s: one notification at 5 s, and the wait ends before a second.
+      const res = await f.client.callTool({ name: 'wait_tasks', arguments: { task_ids: [id], timeout_seconds: 6 } }, undefined, {
+        onprogress: (p) => progress.push({ ...p, at: Date.now() - started }),
+        resetTimeoutOnProgress: true,
+      });
+      assert.equal(res.structuredContent.reason, 'timeout');
+      assert.equal(progress.length, 1, JSON.stringify(progress));
+      assert.equal(progress[0].progress, 5);
+      assert.equal(progress[0].total, 6);
+      assert.match(progress[0].message, /^0 of 1 finished; codex: (writing|working|starting)$/);
+      assert.ok(progress[0].at >= 4900, `the first after 5 s (at ${progress[0].at} ms)`);
+      await call(f.client, 'cancel_task', { task_id: id });
+    });
+
+    test('task resources: listed, read as the tools return them, subscribed to', async () => {
+      const spawned = await call(f.client, 'spawn_task', {
+        agent: 'codex', prompt: script([{ message: 'working' }, { wait_for_cancel: true }]), workspace: f.workspace,
+      });
+      const id = spawned.task_id;
+      const uri = `symm://tasks/${id}`;
+
+      const listed = await f.client.listResources();
+      assert.equal(listed.resources[0].uri, uri, 'live tasks come first');
+      assert.equal(listed.resources[0].mimeType, 'application/json');
+      const raw = await f.client.request({ method: 'resources/list' }, ListResourcesResultSchema);
+      assert.ok(raw.resources.some((r) => r.uri === uri));
+      const templates = await f.client.listResourceTemplates();
+      assert.deepEqual(templates.resourceTemplates.map((t) => t.uriTemplate),
+        ['symm://tasks/{task_id}', 'symm://tasks/{task_id}/events{?after_seq,limit}']);
+
+      const record = await f.client.readResource({ uri });
+      assert.equal(record.contents[0].mimeType, 'application/json');
+      assert.deepEqual(JSON.parse(record.contents[0].text), await call(f.client, 'get_task', { task_id: id }));
+      const page = await f.client.readResource({ uri: `${uri}/events?after_seq=1&limit=2` });
+      assert.deepEqual(JSON.parse(page.contents[0].text),
+        await call(f.client, 'get_events', { task_id: id, after_seq: 1, limit: 2 }));
+      await assert.rejects(f.client.readResource({ uri: 'symm://tasks/no-such-task' }), (err) => {
+        assert.ok(err instanceof McpError);
+        assert.equal(err.code, ErrorCode.InvalidParams);
+        return true;
+      });
+      await assert.rejects(f.client.readResource({ uri: `${uri}/events?limit=zero` }), (err) => {
+        assert.ok(err instanceof McpError);
+        assert.equal(err.code, ErrorCode.InvalidParams);
+        assert.match(err.message, /limit must be a whole number/);
+        return true;
+      });
+
+      const updates = [];
+      let told;
+      const updated = new Promise((resolve) => { told = resolve; });
+      f.client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+        updates.push(n.params.uri);
+        told();
+      });
+      try {
+        await f.client.subscribeResource({ uri });
+        await call(f.client, 'cancel_task', { task_id: id });
+        await updated;
+        assert.equal(updates[0], uri);
+        const after = JSON.parse((await f.client.readResource({ uri })).contents[0].text);
+        assert.equal(after.status, 'cancelled');
+        await f.client.unsubscribeResource({ uri });
+      } finally {
+        f.client.removeNotificationHandler('notifications/resources/updated');
+      }
     });
   });
 }

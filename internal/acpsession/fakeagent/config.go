@@ -86,6 +86,8 @@ type Step struct {
 	Request        *Request        `json:"request,omitempty"`
 	Stderr         *string         `json:"stderr,omitempty"`
 	Env            *string         `json:"env,omitempty"`
+	PID            bool            `json:"pid,omitempty"`
+	WaitFile       string          `json:"wait_file,omitempty"`
 	StderrFlood    *Size           `json:"stderr_flood,omitempty"`
 	StdoutRaw      json.RawMessage `json:"stdout_raw,omitempty"`
 	WaitForCancel  bool            `json:"wait_for_cancel,omitempty"`
@@ -181,7 +183,7 @@ func (s *Step) actions() int {
 	for _, set := range []bool{
 		s.Message != nil, s.Thought != nil, s.Chunks != nil, s.Flood != nil, s.Plan != nil,
 		s.ToolCall != nil, s.ToolCallUpdate != nil, s.Permission != nil,
-		s.RawUpdate != nil, s.Notify != nil, s.Request != nil, s.Stderr != nil, s.Env != nil,
+		s.RawUpdate != nil, s.Notify != nil, s.Request != nil, s.Stderr != nil, s.Env != nil, s.PID, s.WaitFile != "",
 		s.StderrFlood != nil, s.StdoutRaw != nil, s.WaitForCancel, s.AwaitCancel, s.Hang,
 		s.SleepMs > 0, s.Exit != nil, s.Signal != "", s.Fork != nil,
 		s.CloseStdout, s.StopReason != "", s.WriteFile != nil,

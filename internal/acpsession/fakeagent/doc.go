@@ -171,6 +171,9 @@
 //	{"stderr": "text"}        a line on stderr
 //	{"env": "NAME"}           agent_message_chunk "NAME=<value>" from the
 //	                          agent's environment, or "NAME unset"
+//	{"pid": true}             agent_message_chunk "pid=<n>", the agent's process id
+//	{"wait_file": "/path"}    wait until this file exists (a cancel ends the
+//	                          turn with stop reason cancelled)
 //	{"stderr_flood": {"bytes": 1048576}}   that many bytes of stderr, in lines
 //	{"stdout_raw": "not json"}            this line on stdout
 //	{"stdout_raw": {"bytes": 11534337}}   a line of that many 'x' bytes

@@ -101,6 +101,12 @@ func (t *turn) step(st *Step) string {
 			t.reply.WriteString(text)
 		}
 		a.sendUpdate(sid, textUpdate("agent_message_chunk", text))
+	case st.PID:
+		text := "pid=" + strconv.Itoa(os.Getpid())
+		if sid == t.s.id {
+			t.reply.WriteString(text)
+		}
+		a.sendUpdate(sid, textUpdate("agent_message_chunk", text))
 	case st.WriteFile != nil:
 		path := st.WriteFile.Path
 		if !filepath.IsAbs(path) {
@@ -113,6 +119,25 @@ func (t *turn) step(st *Step) string {
 		a.stderrFlood(st.StderrFlood.Bytes)
 	case st.StdoutRaw != nil:
 		a.stdoutRaw(st.StdoutRaw)
+	case st.WaitFile != "":
+		// Polled: the agent waits on the test's file, the test never sleeps.
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := os.Stat(st.WaitFile); err == nil {
+				break
+			}
+			select {
+			case <-t.cancel:
+				return string(acp.StopReasonCancelled)
+			case <-t.ctx.Done():
+				return ""
+			case <-a.stop:
+				t.stopped = true
+				return ""
+			case <-tick.C:
+			}
+		}
 	case st.WaitForCancel:
 		select {
 		case <-t.cancel:

@@ -120,6 +120,14 @@ func (f *Supervisor) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// Send implements task.Supervisor: no run of the fake is kept.
+func (f *Supervisor) Send(context.Context, supervisor.RunID, supervisor.Turn) error {
+	return supervisor.ErrNotKept
+}
+
+// CancelTurn implements task.Supervisor: the fake has no turns to cancel.
+func (f *Supervisor) CancelTurn(supervisor.RunID, supervisor.Sink) {}
+
 // LookPath implements task.Supervisor: every agent is "installed".
 func (f *Supervisor) LookPath(name string) (string, error) { return "/fake/bin/" + name, nil }
 

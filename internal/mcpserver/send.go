@@ -1,0 +1,53 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/permission"
+	"github.com/symm-mcp/symm-mcp/internal/task"
+)
+
+// --- send_task
+
+type sendArgs struct {
+	TaskID       string   `json:"task_id" jsonschema:"the task to follow up, as spawn_task, send_task or list_tasks returned it"`
+	Prompt       string   `json:"prompt" jsonschema:"the follow-up prompt, sent on the task's agent session"`
+	Allow        []string `json:"allow,omitempty" jsonschema:"ACP tool kinds approved once during this turn only; default none (the parent's are not carried over)"`
+	Model        string   `json:"model,omitempty" jsonschema:"model for this turn; not carried over from the parent"`
+	Effort       string   `json:"effort,omitempty" jsonschema:"reasoning effort for this turn; not carried over from the parent"`
+	Interrupt    bool     `json:"interrupt,omitempty" jsonschema:"cancel the turn that runs now (it ends cancelled) and send this prompt at once, ahead of queued follow-ups"`
+	KeepAlive    bool     `json:"keep_alive,omitempty" jsonschema:"keep the agent's process after this turn for more follow-ups"`
+	IdleTimeoutS *int     `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
+}
+
+var sendTaskTool = toolDef[sendArgs]{
+	tool: mcp.Tool{
+		Name: "send_task",
+		Description: "Follow a task up with a new prompt on the same agent session: a new task with parent_task_id. It runs on " +
+			"the task's kept process (spawn_task keep_alive) when there is one, else the session is resumed in a new process. " +
+			"While a turn of the session runs, the new task waits in created and starts after it (in order); interrupt " +
+			"cancels that turn instead.",
+		// Destructive as spawn_task: the agent may change files, and
+		// interrupt cancels a turn.
+		Annotations: annotations(false, true, false, true),
+	},
+	edit: func(s *jsonschema.Schema) {
+		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
+		// 1 to 86400 is the service's check (invalid_request), as for spawn_task.
+		s.Properties["idle_timeout_s"].Maximum = ptr(maxInteger)
+	},
+	output: reflect.TypeFor[ledger.Task](),
+}
+
+func (h handlers) sendTask(ctx context.Context, a sendArgs) (json.RawMessage, error) {
+	return h.svc.Send(ctx, task.SendRequest{
+		TaskID: a.TaskID, Prompt: a.Prompt, Allow: a.Allow, Model: a.Model, Effort: a.Effort,
+		Interrupt: a.Interrupt, KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS,
+	})
+}
