@@ -8,7 +8,7 @@ BIN         := bin/symm-mcp
 # about 0.5 ms (intent 0008).
 BUILD       := CGO_ENABLED=0 $(GO) build -trimpath
 
-.PHONY: all build run test lint check fuzz bench e2e webview-e2e clean
+.PHONY: all build run test lint check fuzz bench bench-scale bench-bin acpx e2e webview-e2e clean
 
 all: check
 
@@ -38,13 +38,12 @@ lint:
 check: lint test
 	./scripts/changelog-guard.sh
 
-## bench: build the server, the fake agent and the load harness, and print the
-## harness's table of figures and targets, then the live view's first paint
-## with 1,000 tasks in headless Chromium; fails when a target is missed
-bench: build
-	$(GO) build -o bin/fake-acp-agent ./internal/acpsession/fakeagent/cmd/fake-acp-agent
-	$(GO) test -c -o bin/symm-bench ./internal/bench
-	./bin/symm-bench -harness -server $(BIN) -agent bin/fake-acp-agent
+## bench: build the server, the fake agent and the load harness, install the
+## peer (acpx), and print the harness's table of figures and targets, then
+## the live view's first paint with 1,000 tasks in headless Chromium; fails
+## when a target is missed
+bench: bench-bin acpx
+	./bin/symm-bench -harness -server $(BIN) -agent bin/fake-acp-agent -acpx "$(ACPX_DIR)/node_modules/acpx/dist/cli.js"
 	./scripts/webview-e2e.sh bench
 
 ## webview-e2e: the live view in Debian's headless Chromium (the chromium
@@ -52,6 +51,32 @@ bench: build
 ## screenshots in bin/e2e/screenshots/
 webview-e2e:
 	./scripts/webview-e2e.sh
+
+## bench-scale: the scale runs (1,000 live tasks, 200 spawns from 8 callers,
+## 100,000 finished tasks); checks the open-file and process limits first
+bench-scale: bench-bin
+	./bin/symm-bench -harness -scale -server $(BIN) -agent bin/fake-acp-agent
+
+bench-bin: build
+	$(GO) build -o bin/fake-acp-agent ./internal/acpsession/fakeagent/cmd/fake-acp-agent
+	$(GO) test -c -o bin/symm-bench ./internal/bench
+
+## acpx: the peer make bench sets the large turn beside, pinned (with its
+## dependencies) by internal/bench/testdata/acpx, installed with npm into
+## the bench's cache outside the checkout; again only when the lock changed
+## (a copy of it is the stamp). npm install, not npm ci: npm 11 leaves the
+## other platforms' optional packages out of a lock and npm ci then refuses
+## it. Network: the npm registry only. Needs node and npm.
+BENCH_CACHE ?= $(or $(SYMM_BENCH_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/symm-mcp/bench)
+ACPX_DIR    := $(BENCH_CACHE)/acpx
+acpx:
+	@lock=internal/bench/testdata/acpx; \
+	if ! cmp -s "$$lock/package-lock.json" "$(ACPX_DIR)/.symm-lock" || [ ! -f "$(ACPX_DIR)/node_modules/acpx/dist/cli.js" ]; then \
+		echo "bench: installing acpx into $(ACPX_DIR)" >&2; \
+		mkdir -p "$(ACPX_DIR)" && rm -rf "$(ACPX_DIR)/node_modules" && cp "$$lock/package.json" "$$lock/package-lock.json" "$(ACPX_DIR)/" && \
+		npm install --prefix "$(ACPX_DIR)" --ignore-scripts --no-audit --no-fund --loglevel=error >&2 && \
+		cp "$$lock/package-lock.json" "$(ACPX_DIR)/.symm-lock"; \
+	fi
 
 ## e2e: install the pinned agents (scripts/install-agents.sh, cached outside
 ## the checkout) and run the end-to-end suite against them; where unshare and

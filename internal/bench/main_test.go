@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,9 +24,11 @@ var (
 	harness   = flag.Bool("harness", false, "run the load harness and exit (make bench) instead of the tests")
 	serverBin = flag.String("server", "bin/symm-mcp", "the server binary")
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
+	acpxCLI   = flag.String("acpx", "", "acpx "+acpxVersion+"'s CLI script (node_modules/acpx/dist/cli.js), the peer the large turn is set beside")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
-	deadline  = flag.Duration("deadline", 4*time.Minute, "the most the whole harness may take")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup); default all")
+	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
+	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale 10 min)")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup; with -scale limits, live, spawns, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -36,11 +39,18 @@ func TestMain(m *testing.M) {
 		// the way of the server it measures.
 		debug.SetGCPercent(400)
 		cfg := fullScale()
-		cfg.server, cfg.agent, cfg.reps = *serverBin, *agentBin, *reps
+		cfg.server, cfg.agent, cfg.acpx, cfg.reps, cfg.scale = *serverBin, *agentBin, *acpxCLI, *reps, *scale
 		if *only != "" {
 			cfg.only = strings.Split(*only, ",")
 		}
-		os.Exit(run(cfg, *deadline, os.Stdout, os.Stderr))
+		bound := *deadline
+		if bound == 0 {
+			// A bound on a hung run, not the budget: make bench is kept
+			// under 3 minutes, bench-scale under 10, on a loaded machine
+			// too; the table says how long the measurements took.
+			bound = map[bool]time.Duration{false: 4 * time.Minute, true: 10 * time.Minute}[cfg.scale]
+		}
+		os.Exit(run(cfg, bound, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -48,8 +58,10 @@ func TestMain(m *testing.M) {
 // config sizes one harness run.
 type config struct {
 	server, agent string
+	acpx          string // the peer's CLI script, run with node
 
-	only []string // measurements to run; nil: all
+	only  []string // measurements to run; nil: all
+	scale bool     // the scale runs instead of the others
 
 	reps          int // repetitions of the turn and of the concurrent run
 	execSamples   int // starts of each binary, interleaved
@@ -68,6 +80,13 @@ type config struct {
 	restartEvents int // events in it
 	worktreeFiles int // files of the repository worktrees are made of
 	fleet         int // tasks of one spawn_tasks call
+
+	// The scale runs.
+	live         int // slowly streaming tasks at once
+	liveProbes   int // get_task and list_tasks calls while they run
+	spawnCalls   int // spawn_task calls made by spawnCallers at once
+	spawnCallers int
+	finished     int // finished tasks held
 }
 
 func fullScale() config {
@@ -78,6 +97,7 @@ func fullScale() config {
 		bigLog: 1_000_000, smallLog: 100, pageSamples: 31,
 		smallTasks: 20_000, worktreeFiles: 10_000, fleet: 64,
 		restartTasks: 10_000, restartEvents: 1_000_000,
+		live: 1000, liveProbes: 400, spawnCalls: 200, spawnCallers: 8, finished: 100_000,
 	}
 }
 
@@ -102,6 +122,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"start", measureStart},
 		{"spawn", measureSpawn},
 		{"turn", measureTurn},
+		{"peer", measurePeer},
 		{"wake", measureWake},
 		{"streams", measureStreams},
 		{"pages", measurePages},
@@ -113,29 +134,64 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"fleet", measureFleet},
 		{"followup", measureFollowUp},
 	}
+	if cfg.scale {
+		steps = []struct {
+			name string
+			fn   func(context.Context, *env, *table) error
+		}{
+			{"limits", measureLimits},
+			{"live", measureLive},
+			{"spawns", measureSpawnRate},
+			{"finished", measureFinished},
+		}
+	}
 	failed := false
+	start := time.Now()
 	for _, s := range steps {
 		if cfg.only != nil && !slices.Contains(cfg.only, s.name) {
 			continue
 		}
 		began := time.Now()
-		logf("measuring %s ...", s.name)
-		if err := s.fn(ctx, e, &t); err != nil {
+		logf("measuring %s (load average %s) ...", s.name, loadAverage())
+		if err := s.fn(ctx, e, &t); errors.Is(err, errScaleLimits) {
+			logf("%s: %v", s.name, err)
+			failed = true
+			break
+		} else if err != nil {
 			logf("%s: %v", s.name, err)
 			t.add(row{name: s.name, value: "error", detail: err.Error(), target: "runs", pass: ptr(false)})
 			failed = true
 		}
 		logf("%s took %.1f s", s.name, time.Since(began).Seconds())
 	}
-	fmt.Fprintf(out, "symm-mcp load harness: %s, %d CPUs (GOMAXPROCS %d), %s; medians of %d runs unless a row says otherwise\n\n",
-		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), cfg.reps)
+	runs := fmt.Sprintf("medians of %d runs unless a row says otherwise", cfg.reps)
+	if cfg.scale {
+		runs = "one run of each, on a fresh server"
+	}
+	fmt.Fprintf(out, "symm-mcp load harness: %s, %d CPUs (GOMAXPROCS %d), %s; load average %s; %s\n\n",
+		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), loadAverage(), runs)
 	t.print(out)
+	fmt.Fprintf(out, "\nThe measurements took %.0f s.\n", time.Since(start).Seconds())
 	if t.failed() || failed {
 		fmt.Fprintln(out, "\nFAIL: a target was missed")
 		return 1
 	}
 	fmt.Fprintln(out, "\nPASS: every target met")
 	return 0
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages at the
+// end of the run: the figures carry what else ran on the cores.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func cpuModel() string {
@@ -172,18 +228,59 @@ func TestHarness(t *testing.T) {
 		b, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", b)
 	}
+	// The peer runs when make acpx has installed it; make test installs
+	// nothing.
+	names := []string{"k turn beside acpx"}
+	if cli := installedACPX(); cli != "" {
+		cfg.acpx = cli
+	} else {
+		t.Log("acpx is not installed (make acpx): the peer rows are left out")
+		cfg.only = []string{"start", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup"}
+		names = nil
+	}
 	var out, log strings.Builder
 	run(cfg, 2*time.Minute, &out, &log)
 	t.Log(log.String())
 	t.Log(out.String())
 	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
-	for _, name := range []string{"exec → initialize", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
+	for _, name := range append(names, "exec → initialize", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
 		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",
-		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process"} {
+		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process") {
 		assert.Contains(t, out.String(), name)
 	}
+
+	// The scale runs, small.
+	cfg.scale, cfg.only = true, nil
+	cfg.live, cfg.liveProbes, cfg.spawnCalls, cfg.spawnCallers, cfg.finished = 20, 20, 16, 4, 300
+	out.Reset()
+	log.Reset()
+	run(cfg, 2*time.Minute, &out, &log)
+	t.Log(log.String())
+	t.Log(out.String())
+	assert.NotContains(t, out.String(), "| error |", "every scale run ran")
+	for _, name := range []string{"limits for the scale runs", "20 live tasks: server RSS", "20 live tasks: get_task p99", "20 live tasks: list_tasks",
+		"cancel 20 live tasks → all gone", "16 spawns from 4 callers: reply p99", "300 finished tasks: RSS", "300 finished tasks: list_tasks first page"} {
+		assert.Contains(t, out.String(), name)
+	}
+}
+
+// installedACPX is where make acpx installs the peer's CLI, when it did.
+func installedACPX() string {
+	cache := os.Getenv("SYMM_BENCH_CACHE")
+	if cache == "" {
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		cache = filepath.Join(dir, "symm-mcp", "bench")
+	}
+	cli := filepath.Join(cache, "acpx", "node_modules", "acpx", "dist", "cli.js")
+	if _, err := os.Stat(cli); err != nil {
+		return ""
+	}
+	return cli
 }
 
 func moduleRoot(t *testing.T) string {

@@ -279,24 +279,9 @@ func turnOn(ctx context.Context, e *env, s *server) (r turnRun, err error) {
 	if err != nil {
 		return r, err
 	}
-	// The events are kept as the page's array and decoded once the clock
-	// has stopped, as a client that stores pages would.
-	var raws []json.RawMessage
-	for after := int64(0); ; {
-		var p rawPage
-		// The largest pages, as before get_events' default byte bound
-		// became 32 KiB, so that the figures stay comparable.
-		err := s.call(ctx, "get_events", map[string]any{
-			"task_id": tr.TaskID, "after_seq": after, "limit": task.MaxPageLimit, "max_bytes": task.MaxPageBytes,
-		}, &p)
-		if err != nil {
-			return r, err
-		}
-		raws = append(raws, p.Events)
-		after = p.Cursor
-		if !p.HasMore {
-			break
-		}
+	raws, err := s.pageAll(ctx, tr.TaskID)
+	if err != nil {
+		return r, err
 	}
 	r.wall = time.Since(began)
 	self1, err := selfCPU()
@@ -311,13 +296,9 @@ func turnOn(ctx context.Context, e *env, s *server) (r turnRun, err error) {
 	if r.after, r.peak, err = s.memory(); err != nil {
 		return r, err
 	}
-	var pages [][]json.RawMessage
-	for _, raw := range raws {
-		var events []json.RawMessage
-		if err := json.Unmarshal(raw, &events); err != nil {
-			return r, err
-		}
-		pages = append(pages, events)
+	pages, err := decodePages(raws)
+	if err != nil {
+		return r, err
 	}
 	sid, err := verifyTurn(pages, e.cfg.turn, e.cfg.every, began, &r)
 	if err != nil {
@@ -327,9 +308,48 @@ func turnOn(ctx context.Context, e *env, s *server) (r turnRun, err error) {
 	return r, err
 }
 
-// verifyTurn checks that every update of the turn reached the events, and
-// returns the session id.
+// pageAll pages every event of a finished task in with the largest pages
+// (limit 1000, max_bytes 1 MiB, as before get_events' default byte bound
+// became 32 KiB, so that the figures stay comparable). The events are kept
+// as each page's array, to be decoded once the clock has stopped, as a
+// client that stores pages would.
+func (s *server) pageAll(ctx context.Context, id string) ([]json.RawMessage, error) {
+	var raws []json.RawMessage
+	for after := int64(0); ; {
+		var p rawPage
+		err := s.call(ctx, "get_events", map[string]any{
+			"task_id": id, "after_seq": after, "limit": task.MaxPageLimit, "max_bytes": task.MaxPageBytes,
+		}, &p)
+		if err != nil {
+			return nil, err
+		}
+		raws = append(raws, p.Events)
+		after = p.Cursor
+		if !p.HasMore {
+			return raws, nil
+		}
+	}
+}
+
+// decodePages splits each page's array into its events.
+func decodePages(raws []json.RawMessage) ([][]json.RawMessage, error) {
+	var pages [][]json.RawMessage
+	for _, raw := range raws {
+		var events []json.RawMessage
+		if err := json.Unmarshal(raw, &events); err != nil {
+			return nil, err
+		}
+		pages = append(pages, events)
+	}
+	return pages, nil
+}
+
+// verifyTurn checks that every update of the turn reached the events, in
+// order, and returns the session id.
 func verifyTurn(pages [][]json.RawMessage, n, every int, began time.Time, r *turnRun) (string, error) {
+	if err := eventsInOrder(pages, n, every); err != nil {
+		return "", err
+	}
 	fl := fakeagent.NewFloodLines("s", fakeagent.Flood{N: n, ToolCallUpdateEvery: every})
 	wantText, wantCalls := 0, 0
 	for i := range n {

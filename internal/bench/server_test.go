@@ -36,6 +36,7 @@ type env struct {
 	cfg       config
 	dir       string
 	server    string
+	agent     string // the fake agent, absolute
 	pathDir   string
 	workspace string
 	hello     string
@@ -56,10 +57,10 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 	if e.server, err = filepath.Abs(cfg.server); err != nil {
 		return fail(err)
 	}
-	agent, err := filepath.Abs(cfg.agent)
-	if err != nil {
+	if e.agent, err = filepath.Abs(cfg.agent); err != nil {
 		return fail(err)
 	}
+	agent := e.agent
 	for _, bin := range []string{e.server, agent} {
 		if _, err := os.Stat(bin); err != nil {
 			return fail(fmt.Errorf("%w (make bench builds it)", err))
@@ -117,6 +118,7 @@ type server struct {
 	stdin  io.WriteCloser
 	pid    int
 	stderr *syncbuf.Buffer
+	began  time.Time // just before the exec
 
 	writeMu  sync.Mutex
 	nextID   atomic.Int64
@@ -153,7 +155,7 @@ func (e *env) startWith(ctx context.Context, args ...string) (*server, time.Dura
 	if err := cmd.Start(); err != nil {
 		return nil, 0, fmt.Errorf("starting the server: %w", err)
 	}
-	s := &server{cmd: cmd, stdin: stdin, pid: cmd.Process.Pid, stderr: st,
+	s := &server{cmd: cmd, stdin: stdin, pid: cmd.Process.Pid, stderr: st, began: began,
 		waiting: make(map[int64]chan []byte), readDone: make(chan struct{}), exited: make(chan error, 1)}
 	go s.readLoop(stdout)
 	go func() {
@@ -468,8 +470,11 @@ func processCPU(pid int) (time.Duration, error) {
 }
 
 // memory returns the server's resident set now and at its peak, in bytes.
-func (s *server) memory() (rss, peak int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid))
+func (s *server) memory() (rss, peak int64, err error) { return memoryOf(s.pid) }
+
+// memoryOf returns a process's resident set now and at its peak, in bytes.
+func memoryOf(pid int) (rss, peak int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -29,6 +29,10 @@ type agentSetup struct {
 	// refusalFails: a refused tool call ends the turn cancelled, so the
 	// task fails (codex cancels its own turn on the reject option).
 	refusalFails bool
+	// worktree: the suite's worktree check (spawn_task with isolation
+	// "worktree" in a repository it makes, the file the agent wrote in
+	// the task's diff) runs with this agent, the one of them all.
+	worktree bool
 }
 
 // agentCase is one agent of internal/agents' table that is on npm, with
@@ -60,6 +64,13 @@ func TestAgentSetupsCoverTheTable(t *testing.T) {
 		assert.NotNil(t, a.setup, "agent %s is on npm but the e2e suite has no setup for it (internal/e2e/agents_test.go)", a.name)
 	}
 	assert.NotEmpty(t, names)
+	worktree := 0
+	for _, a := range agentCases() {
+		if a.worktree {
+			worktree++
+		}
+	}
+	assert.Equal(t, 1, worktree, "one agent runs the worktree check")
 	for name := range agentSetups {
 		assert.True(t, names[name], "a setup for %s, which the table does not install", name)
 	}
@@ -83,7 +94,7 @@ var agentSetups = map[string]agentSetup{
 		}
 		return []string{"LOCAL_KEY=x"}, os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o600)
 	}},
-	"copilot": {setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
+	"copilot": {worktree: true, setup: func(_ context.Context, _, url string, _ []string) ([]string, error) {
 		return []string{
 			"COPILOT_PROVIDER_BASE_URL=" + url + "/v1", "COPILOT_PROVIDER_API_KEY=x", "COPILOT_MODEL=m",
 			"COPILOT_OFFLINE=true", "COPILOT_AUTO_UPDATE=false",

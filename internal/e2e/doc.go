@@ -8,8 +8,12 @@
 // allowed tool call, cancel_task during a slow stream, resuming by
 // session_id, `symm-mcp doctor`, and the session path (the session methods
 // it offers, session/close, resume or load, whether a closed session still
-// resumes, where its usage comes from); it prints the matrix, each agent's
-// time and the notes at the end.
+// resumes, where its usage comes from); for one agent (copilot, whose
+// scripted tool call writes its file most reliably) a task with isolation
+// "worktree" in a git repository the test makes: the file the agent wrote
+// is in the task's worktree, on its branch, and is the one file of the
+// finished task's diff, the repository untouched. It prints the matrix,
+// each agent's time and the notes at the end.
 //
 // TestHosts runs symm-mcp inside the two real MCP hosts, registered with
 // the README's own lines (read from README.md): Claude Code through

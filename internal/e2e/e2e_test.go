@@ -84,7 +84,7 @@ func run(m *testing.M) int {
 }
 
 // The matrix: one row per agent, one cell per check.
-var checks = []string{"describe", "pins", "plain", "refused", "allowed", "cancel", "resume", "doctor", "sessions", "followup"}
+var checks = []string{"describe", "pins", "plain", "refused", "allowed", "cancel", "resume", "doctor", "sessions", "followup", "worktree"}
 
 type row struct {
 	cells   map[string]string // check -> "pass" or "FAIL: reason"
@@ -133,7 +133,7 @@ func printMatrix(total time.Duration) {
 			switch {
 			case !ok:
 				v = "not run"
-			case v == "pass":
+			case v == "pass", v == notThisAgent:
 			default:
 				fails = append(fails, fmt.Sprintf("%s %d.%s: %s", a.name, i+1, c, strings.TrimPrefix(v, "FAIL: ")))
 				v = "FAIL"
@@ -353,6 +353,14 @@ func testAgent(t *testing.T, a agentCase) {
 	check(t, a.name, 8, "doctor", func(t *recorder) { r.checkDoctor(ctx, t) })
 	check(t, a.name, 9, "sessions", func(t *recorder) { r.checkSessions(ctx, t, desc, plain, resumed) })
 	check(t, a.name, 10, "followup", func(t *recorder) { r.checkFollowUp(ctx, t) })
+	// One agent is enough to see a real agent's work land in its own
+	// worktree and in the task's diff: the one whose scripted tool call
+	// writes its file most reliably (agentSetup.worktree).
+	if a.worktree {
+		check(t, a.name, 11, "worktree", func(t *recorder) { r.checkWorktree(ctx, t, refusedKind) })
+	} else {
+		cell(a.name, "worktree", notThisAgent)
+	}
 }
 
 // checkFollowUp runs a keep-alive task and a follow-up on its kept
@@ -388,6 +396,9 @@ func (r *rig) checkFollowUp(ctx context.Context, t *recorder) {
 	// Ends the kept process; its record gains kept_process.
 	require.NoError(t, r.call(ctx, "cancel_task", map[string]any{"task_id": fu.ID}, nil))
 }
+
+// notThisAgent is the cell of a check that runs for another agent.
+const notThisAgent = "—"
 
 // call runs one tool and decodes its JSON reply into out.
 func (r *rig) call(ctx context.Context, name string, args map[string]any, out any) error {
@@ -434,7 +445,23 @@ type task struct {
 	Error     *string         `json:"error"`
 	Title     *string         `json:"title"`
 	Usage     json.RawMessage `json:"usage"`
-	events    []event
+	Worktree  *struct {
+		Path       string `json:"path"`
+		Branch     string `json:"branch"`
+		BaseCommit string `json:"base_commit"`
+	} `json:"worktree"`
+	Diff *struct {
+		BaseCommit string `json:"base_commit"`
+		Files      []struct {
+			Path       string `json:"path"`
+			Status     string `json:"status"`
+			Insertions int    `json:"insertions"`
+			Deletions  int    `json:"deletions"`
+		} `json:"files"`
+		Insertions int  `json:"insertions"`
+		Truncated  bool `json:"truncated"`
+	} `json:"diff"`
+	events []event
 }
 
 type event struct {
@@ -457,7 +484,9 @@ type event struct {
 
 func (r *rig) spawn(ctx context.Context, t *recorder, args map[string]any) task {
 	args["agent"] = r.agent.name
-	args["workspace"] = r.ws
+	if _, ok := args["workspace"]; !ok {
+		args["workspace"] = r.ws
+	}
 	var tk task
 	require.NoError(t, r.call(ctx, "spawn_task", args, &tk))
 	require.NotEmpty(t, tk.ID)
@@ -706,6 +735,63 @@ func (r *rig) checkAllowed(ctx context.Context, t *recorder, kind string) {
 		}
 		assert.True(t, escalated, "the model's call asked for escalation")
 	}
+}
+
+// checkWorktree runs the allowed tool call again, in a worktree of a git
+// repository made here: the command writes a file by a relative path, in
+// the agent's working directory, which is the worktree's. The finished
+// task's diff names that one file, added; the file is in the worktree, on
+// the task's branch, and the repository itself is untouched.
+func (r *rig) checkWorktree(ctx context.Context, t *recorder, kind string) {
+	require.NotEmpty(t, kind, "no tool kind from the refused call")
+	repo := filepath.Join(r.home, "repo")
+	require.NoError(t, os.MkdirAll(repo, 0o700))
+	git := func(args ...string) string {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir, cmd.Env = repo, r.env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, out)
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	git("config", "user.email", "e2e@example.invalid")
+	git("config", "user.name", "e2e")
+	require.NoError(t, os.WriteFile(filepath.Join(repo, "README.md"), []byte("a repository for one task\n"), 0o600))
+	git("add", "README.md")
+	git("commit", "-q", "-m", "init")
+	head := git("rev-parse", "HEAD")
+
+	const name = "worktree-e2e.txt"
+	tk := r.spawn(ctx, t, map[string]any{"prompt": "Run the command. [[tool:" + name + "]]", "allow": []string{kind},
+		"workspace": repo, "isolation": "worktree"})
+	tk = r.wait(ctx, t, tk.ID)
+	require.Equal(t, "succeeded", tk.Status, "%s; events:\n%s", tk.summary(), dump(tk.events))
+	for _, p := range tk.of("permission") {
+		assert.Equal(t, "allow_once", p.Decision, "permission decision: %s", p.raw)
+	}
+	require.NotNil(t, tk.Worktree, "the task's worktree")
+	wt := tk.Worktree
+	assert.Equal(t, "symm/"+tk.ID, wt.Branch, "worktree branch")
+	assert.Equal(t, head, wt.BaseCommit, "worktree base_commit")
+	assert.False(t, strings.HasPrefix(wt.Path, repo+string(filepath.Separator)), "the worktree %s is inside the repository", wt.Path)
+	b, err := os.ReadFile(filepath.Join(wt.Path, name))
+	if assert.NoError(t, err, "the file the agent wrote in its worktree") {
+		assert.Equal(t, "e2e\n", string(b))
+	}
+	assert.NoFileExists(t, filepath.Join(repo, name), "the agent wrote in the repository itself")
+	assert.Empty(t, git("status", "--porcelain"), "the repository's own checkout changed")
+	require.NotNil(t, tk.Diff, "the finished task's diff")
+	assert.Equal(t, head, tk.Diff.BaseCommit, "diff base_commit")
+	assert.False(t, tk.Diff.Truncated, "diff truncated")
+	if assert.Len(t, tk.Diff.Files, 1, "diff files: %+v", tk.Diff.Files) {
+		f := tk.Diff.Files[0]
+		assert.Equal(t, name, f.Path)
+		assert.Equal(t, "added", f.Status)
+		assert.Equal(t, 1, f.Insertions)
+		assert.Equal(t, 0, f.Deletions)
+	}
+	assert.Equal(t, 1, tk.Diff.Insertions, "diff insertions")
+	note(r.agent.name, "worktree %s on %s: diff %d file(s), +%d", wt.Path, wt.Branch, len(tk.Diff.Files), tk.Diff.Insertions)
 }
 
 func (r *rig) checkCancel(ctx context.Context, t *recorder) {
