@@ -120,6 +120,11 @@ type Summary struct {
 	CreatedAt   Time       `json:"created_at"`
 	StartedAt   *Time      `json:"started_at"`
 	EndedAt     *Time      `json:"ended_at"`
+	// Host is the daemon that owns the task (serve --nats --host): the
+	// one that writes its record and events while it is live. It is the
+	// one field that is absent when empty, so that a ledger of one
+	// machine encodes as before.
+	Host string `json:"host,omitempty"`
 }
 
 // Task is the whole record of a task.
@@ -171,6 +176,9 @@ type NewTask struct {
 	ArgumentsSHA256 string
 	// Worktree is the task's own worktree, made before the task (nil: none).
 	Worktree *Worktree
+	// Host is the owning daemon's host name ("": one machine; a
+	// clustered ledger fills in its own).
+	Host string
 }
 
 func optional(s string) *string {
@@ -197,6 +205,7 @@ func (n NewTask) record(now time.Time) Task {
 			ExecutorID:  optional(n.ExecutorID),
 			NotifyPath:  optional(n.NotifyPath),
 			CreatedAt:   Time{now},
+			Host:        n.Host,
 		},
 		Prompt:          n.Prompt,
 		Allow:           slices.Clone(allow),
