@@ -237,7 +237,7 @@ func (l *Ledger) followEvents(m jetstream.Msg, seq uint64) {
 		}
 	}
 	t.mu.Lock()
-	mine := t.rec.Host == l.host
+	mine := l.mine(t)
 	before := t.log.n()
 	var err error
 	switch {

@@ -90,7 +90,7 @@ type Loss struct {
 // batches that JetStream acknowledged; task records are written to the
 // bucket with compare-and-set on their revision before any call returns.
 type Ledger struct {
-	js     jetstream.JetStream
+	js jetstream.JetStream
 	// host is the daemon's host name on a cluster ("" on one machine);
 	// shared is the state of following the other daemons' writes (nil
 	// on one machine).
@@ -343,9 +343,6 @@ func (l *Ledger) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 	if l.closed.Load() {
 		return ledger.Task{}, ErrClosed
 	}
-	if n.Host == "" {
-		n.Host = l.host
-	}
 	rec := n.Record(now)
 	recJSON, end, err := ledger.EncodeRecord(&rec)
 	if err != nil {
@@ -393,6 +390,11 @@ func (l *Ledger) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 	l.markDirty(t, len(ev))
 	return out, nil
 }
+
+// mine reports whether t is this ledger's to write while it is live: its
+// record names this host, or none (a ledger of one machine, or a task
+// created without a host). t.mu is held.
+func (l *Ledger) mine(t *task) bool { return t.rec.Host == "" || t.rec.Host == l.host }
 
 // refusal is the error of a write to a task another daemon ended. t.wmu
 // is held.
@@ -517,7 +519,7 @@ func (l *Ledger) reload(ctx context.Context, t *task) error {
 // host's events take their seqs) and every later write is refused.
 // t.mu is held.
 func (l *Ledger) takeLocked(t *task, by string, rec *ledger.Task, recJSON []byte, end int, rev uint64, lastSeq int64) {
-	if l.host != "" && by != l.host && t.rec.Host == l.host && rec.Status.Terminal() && !t.rec.Status.Terminal() {
+	if l.host != "" && by != l.host && l.mine(t) && rec.Status.Terminal() && !t.rec.Status.Terminal() {
 		t.endedElsewhere = true
 		t.log.truncate(t.log.acked)
 		t.log.sent = t.log.acked
