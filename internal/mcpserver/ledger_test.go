@@ -154,14 +154,14 @@ func TestToolsList(t *testing.T) {
 	for _, tool := range res.Tools {
 		byName[tool.Name] = tool
 	}
-	for _, name := range []string{"describe_agent", "spawn_task", "get_task", "get_events", "wait_tasks", "list_tasks", "resolve_task", "cancel_task", "spawn_tasks", "cleanup_worktrees"} {
+	for _, name := range []string{"describe_agent", "spawn_task", "get_task", "get_events", "wait_tasks", "list_tasks", "resolve_task", "cancel_task", "spawn_tasks", "cleanup_worktrees", "list_hosts"} {
 		tool := byName[name]
 		require.NotNil(t, tool, name)
 		assert.NotEmpty(t, tool.Description)
 		assert.NotNil(t, tool.OutputSchema, name)
 		assert.NotNil(t, tool.Annotations, name)
 	}
-	assert.Len(t, res.Tools, 10)
+	assert.Len(t, res.Tools, 11)
 	assert.True(t, byName["get_events"].Annotations.ReadOnlyHint)
 	assert.False(t, byName["spawn_task"].Annotations.ReadOnlyHint)
 	assert.True(t, *byName["cancel_task"].Annotations.DestructiveHint)

@@ -37,6 +37,7 @@ func toolOutputs() map[string]reflect.Type {
 		cancelTaskTool.tool.Name:       cancelTaskTool.output,
 		spawnTasksTool.tool.Name:       spawnTasksTool.output,
 		cleanupWorktreesTool.tool.Name: cleanupWorktreesTool.output,
+		listHostsTool.tool.Name:        listHostsTool.output,
 	}
 }
 

@@ -1,4 +1,4 @@
-// Package mcpserver is symm-mcp's MCP layer: ten tools that translate
+// Package mcpserver is symm-mcp's MCP layer: eleven tools that translate
 // arguments into TaskService calls and stored JSON into replies. It holds
 // no state. Domain failures are tool errors whose text is
 // "<code>: <message>"; arguments that do not fit a tool's input schema are
@@ -35,6 +35,7 @@ type Service interface {
 	Cancel(ctx context.Context, id string) (json.RawMessage, error)
 	SpawnTasks(ctx context.Context, req task.FleetRequest) (task.FleetResult, error)
 	CleanupWorktrees(ctx context.Context, req task.CleanupRequest) (task.CleanupResult, error)
+	ListHosts(ctx context.Context) ([]ledger.Host, error)
 	// Shutdown stops every task; Serve calls it when the session ends.
 	Shutdown(ctx context.Context) error
 }
@@ -46,7 +47,7 @@ or wait in the background for the file at notify_path; read events with get_even
 while has_more is true; then resolve_task. succeeded means the turn ended with end_turn, not that the work is good:
 check agent_message and tool_call events. Ignore event types you do not know.`
 
-// New returns an MCP server with the ten tools, calling svc.
+// New returns an MCP server with the eleven tools, calling svc.
 func New(svc Service, version string) *mcp.Server {
 	s := newServer(version)
 	register(s, svc)
@@ -63,7 +64,7 @@ func newServer(version string) *mcp.Server {
 	return s
 }
 
-// register adds the ten tools. Their output schemas are generated and
+// register adds the eleven tools. Their output schemas are generated and
 // published apart from the SDK (publishOutputSchemas): resolving them here
 // was most of the server's start-up.
 func register(s *mcp.Server, svc Service) {
@@ -78,6 +79,7 @@ func register(s *mcp.Server, svc Service) {
 	addTool(s, cancelTaskTool, h.cancelTask)
 	addTool(s, spawnTasksTool, h.spawnTasks)
 	addTool(s, cleanupWorktreesTool, h.cleanupWorktrees)
+	addTool(s, listHostsTool, h.listHosts)
 }
 
 type handlers struct{ svc Service }
