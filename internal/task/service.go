@@ -144,9 +144,9 @@ type Config struct {
 	// one machine.
 	Host string
 	// Hosts answers list_hosts (nil: no host is listed).
-	Hosts Hosts
-	Logger  *slog.Logger
-	Now     func() time.Time
+	Hosts  Hosts
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Service is the TaskService. Its methods are safe for concurrent use.
