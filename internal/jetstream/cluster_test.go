@@ -419,3 +419,27 @@ func TestClusterNodeStopsMidTurn(t *testing.T) {
 	d := c.join(t, 2, "d")
 	assert.Equal(t, want, allEvents(t, d.l, "t1"))
 }
+
+// A daemon started again with its identity takes its name back at once,
+// while the name is live; another identity is refused until the name has
+// been silent for SilentAfter.
+func TestClusterHostNameTakenBack(t *testing.T) {
+	c := startCluster(t, 1)
+	m := c.join(t, 0, "b")
+	ctx := context.Background()
+	h, err := JoinHosts(ctx, m.cl, HostsOptions{Name: "b", ID: "id-1"})
+	require.NoError(t, err)
+	h.halt() // killed: the entry stays until it expires
+	again, err := JoinHosts(ctx, m.cl, HostsOptions{Name: "b", ID: "id-1"})
+	require.NoError(t, err, "the same identity takes the live name back")
+	defer again.Close()
+	_, err = JoinHosts(ctx, m.cl, HostsOptions{Name: "b", ID: "id-2"})
+	var taken *NameTakenError
+	require.ErrorAs(t, err, &taken)
+	assert.Contains(t, err.Error(), `host name "b" is held by another live daemon`)
+	hosts, err := again.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, hosts, 1)
+	assert.Equal(t, "b", hosts[0].Name)
+	assert.Equal(t, []ledger.HostAgent{}, hosts[0].Agents)
+}
