@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -442,4 +443,37 @@ func TestClusterHostNameTakenBack(t *testing.T) {
 	require.Len(t, hosts, 1)
 	assert.Equal(t, "b", hosts[0].Name)
 	assert.Equal(t, []ledger.HostAgent{}, hosts[0].Agents)
+}
+
+// BenchmarkClusterEventVisible: an event written on B (its flush in the
+// timing) until A serves it, on a 3-node loopback cluster; p50 and p99 of
+// b.N events.
+func BenchmarkClusterEventVisible(b *testing.B) {
+	c := startCluster(b, 3)
+	a, w := c.join(b, 0, "a"), c.join(b, 1, "b")
+	runTask(b, w.l, "t1", 0)
+	a.await(b, "B's task", func() bool { return len(allEvents(b, a.l, "t1")) == 3 })
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		_, err := w.l.Append("t1", "agent_message", t0, []byte(`{"text":"x"}`))
+		require.NoError(b, err)
+		_, err = w.l.Events("t1", ledger.Query{After: int64(i + 3), Limit: 1}) // flushes
+		require.NoError(b, err)
+		want := i + 4
+		a.await(b, "the event on A", func() bool {
+			a.l.mu.RLock()
+			t := a.l.tasks["t1"]
+			a.l.mu.RUnlock()
+			t.mu.RLock()
+			defer t.mu.RUnlock()
+			return t.log.acked >= want
+		})
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
