@@ -168,6 +168,14 @@ func TestClusterOfDaemons(t *testing.T) {
 	list = sa.call(t, "list_tasks", map[string]any{"host": []string{"a"}})
 	assert.Empty(t, list["tasks"])
 	sa.call(t, "resolve_task", map[string]any{"task_id": id, "resolution": "accepted"})
+	// B resolves its own task again, at once (its ledger waits for its own
+	// batch while the service holds the task's lock).
+	before := time.Now()
+	res := sb.call(t, "resolve_task", map[string]any{"task_id": id, "resolution": "rejected"})
+	assert.Equal(t, "rejected", res["resolution"])
+	assert.Less(t, time.Since(before), 5*time.Second, "resolve_task of an own task on a cluster")
+	evs := sa.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_resolved"}})
+	assert.Len(t, evs["events"], 2, "both resolutions, read from A")
 	hosts := sa.call(t, "list_hosts", map[string]any{})["hosts"].([]any)
 	require.Len(t, hosts, 2)
 	assert.Equal(t, "a", hosts[0].(map[string]any)["name"])

@@ -220,7 +220,19 @@ func (l *Ledger) takeRecord(key string, v value, rec *ledger.Task, rev uint64) *
 // followEvents serves the events of a batch another daemon published (its
 // own batches are in its memory already, and skipped by seq).
 func (l *Ledger) followEvents(m jetstream.Msg, seq uint64) {
-	defer l.shared.advance(seq)
+	grew, id := l.followBatch(m, seq)
+	// Advanced before OnChange: a shared write of this daemon waits for
+	// the advance while its caller may hold what OnChange takes (the
+	// service's lock of the task).
+	l.shared.advance(seq)
+	if grew {
+		l.changed(id)
+	}
+}
+
+// followBatch applies one message of the event stream and reports whether
+// a task's served events grew.
+func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (bool, string) {
 	subject := m.Subject()
 	key, capped := strings.CutPrefix(subject, capPrefix)
 	if !capped {
@@ -233,7 +245,7 @@ func (l *Ledger) followEvents(m jetstream.Msg, seq uint64) {
 		// The events came before the record's follower brought it.
 		t = l.fetchRecord(key)
 		if t == nil {
-			return
+			return false, ""
 		}
 	}
 	t.mu.Lock()
@@ -264,9 +276,7 @@ func (l *Ledger) followEvents(m jetstream.Msg, seq uint64) {
 	if err != nil {
 		l.log.Warn("ledger: an event batch of the cluster cannot be read", "task", id, "stream_seq", seq, "err", err)
 	}
-	if grew {
-		l.changed(id)
-	}
+	return grew, id
 }
 
 // fetchRecord reads and adopts the record of key (nil when there is none).
