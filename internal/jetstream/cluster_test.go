@@ -477,3 +477,41 @@ func BenchmarkClusterEventVisible(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// A host cut off with events pending (not yet published) when another
+// host ends its task: its batch, numbered from before the end, is refused
+// by the subject's compare-and-set (or dropped, when the end's record
+// comes first), and every daemon serves the same events, one per seq.
+func TestClusterPendingEventsOfAnEndedTaskAreDropped(t *testing.T) {
+	c := startCluster(t, 3)
+	a := c.join(t, 0, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(1), Name: "b"})
+	require.NoError(t, err)
+	defer cl.Close()
+	// B flushes only when asked: its appends stay pending.
+	b, err := OpenCluster(ctx, cl, "b", Options{Interval: time.Hour, BatchBytes: 1 << 30})
+	require.NoError(t, err)
+	defer b.Close()
+	runTask(t, b, "t1", 0)
+	a.await(t, "B's task", func() bool { return len(allEvents(t, a.l, "t1")) == 3 })
+	for i := range 5 {
+		_, err := b.Append("t1", "agent_message", t0, fmt.Appendf(nil, `{"text":"pending %d"}`, i))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []string{"t1"}, a.l.EndOrphans(func(h string) bool { return h != "b" }, func(h string) string { return StoppedAnswering(h, t0) }, t0))
+	_, _ = b.Events("t1", ledger.Query{Limit: 1}) // B flushes: refused, or nothing left to publish
+	want := allEvents(t, a.l, "t1")
+	require.Len(t, want, 5)
+	assert.Equal(t, []string{"task_created", "status_changed", "status_changed", "error", "status_changed"}, eventTypes(want))
+	require.Eventually(t, func() bool {
+		st, _ := b.Status("t1")
+		p, err := b.Events("t1", ledger.Query{Limit: 100, MaxBytes: 1 << 20})
+		return err == nil && st == ledger.Failed && len(p.Events) == 5
+	}, clusterWait, 10*time.Millisecond)
+	assert.Equal(t, want, allEvents(t, b, "t1"))
+	// A third daemon reads the stream as it is: the same five.
+	d := c.join(t, 2, "d")
+	assert.Equal(t, want, allEvents(t, d.l, "t1"))
+}

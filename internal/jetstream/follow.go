@@ -210,11 +210,46 @@ func (l *Ledger) takeRecord(key string, v value, rec *ledger.Task, rev uint64) *
 	}
 	l.mu.Unlock()
 	t.mu.Lock()
-	if rev > t.rev {
-		l.takeLocked(t, v.by, rec, recJSON, end, rev, v.lastSeq)
-	}
+	ended := rev > t.rev && l.takeLocked(t, v.by, rec, recJSON, end, rev, v.lastSeq)
 	t.mu.Unlock()
+	if ended {
+		l.catchUp(t)
+	}
 	return t
+}
+
+// catchUp reads the task's batches past the last one it holds straight
+// from the stream: those of the host that ended a task of ours, which the
+// follower skipped while our own events were pending.
+func (l *Ledger) catchUp(t *task) {
+	ctx, cancel := opContext()
+	defer cancel()
+	subject := subjectPrefix + t.key
+	for {
+		t.mu.RLock()
+		from := t.evStream + 1
+		t.mu.RUnlock()
+		m, err := l.stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subject))
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgNotFound) {
+				l.log.Warn("ledger: the events of a task another host ended cannot be read", "task", t.id, "err", err)
+			}
+			return
+		}
+		t.mu.Lock()
+		if t.log.acked == t.log.n() {
+			err = l.apply(t, m.Header.Get(hdrFirstSeq), m.Header.Get(hdrDroppedThrough), m.Data)
+			n := t.log.servable()
+			t.log.acked, t.log.sent = n, n
+		}
+		t.evStream = max(t.evStream, m.Sequence)
+		t.mu.Unlock()
+		if err != nil {
+			l.log.Warn("ledger: an event batch of the cluster cannot be read", "task", t.id, "stream_seq", m.Sequence, "err", err)
+			return
+		}
+		l.changed(t.id)
+	}
 }
 
 // followEvents serves the events of a batch another daemon published (its

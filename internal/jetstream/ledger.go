@@ -506,10 +506,11 @@ func (l *Ledger) reload(ctx context.Context, t *task) error {
 		return err
 	}
 	t.mu.Lock()
-	if e.Revision() > t.rev {
-		l.takeLocked(t, v.by, rec, recJSON, end, e.Revision(), v.lastSeq)
-	}
+	ended := e.Revision() > t.rev && l.takeLocked(t, v.by, rec, recJSON, end, e.Revision(), v.lastSeq)
 	t.mu.Unlock()
+	if ended {
+		l.catchUp(t)
+	}
 	return nil
 }
 
@@ -517,14 +518,17 @@ func (l *Ledger) reload(ctx context.Context, t *task) error {
 // the task's. One of this host's tasks that another host ended is ended
 // here too: its pending events, never served, are let go (the other
 // host's events take their seqs) and every later write is refused.
-// t.mu is held.
-func (l *Ledger) takeLocked(t *task, by string, rec *ledger.Task, recJSON []byte, end int, rev uint64, lastSeq int64) {
+// It reports whether it ended the task so: the caller then reads the other
+// host's events (catchUp), which the follower skipped while ours were
+// pending. t.mu is held.
+func (l *Ledger) takeLocked(t *task, by string, rec *ledger.Task, recJSON []byte, end int, rev uint64, lastSeq int64) (ended bool) {
 	if l.host != "" && by != l.host && l.mine(t) && rec.Status.Terminal() && !t.rec.Status.Terminal() {
-		t.endedElsewhere = true
+		t.endedElsewhere, ended = true, true
 		t.log.truncate(t.log.acked)
 		t.log.sent = t.log.acked
 	}
 	t.rec, t.recJSON, t.sumEnd, t.rev, t.lastSeq = *rec, recJSON, end, rev, lastSeq
+	return ended
 }
 
 // Transition moves the task to status to, applies edits and records the
@@ -697,7 +701,7 @@ func (l *Ledger) Events(id string, q ledger.Query) (ledger.Page, error) {
 	if err != nil {
 		return ledger.Page{}, err
 	}
-	if err := l.flushTask(t); err != nil {
+	if err := l.flushTask(t); err != nil && !errors.Is(err, ledger.ErrEndedElsewhere) {
 		return ledger.Page{}, err
 	}
 	t.mu.RLock()
