@@ -127,6 +127,8 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	httpAddr := fs.String("http", "", "also serve Streamable HTTP at /mcp on this loopback `ADDR` (127.0.0.1:PORT; port 0 picks one), behind the bearer token in <state-dir>/token")
 	actions := fs.Bool("dashboard-actions", false, "let the live view at / of --http cancel tasks and record resolutions (it is read-only without)")
 	readyFD := fs.Int("ready-fd", 0, "descriptor to report readiness on (used by --shared when it starts the daemon)")
+	var cf clusterFlags
+	addClusterFlags(fs, &cf)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: symm-mcp serve [flags]\n\n"+
 			"symm-mcp serve is the daemon: it serves MCP on a Unix socket, one session per\n"+
@@ -152,6 +154,10 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	}
 	if *actions && *httpAddr == "" {
 		fmt.Fprintf(stderr, "symm-mcp serve: --dashboard-actions needs --http (the live view is served there)\n")
+		return 2
+	}
+	if err := cf.check(*ledger); err != nil {
+		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 		return 2
 	}
 	if *httpAddr != "" {
@@ -210,7 +216,22 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 		return 1
 	}
-	led, closeLedger, err := openLedger(*ledger, o.stateDir, log)
+	var (
+		led         task.Ledger
+		closeLedger func()
+		cluster     *clusterLedger
+		hosts       task.Hosts
+	)
+	ledgerName := *ledger
+	if cf.nats != "" {
+		cluster, err = openClusterLedger(cf, o.stateDir, env.all, log)
+		if err == nil {
+			led, closeLedger, hosts, ledgerName = cluster.led, cluster.close, cluster, "nats"
+		}
+	} else {
+		led, closeLedger, err = openLedger(*ledger, o.stateDir, log)
+		hosts = newOneHost(env.all)
+	}
 	if err != nil {
 		d.Close()
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
@@ -219,12 +240,25 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	if hub != nil {
 		led = hub.Watch(led)
 	}
-	svc, markers, err := newService(o, env, log, groups, led)
+	svc, markers, err := newService(o, env, log, groups, led, cf.host, hosts)
 	if err != nil {
 		closeLedger()
 		d.Close()
 		log.Error("cannot read the working directory", "err", err)
 		return 1
+	}
+	if one, ok := hosts.(*oneHost); ok {
+		one.svc.Store(svc)
+	}
+	if cluster != nil {
+		// The name is claimed before this host's tasks are recovered: a
+		// daemon that would take a live host's name touches none of them.
+		if err := cluster.join(svc, log); err != nil {
+			closeLedger()
+			d.Close()
+			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
+			return 1
+		}
 	}
 	defer func() {
 		if err := markers.Close(); err != nil {
@@ -244,7 +278,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		log.Warn("tasks live when the previous daemon stopped are ended failed", "tasks", recovered.Ended)
 	}
 	tasks.svc, tasks.closeLedger = svc, closeLedger
-	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", *ledger, "tasks", recovered.Tasks, "version", version)
+	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", ledgerName, "tasks", recovered.Tasks, "version", version)
 	if u := d.HTTPURL(); u != "" {
 		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(o.stateDir))
 		log.Info("serving the live view", "url", strings.TrimSuffix(u, daemon.HTTPPath)+"/", "actions", *actions)

@@ -239,11 +239,13 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 			"(Ctrl-D or Ctrl-C ends it.)")
 	}
 
-	svc, markers, err := newService(o, env, log, nil, store.New())
+	one := newOneHost(env.all)
+	svc, markers, err := newService(o, env, log, nil, store.New(), "", one)
 	if err != nil {
 		log.Error("cannot read the working directory", "err", err)
 		return 1
 	}
+	one.svc.Store(svc)
 
 	// A signal ends the session. The signals stay handled until cleanup is
 	// done, so stop is deferred to the very end rather than called when the
@@ -280,7 +282,9 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 // its markers.
 // groups, when not nil, records the agents' process groups (the daemon);
 // led is its ledger.
-func newService(o options, env agentEnvironment, log *slog.Logger, groups supervisor.GroupRecord, led task.Ledger) (*task.Service, *notify.Markers, error) {
+// host is the daemon's host name on a cluster ("" otherwise) and hosts
+// answers list_hosts.
+func newService(o options, env agentEnvironment, log *slog.Logger, groups supervisor.GroupRecord, led task.Ledger, host string, hosts task.Hosts) (*task.Service, *notify.Markers, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return nil, nil, err
@@ -295,6 +299,7 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: buildVersion(),
 		Getenv:       func(k string) string { return envValue(env.all, k) },
 		WorktreeRoot: worktreeRoot(o, log),
+		Host:         host, Hosts: hosts,
 	})
 	return svc, markers, nil
 }

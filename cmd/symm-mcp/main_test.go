@@ -139,7 +139,7 @@ func TestStdioInitializeAndToolsList(t *testing.T) {
 		names = append(names, tool.(map[string]any)["name"].(string))
 	}
 	assert.ElementsMatch(t, []string{"describe_agent", "spawn_task", "get_task", "get_events", "wait_tasks",
-		"list_tasks", "resolve_task", "cancel_task", "spawn_tasks", "cleanup_worktrees", "send_task"}, names)
+		"list_tasks", "resolve_task", "cancel_task", "spawn_tasks", "cleanup_worktrees", "send_task", "list_hosts"}, names)
 
 	require.NoError(t, s.stdin.Close())
 	for line := range s.lines {

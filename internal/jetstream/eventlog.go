@@ -338,3 +338,32 @@ func (t *typeTable) id(typ string) (uint16, []byte) {
 	t.snap.Store(next)
 	return id, next.quoted[id]
 }
+
+// truncate lets go of the events past the first n (pending ones another
+// writer's took the seqs of; they were never served). Their bytes in the
+// chunks stay unreferenced.
+func (l *eventLog) truncate(n int) {
+	if n >= len(l.refs) {
+		return
+	}
+	for len(l.side) > 0 && l.side[len(l.side)-1].seq > int64(n) {
+		if l.capBase+len(l.side)-1 >= l.capOld {
+			l.capLen -= int64(len(l.side[len(l.side)-1].b))
+		}
+		l.side = l.side[:len(l.side)-1]
+	}
+	l.capOld = min(l.capOld, l.capBase+len(l.side))
+	l.refs = l.refs[:n]
+}
+
+// servable is how many events, from the first, a follower of another
+// writer may serve: all of them but from the first capped event whose
+// bytes its stderr message has not brought yet.
+func (l *eventLog) servable() int {
+	for i := l.acked; i < len(l.refs); i++ {
+		if l.capped(i) && !l.dropped(i) && l.event(i) == nil {
+			return i
+		}
+	}
+	return len(l.refs)
+}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // The flusher: one goroutine, owned by the Ledger, publishes the pending
@@ -140,10 +142,13 @@ func (l *Ledger) flushTask(t *task) error {
 			err = ErrClosed
 		}
 		t.mu.RLock()
-		acked = t.log.acked
+		acked, gone := t.log.acked, t.endedElsewhere
 		t.mu.RUnlock()
 		if acked >= target {
 			return nil
+		}
+		if gone {
+			return fmt.Errorf("%w: %s", ledger.ErrEndedElsewhere, t.id)
 		}
 		if err != nil {
 			return err
@@ -189,6 +194,14 @@ func (l *Ledger) flushAll() error {
 		from, to := t.log.sent, t.log.n()
 		b := &published{t: t, to: to, dropped: t.log.droppedThrough()}
 		b.msgs = t.batchLocked(from, to, l.types.load().names)
+		if l.shared != nil && len(b.msgs) > 0 {
+			// On a cluster a batch is a compare-and-set on the subject's
+			// last message: no other writer's events come between.
+			b.msgs[0].m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(t.evStream, 10))
+			for _, m := range b.msgs {
+				m.m.Header.Set(hdrHost, l.host)
+			}
+		}
 		t.log.sent = to
 		t.mu.Unlock()
 		for _, m := range b.msgs {
@@ -216,11 +229,14 @@ func (l *Ledger) settle(batches []*published) []error {
 	var errs []error
 	for _, b := range batches {
 		var capMsgs []capMsg
+		var evStream uint64
 		for k, f := range b.futs {
 			select {
 			case ack := <-f.Ok():
 				if m := b.msgs[k]; m.capMax > 0 {
 					capMsgs = append(capMsgs, capMsg{streamSeq: ack.Sequence, maxSeq: m.capMax})
+				} else {
+					evStream = max(evStream, ack.Sequence)
 				}
 			case err := <-f.Err():
 				if b.err == nil {
@@ -234,6 +250,7 @@ func (l *Ledger) settle(batches []*published) []error {
 		// A stderr message acknowledged is purged once its events are
 		// dropped, whether or not the rest of its batch was.
 		t.log.capMsgs = append(t.log.capMsgs, capMsgs...)
+		t.evStream = max(t.evStream, evStream)
 		if b.err == nil {
 			t.log.acked = max(t.log.acked, b.to)
 			t.log.droppedAcked = max(t.log.droppedAcked, b.dropped)
@@ -245,6 +262,13 @@ func (l *Ledger) settle(batches []*published) []error {
 		if purgeTo > 0 {
 			l.purge(t, purgeTo)
 		}
+		if b.err != nil && l.shared != nil && wrongLast(b.err) {
+			// Another writer's batch is the subject's last: another host
+			// ended the task (its record says so), or our own batch was
+			// stored while its ack was lost (its events are skipped by
+			// seq when published again).
+			l.conflict(t)
+		}
 		if b.err != nil {
 			errs = append(errs, fmt.Errorf("publishing the events of task %s: %w", t.id, b.err))
 			l.dirtyMu.Lock()
@@ -255,6 +279,25 @@ func (l *Ledger) settle(batches []*published) []error {
 		l.moveLastSeq(t)
 	}
 	return errs
+}
+
+// conflict reads again what another writer of the task left: the record
+// (which ends the task here when another host ended it) and the subject's
+// last batch, which the next flush expects.
+func (l *Ledger) conflict(t *task) {
+	ctx, cancel := opContext()
+	defer cancel()
+	if err := l.reload(ctx, t); err != nil {
+		l.log.Warn("ledger: a task's record cannot be read after a conflict", "task", t.id, "err", err)
+	}
+	seq, _, _, err := l.lastBatch(ctx, t.key)
+	if err != nil {
+		l.log.Warn("ledger: a task's last batch cannot be read after a conflict", "task", t.id, "err", err)
+		return
+	}
+	t.mu.Lock()
+	t.evStream = max(t.evStream, seq)
+	t.mu.Unlock()
 }
 
 // purge removes the task's stderr messages below stream seq purgeTo:
@@ -290,7 +333,7 @@ func (l *Ledger) moveLastSeq(t *task) {
 	}
 	ctx, cancel := opContext()
 	defer cancel()
-	rev, err := l.kv.Update(ctx, t.key, encodeValue(pos, acked, rec, "", nil), rev)
+	rev, err := l.kv.Update(ctx, t.key, encodeValue(l.host, pos, acked, rec, "", nil), rev)
 	if err != nil {
 		l.log.Debug("ledger: last_seq not moved", "task", t.id, "err", err)
 		return

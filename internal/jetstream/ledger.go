@@ -58,6 +58,11 @@ type Options struct {
 	Interval time.Duration
 	// Logger receives what the ledger cannot return (nil discards it).
 	Logger *slog.Logger
+	// OnChange, when set, is told the id of a task that another daemon
+	// of a cluster changed (its record or its events), once the change
+	// is readable: waiters of wait_tasks wake on it. It is called from
+	// the ledger's own goroutines, with no lock held, and must not block.
+	OnChange func(id string)
 
 	// afterFlush, when set (by tests), is called by the flusher after
 	// each flush with its error: a test waits on it for a flush that
@@ -85,7 +90,12 @@ type Loss struct {
 // batches that JetStream acknowledged; task records are written to the
 // bucket with compare-and-set on their revision before any call returns.
 type Ledger struct {
-	js     jetstream.JetStream
+	js jetstream.JetStream
+	// host is the daemon's host name on a cluster ("" on one machine);
+	// shared is the state of following the other daemons' writes (nil
+	// on one machine).
+	host   string
+	shared *follow
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
 	opts   Options
@@ -134,6 +144,13 @@ type task struct {
 	lastSeq   int64  // the last_seq written with rec
 	lastSeqAt time.Time
 	log       eventLog
+	// evStream is the stream seq of the task's last events message that
+	// this ledger knows of: on a cluster, each flush expects it as the
+	// subject's last (a compare-and-set per batch).
+	evStream uint64
+	// endedElsewhere: another daemon ended this task of ours (it thought
+	// this host had stopped answering); every later write is refused.
+	endedElsewhere bool
 }
 
 // copyLocked returns a copy of the record that shares no slice with it.
@@ -163,6 +180,28 @@ func keyOf(id string) string {
 // that held a ledger but has lost its bucket or stream, or holds records
 // that cannot be read, is a *StoreError. Close the ledger before srv.
 func Open(ctx context.Context, srv *Server, opts Options) (*Ledger, error) {
+	return openLedger(ctx, backend{js: srv.js, srv: srv, replicas: 1}, "", opts)
+}
+
+// OpenCluster opens the ledger of a cluster's daemons as host, creating
+// its bucket and stream (with c's replicas) when the cluster has none,
+// and follows the other daemons' writes from then on (see follow.go).
+func OpenCluster(ctx context.Context, c *Cluster, host string, opts Options) (*Ledger, error) {
+	if host == "" {
+		return nil, errors.New("a cluster's ledger needs its host name")
+	}
+	return openLedger(ctx, backend{js: c.js, replicas: c.replicas}, host, opts)
+}
+
+// backend is where a ledger keeps its bucket and stream: the embedded
+// server (srv) or a cluster.
+type backend struct {
+	js       jetstream.JetStream
+	srv      *Server
+	replicas int
+}
+
+func openLedger(ctx context.Context, be backend, host string, opts Options) (*Ledger, error) {
 	if opts.BatchBytes <= 0 {
 		opts.BatchBytes = 1 << 20
 	}
@@ -173,18 +212,34 @@ func Open(ctx context.Context, srv *Server, opts Options) (*Ledger, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &Ledger{
-		js: srv.js, opts: opts, log: opts.Logger, types: newTypeTable(),
+		js: be.js, host: host, opts: opts, log: opts.Logger, types: newTypeTable(),
 		tasks: map[string]*task{}, keys: map[string]*task{}, dirty: map[*task]struct{}{},
 		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1), reqs: make(chan chan error),
 		done: make(chan struct{}), stopped: make(chan struct{}),
 	}
-	stream, err := l.setUp(ctx, srv)
+	var stream jetstream.Stream
+	var err error
+	if be.srv != nil {
+		stream, err = l.setUp(ctx, be.srv)
+	} else {
+		stream, err = l.setUpCluster(ctx, be.replicas)
+	}
 	if err != nil {
 		return nil, err
 	}
 	l.stream = stream
-	if err := l.restore(ctx, stream); err != nil {
-		return nil, &StoreError{Dir: srv.dir, Err: err}
+	ends, err := l.restore(ctx, stream)
+	if err != nil {
+		if be.srv == nil {
+			return nil, fmt.Errorf("reading the cluster's ledger: %w", err)
+		}
+		return nil, &StoreError{Dir: be.srv.dir, Err: err}
+	}
+	if host != "" {
+		l.shared = newFollow()
+		if err := l.startFollowing(ctx, ends); err != nil {
+			return nil, err
+		}
 	}
 	go l.run()
 	// Republish the events that records hold as their tail (a crash
@@ -255,13 +310,17 @@ func writeMarker(path string) error {
 // say were acknowledged.
 func (l *Ledger) Losses() []Loss { return slices.Clone(l.losses) }
 
-// Close flushes what is pending, stops the flusher and waits for it. It is
-// idempotent; the ledger fails every write after it.
+// Close flushes what is pending, stops the flusher (and, on a cluster,
+// the followers) and waits for them. It is idempotent; the ledger fails
+// every write after it.
 func (l *Ledger) Close() {
 	l.once.Do(func() {
 		l.closed.Store(true)
 		close(l.done)
 		<-l.stopped
+		if l.shared != nil {
+			l.shared.stop()
+		}
 	})
 }
 
@@ -311,7 +370,7 @@ func (l *Ledger) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 	key := keyOf(n.ID)
 	ctx, cancel := opContext()
 	defer cancel()
-	rev, err := l.kv.Create(ctx, key, encodeValue(pos, 1, recJSON, ledger.EventTaskCreated, ev))
+	rev, err := l.kv.Create(ctx, key, encodeValue(l.host, pos, 1, recJSON, ledger.EventTaskCreated, ev))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return ledger.Task{}, fmt.Errorf("%w: %s", ledger.ErrExists, n.ID)
 	}
@@ -330,6 +389,22 @@ func (l *Ledger) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 	l.mu.Unlock()
 	l.markDirty(t, len(ev))
 	return out, nil
+}
+
+// mine reports whether t is this ledger's to write while it is live: its
+// record names this host, or none (a ledger of one machine, or a task
+// created without a host). t.mu is held.
+func (l *Ledger) mine(t *task) bool { return t.rec.Host == "" || t.rec.Host == l.host }
+
+// refusal is the error of a write to a task another daemon ended. t.wmu
+// is held.
+func (t *task) refusal() error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.endedElsewhere {
+		return fmt.Errorf("%w: %s", ledger.ErrEndedElsewhere, t.id)
+	}
+	return nil
 }
 
 // keyTaken is the refusal of t's idempotency key to another task. The key
@@ -387,7 +462,7 @@ func (l *Ledger) commit(t *task, now time.Time, change func(*ledger.Task) (typ s
 			ev = encodeEvent(seq, quoted, now, fields)
 			lastSeq, tailType, tail = seq, typ, ev
 		}
-		newRev, err := l.kv.Update(ctx, t.key, encodeValue(t.pos, lastSeq, recJSON, tailType, tail), rev)
+		newRev, err := l.kv.Update(ctx, t.key, encodeValue(l.host, t.pos, lastSeq, recJSON, tailType, tail), rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) && attempt < maxAttempts {
 			if err := l.reload(ctx, t); err != nil {
 				return before, err
@@ -431,9 +506,29 @@ func (l *Ledger) reload(ctx context.Context, t *task) error {
 		return err
 	}
 	t.mu.Lock()
-	t.rec, t.recJSON, t.sumEnd, t.rev, t.lastSeq = *rec, recJSON, end, e.Revision(), v.lastSeq
+	ended := e.Revision() > t.rev && l.takeLocked(t, v.by, rec, recJSON, end, e.Revision(), v.lastSeq)
 	t.mu.Unlock()
+	if ended {
+		l.catchUp(t)
+	}
 	return nil
+}
+
+// takeLocked makes a record another writer left (by, at revision rev)
+// the task's. One of this host's tasks that another host ended is ended
+// here too: its pending events, never served, are let go (the other
+// host's events take their seqs) and every later write is refused.
+// It reports whether it ended the task so: the caller then reads the other
+// host's events (catchUp), which the follower skipped while ours were
+// pending. t.mu is held.
+func (l *Ledger) takeLocked(t *task, by string, rec *ledger.Task, recJSON []byte, end int, rev uint64, lastSeq int64) (ended bool) {
+	if l.host != "" && by != l.host && l.mine(t) && rec.Status.Terminal() && !t.rec.Status.Terminal() {
+		t.endedElsewhere, ended = true, true
+		t.log.truncate(t.log.acked)
+		t.log.sent = t.log.acked
+	}
+	t.rec, t.recJSON, t.sumEnd, t.rev, t.lastSeq = *rec, recJSON, end, rev, lastSeq
+	return ended
 }
 
 // Transition moves the task to status to, applies edits and records the
@@ -446,10 +541,14 @@ func (l *Ledger) Transition(id string, to ledger.Status, now time.Time, edits ..
 	}, now)
 }
 
-// Resolve records a judgement of a finished task and task_resolved.
+// Resolve records a judgement of a finished task and task_resolved. On a
+// cluster any daemon resolves any task (writeShared).
 func (l *Ledger) Resolve(id string, r ledger.Resolution, note string, now time.Time) (ledger.Task, error) {
 	if err := ledger.CheckJudgement(id, r); err != nil {
 		return ledger.Task{}, err
+	}
+	if l.shared != nil {
+		return l.resolveShared(id, r, note, now)
 	}
 	return l.change(id, true, func(t *ledger.Task) (string, []byte, error) {
 		fields, err := t.Judge(r, note, now)
@@ -475,6 +574,9 @@ func (l *Ledger) change(id string, flush bool, change func(*ledger.Task) (string
 	}
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
+	if err := t.refusal(); err != nil {
+		return ledger.Task{}, err
+	}
 	if flush {
 		// Refuse what the record refuses without a round trip.
 		t.mu.RLock()
@@ -511,6 +613,11 @@ func (l *Ledger) Append(id, typ string, now time.Time, fields []byte) (int64, er
 	typeID, quoted := l.types.id(typ)
 	t.wmu.Lock()
 	t.mu.Lock()
+	if t.endedElsewhere {
+		t.mu.Unlock()
+		t.wmu.Unlock()
+		return 0, fmt.Errorf("%w: %s", ledger.ErrEndedElsewhere, id)
+	}
 	n := t.log.appendEvent(quoted, typeID, now, fields)
 	seq := int64(t.log.n())
 	t.mu.Unlock()
@@ -532,8 +639,12 @@ func (l *Ledger) AppendCapped(id, typ string, now time.Time, fields []byte, capB
 	typeID, quoted := l.types.id(typ)
 	t.wmu.Lock()
 	t.mu.RLock()
-	seq := int64(t.log.n() + 1)
+	seq, gone := int64(t.log.n()+1), t.endedElsewhere
 	t.mu.RUnlock()
+	if gone {
+		t.wmu.Unlock()
+		return 0, ledger.Dropped{}, fmt.Errorf("%w: %s", ledger.ErrEndedElsewhere, id)
+	}
 	ev := encodeEvent(seq, quoted, now, fields) // t.wmu keeps seq
 	t.mu.Lock()
 	d := t.log.addCapped(ev, typeID, capBytes)
@@ -590,7 +701,7 @@ func (l *Ledger) Events(id string, q ledger.Query) (ledger.Page, error) {
 	if err != nil {
 		return ledger.Page{}, err
 	}
-	if err := l.flushTask(t); err != nil {
+	if err := l.flushTask(t); err != nil && !errors.Is(err, ledger.ErrEndedElsewhere) {
 		return ledger.Page{}, err
 	}
 	t.mu.RLock()
@@ -658,6 +769,7 @@ func (l *Ledger) Count() int {
 // the write of this record recorded, kept until it is acknowledged in the
 // stream: a crash between the two writes loses neither).
 type value struct {
+	by       string // the host that wrote it ("" on one machine)
 	pos      int
 	lastSeq  int64
 	record   []byte
@@ -666,6 +778,7 @@ type value struct {
 }
 
 type valueHeader struct {
+	By       string `json:"by,omitempty"`
 	Pos      int    `json:"pos"`
 	LastSeq  int64  `json:"last_seq"`
 	Record   int    `json:"record_bytes"`
@@ -673,8 +786,8 @@ type valueHeader struct {
 	Tail     int    `json:"tail_bytes"`
 }
 
-func encodeValue(pos int, lastSeq int64, record []byte, tailType string, tail []byte) []byte {
-	h, _ := json.Marshal(valueHeader{Pos: pos, LastSeq: lastSeq, Record: len(record), TailType: tailType, Tail: len(tail)})
+func encodeValue(by string, pos int, lastSeq int64, record []byte, tailType string, tail []byte) []byte {
+	h, _ := json.Marshal(valueHeader{By: by, Pos: pos, LastSeq: lastSeq, Record: len(record), TailType: tailType, Tail: len(tail)})
 	b := make([]byte, 0, len(h)+1+len(record)+len(tail))
 	b = append(append(b, h...), '\n')
 	return append(append(b, record...), tail...)
@@ -693,7 +806,7 @@ func decodeValue(b []byte) (value, error) {
 	if h.Record < 0 || h.Tail < 0 || h.Record+h.Tail != len(body) {
 		return value{}, fmt.Errorf("a task entry of %d bytes, not the %d+%d its header says", len(body), h.Record, h.Tail)
 	}
-	v := value{pos: h.Pos, lastSeq: h.LastSeq, record: body[:h.Record], tailType: h.TailType}
+	v := value{by: h.By, pos: h.Pos, lastSeq: h.LastSeq, record: body[:h.Record], tailType: h.TailType}
 	if h.Tail > 0 {
 		v.tail = body[h.Record:]
 	}

@@ -24,7 +24,7 @@ import (
 // last_seq is one past the events found, with that event as its tail, has
 // the tail appended pending (the crash fell between the record and its
 // event); any other shortfall is a Loss.
-func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
+func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) (ends streamEnds, err error) {
 	byKey := map[string]*task{}
 	tails := map[*task]value{}
 	// The bucket is read as the stream it is, by a pull consumer that
@@ -33,10 +33,11 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 	// the watcher's ordered consumer then fetched again).
 	kvStream, err := l.js.Stream(ctx, "KV_"+Bucket)
 	if err != nil {
-		return fmt.Errorf("reading the task bucket: %w", err)
+		return ends, fmt.Errorf("reading the task bucket: %w", err)
 	}
 	kvPrefix := "$KV." + Bucket + "."
 	err = readAll(ctx, kvStream, func(m jetstream.Msg, rev uint64) error {
+		ends.kv = rev
 		if op := m.Headers().Get("KV-Operation"); op != "" {
 			return nil // a deletion or a purge: this ledger makes neither
 		}
@@ -63,9 +64,10 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("reading the task bucket: %w", err)
+		return ends, fmt.Errorf("reading the task bucket: %w", err)
 	}
 	err = readAll(ctx, stream, func(m jetstream.Msg, seq uint64) error {
+		ends.ev = seq
 		subject := m.Subject()
 		if key, ok := strings.CutPrefix(subject, capPrefix); ok {
 			if t := byKey[key]; t != nil {
@@ -82,10 +84,11 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 		if err := l.apply(t, m.Headers().Get(hdrFirstSeq), m.Headers().Get(hdrDroppedThrough), m.Data()); err != nil {
 			return fmt.Errorf("message %d of the event stream: %w", seq, err)
 		}
+		t.evStream = seq
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("reading the event stream: %w", err)
+		return ends, fmt.Errorf("reading the event stream: %w", err)
 	}
 	for t, v := range tails {
 		stderrLost := t.log.dropUnfilled()
@@ -120,8 +123,13 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) error {
 		}
 	}
 	slices.SortFunc(l.losses, func(a, b Loss) int { return cmp.Compare(a.TaskID, b.TaskID) })
-	return nil
+	return ends, nil
 }
+
+// streamEnds are the last stream seqs restore read: of the bucket's
+// stream and of the event stream (a cluster's ledger follows both from
+// there).
+type streamEnds struct{ kv, ev uint64 }
 
 // readAll passes every message the stream holds, in order, with its
 // stream sequence, to f.

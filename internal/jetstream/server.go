@@ -9,13 +9,18 @@
 // task, are held across a JetStream round trip; the others guard memory
 // and are never held across I/O.
 //
-// One writer per store: a Ledger takes the seqs of a task's events from its
-// own memory, and batches them without a compare-and-set, so two Ledgers
-// appending to one task would give two events one seq (restore keeps the
-// first). Records are safe (every write is a compare-and-set, and the loser
-// of a race is refused), but events are not; the store's lock keeps a
-// second process out, and a process opens one Ledger per Server (tests
-// open a second to race records or to read).
+// On one machine (Open), one writer per store: a Ledger takes the seqs of
+// a task's events from its own memory, and batches them without a
+// compare-and-set, so two Ledgers appending to one task would give two
+// events one seq (restore keeps the first). Records are safe (every write
+// is a compare-and-set, and the loser of a race is refused), but events
+// are not; the store's lock keeps a second process out, and a process
+// opens one Ledger per Server (tests open a second to race records or to
+// read). On a cluster (Dial, OpenCluster; intent 0028) several daemons
+// write one ledger by the rules in follow.go: a task's owner writes it
+// while it is live, each batch a compare-and-set on its subject, and the
+// other writes (resolutions, the end of a silent host's task) go record
+// first; Hosts keeps the heartbeats.
 package jetstream
 
 import (

@@ -14,6 +14,9 @@ var (
 	ErrInvalidTransition = errors.New("invalid transition")
 	// ErrExists: a task with that id exists already.
 	ErrExists = errors.New("task exists")
+	// ErrEndedElsewhere: a write of the task's owner after another host
+	// ended the task (it had stopped answering); the owner ends its agent.
+	ErrEndedElsewhere = errors.New("the task was ended by another host")
 )
 
 // TransitionError is the error of a change the state machine refuses: a

@@ -14,11 +14,13 @@ type Filter struct {
 	Agents       []string
 	InitiatorIDs []string
 	Resolutions  []Resolution
+	// Hosts selects by the owning host (a task of one machine has "").
+	Hosts []string
 }
 
 // Empty reports whether f selects every task.
 func (f Filter) Empty() bool {
-	return len(f.Statuses) == 0 && len(f.Agents) == 0 && len(f.InitiatorIDs) == 0 && len(f.Resolutions) == 0
+	return len(f.Statuses) == 0 && len(f.Agents) == 0 && len(f.InitiatorIDs) == 0 && len(f.Resolutions) == 0 && len(f.Hosts) == 0
 }
 
 // Matches reports whether a task with these fields is selected.
@@ -27,13 +29,17 @@ func (f Filter) Matches(status Status, agent, initiator string, r Resolution) bo
 		within(f.InitiatorIDs, initiator) && within(f.Resolutions, r)
 }
 
+// MatchesHost reports whether a task owned by host is selected (Matches
+// leaves the host out: a ledger of one machine has no host).
+func (f Filter) MatchesHost(host string) bool { return within(f.Hosts, host) }
+
 // MatchesTask reports whether t is selected.
 func (f Filter) MatchesTask(t *Task) bool {
 	initiator := ""
 	if t.InitiatorID != nil {
 		initiator = *t.InitiatorID
 	}
-	return f.Matches(t.Status, t.Agent, initiator, t.Resolution)
+	return f.Matches(t.Status, t.Agent, initiator, t.Resolution) && within(f.Hosts, t.Host)
 }
 
 func within[T comparable](list []T, v T) bool { return len(list) == 0 || slices.Contains(list, v) }

@@ -120,6 +120,11 @@ type Summary struct {
 	CreatedAt   Time       `json:"created_at"`
 	StartedAt   *Time      `json:"started_at"`
 	EndedAt     *Time      `json:"ended_at"`
+	// Host is the daemon that owns the task (serve --nats --host): the
+	// one that writes its record and events while it is live. It is the
+	// one field that is absent when empty, so that a ledger of one
+	// machine encodes as before.
+	Host string `json:"host,omitempty"`
 }
 
 // Task is the whole record of a task.
@@ -195,6 +200,9 @@ type NewTask struct {
 	Worktree *Worktree
 	// ParentTaskID names the task a follow-up continues ("": none).
 	ParentTaskID string
+	// Host is the owning daemon's host name ("": one machine; a
+	// clustered ledger fills in its own).
+	Host string
 }
 
 func optional(s string) *string {
@@ -221,6 +229,7 @@ func (n NewTask) record(now time.Time) Task {
 			ExecutorID:  optional(n.ExecutorID),
 			NotifyPath:  optional(n.NotifyPath),
 			CreatedAt:   Time{now},
+			Host:        n.Host,
 		},
 		Prompt:          n.Prompt,
 		Allow:           slices.Clone(allow),

@@ -154,7 +154,7 @@ func TestToolsList(t *testing.T) {
 	for _, tool := range res.Tools {
 		byName[tool.Name] = tool
 	}
-	for _, name := range []string{"describe_agent", "spawn_task", "get_task", "get_events", "wait_tasks", "list_tasks", "resolve_task", "cancel_task", "spawn_tasks", "cleanup_worktrees"} {
+	for _, name := range []string{"describe_agent", "spawn_task", "get_task", "get_events", "wait_tasks", "list_tasks", "resolve_task", "cancel_task", "spawn_tasks", "cleanup_worktrees", "list_hosts"} {
 		tool := byName[name]
 		require.NotNil(t, tool, name)
 		assert.NotEmpty(t, tool.Description)

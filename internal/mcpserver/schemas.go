@@ -38,6 +38,7 @@ func toolOutputs() map[string]reflect.Type {
 		sendTaskTool.tool.Name:         sendTaskTool.output,
 		spawnTasksTool.tool.Name:       spawnTasksTool.output,
 		cleanupWorktreesTool.tool.Name: cleanupWorktreesTool.output,
+		listHostsTool.tool.Name:        listHostsTool.output,
 	}
 }
 

@@ -1,4 +1,4 @@
-// Package mcpserver is symm-mcp's MCP layer: eleven tools that translate
+// Package mcpserver is symm-mcp's MCP layer: twelve tools that translate
 // arguments into TaskService calls and stored JSON into replies, and the
 // task resources, which read what the tools return. It holds no state but
 // its sessions' resource subscriptions, which end with them. Waits report
@@ -42,6 +42,7 @@ type Service interface {
 	Send(ctx context.Context, req task.SendRequest) (json.RawMessage, error)
 	SpawnTasks(ctx context.Context, req task.FleetRequest) (task.FleetResult, error)
 	CleanupWorktrees(ctx context.Context, req task.CleanupRequest) (task.CleanupResult, error)
+	ListHosts(ctx context.Context) ([]ledger.Host, error)
 	// Shutdown stops every task; Serve calls it when the session ends.
 	Shutdown(ctx context.Context) error
 }
@@ -53,7 +54,7 @@ or wait in the background for the file at notify_path; read events with get_even
 while has_more is true; then resolve_task. succeeded means the turn ended with end_turn, not that the work is good:
 check agent_message and tool_call events. Ignore event types you do not know.`
 
-// New returns an MCP server with the eleven tools and the task resources,
+// New returns an MCP server with the twelve tools and the task resources,
 // calling svc. Its resource subscriptions end with their sessions.
 func New(svc Service, version string) *mcp.Server {
 	s, _ := newServer(svc, version, options{})
@@ -83,7 +84,7 @@ func newServer(svc Service, version string, o options) (*mcp.Server, *subscripti
 	return s, subs
 }
 
-// register adds the eleven tools. Their output schemas are generated and
+// register adds the twelve tools. Their output schemas are generated and
 // published apart from the SDK (publishOutputSchemas): resolving them here
 // was most of the server's start-up.
 func register(s *mcp.Server, svc Service, o options) {
@@ -99,6 +100,7 @@ func register(s *mcp.Server, svc Service, o options) {
 	addTool(s, sendTaskTool, h.sendTask)
 	addTool(s, spawnTasksTool, h.spawnTasks)
 	addTool(s, cleanupWorktreesTool, h.cleanupWorktrees)
+	addTool(s, listHostsTool, h.listHosts)
 }
 
 type handlers struct {

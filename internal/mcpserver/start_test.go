@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkNew is the server's share of start-up that is ours to make: a
-// server with its eleven tools registered. make bench measures the whole,
+// server with its twelve tools registered. make bench measures the whole,
 // exec → initialize answered.
 func BenchmarkNew(b *testing.B) {
 	b.ReportAllocs()

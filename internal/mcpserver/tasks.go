@@ -217,6 +217,7 @@ type listFilters struct {
 	Agent       []string `json:"agent,omitempty" jsonschema:"only tasks of one of these agents"`
 	InitiatorID []string `json:"initiator_id,omitempty" jsonschema:"only tasks with one of these initiator_id labels (\"\" for none)"`
 	Resolution  []string `json:"resolution,omitempty" jsonschema:"only tasks with one of these resolutions: unresolved, accepted, rejected, needs_followup, superseded"`
+	Host        []string `json:"host,omitempty" jsonschema:"only tasks owned by one of these hosts (serve --nats; \"\" for a task of one machine)"`
 }
 
 type listOut struct {
@@ -242,7 +243,7 @@ var listTasksTool = toolDef[listArgs]{
 
 func (h handlers) listTasks(_ context.Context, a listArgs) (json.RawMessage, error) {
 	p, err := h.svc.ListTasks(task.ListRequest{Limit: a.Limit, Cursor: a.Cursor, Statuses: a.Status, Agents: a.Agent,
-		InitiatorIDs: a.InitiatorID, Resolutions: a.Resolution})
+		InitiatorIDs: a.InitiatorID, Resolutions: a.Resolution, Hosts: a.Host})
 	if err != nil {
 		return nil, err
 	}

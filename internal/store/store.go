@@ -45,8 +45,8 @@ type entry struct {
 
 	// What list filters select by, kept beside the record at rest (agent
 	// interned: a handful of names serve every task).
-	agent, initiator string
-	resolution       ledger.Resolution
+	agent, initiator, host string
+	resolution             ledger.Resolution
 }
 
 // keyHolder is the task that holds an idempotency key, and the digest of
@@ -136,7 +136,7 @@ func (s *Store) get(id string) (*entry, error) {
 // Create adds a task in status created and records task_created.
 func (s *Store) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 	t := n.Record(now)
-	e := &entry{task: &t}
+	e := &entry{task: &t, host: t.Host}
 	if t.InitiatorID != nil {
 		e.initiator = *t.InitiatorID
 	}
@@ -270,7 +270,7 @@ func (s *Store) ListMatching(f ledger.Filter, before, limit, maxBytes int) (summ
 			e := order[pos]
 			e.mu.RLock()
 			defer e.mu.RUnlock()
-			return f.Matches(e.status, e.agent, e.initiator, e.resolution)
+			return f.Matches(e.status, e.agent, e.initiator, e.resolution) && f.MatchesHost(e.host)
 		},
 		func(pos int) json.RawMessage {
 			e := order[pos]

@@ -26,14 +26,14 @@ func listFilter(req ListRequest) (ledger.Filter, error) {
 	for _, f := range []struct {
 		name   string
 		values []string
-	}{{"agent", req.Agents}, {"initiator_id", req.InitiatorIDs}} {
+	}{{"agent", req.Agents}, {"initiator_id", req.InitiatorIDs}, {"host", req.Hosts}} {
 		for _, v := range f.values {
 			if len(v) > MaxLabelBytes {
 				return ledger.Filter{}, errorf(InvalidRequest, "%s: a value has %d bytes, more than %d", f.name, len(v), MaxLabelBytes)
 			}
 		}
 	}
-	return ledger.Filter{Statuses: statuses, Agents: req.Agents, InitiatorIDs: req.InitiatorIDs, Resolutions: resolutions}, nil
+	return ledger.Filter{Statuses: statuses, Agents: req.Agents, InitiatorIDs: req.InitiatorIDs, Resolutions: resolutions, Hosts: req.Hosts}, nil
 }
 
 func enumValues[T ~string](name string, values []string, valid []T) ([]T, error) {

@@ -2,6 +2,7 @@ package task
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,8 +32,14 @@ type Recovered struct {
 // the caller must not serve a ledger that says a dead task runs.
 func (s *Service) Recover(now time.Time) (Recovered, error) {
 	var rec Recovered
+	// On a cluster, only this host's tasks are the service's: the others'
+	// run elsewhere (or are ended by the hosts' sweep when theirs is gone).
+	var own ledger.Filter
+	if s.cfg.Host != "" {
+		own.Hosts = []string{s.cfg.Host}
+	}
 	for before := 0; ; {
-		page, rest := s.cfg.Store.ListMatching(ledger.Filter{}, before, MaxListLimit, recoverPageBytes)
+		page, rest := s.cfg.Store.ListMatching(own, before, MaxListLimit, recoverPageBytes)
 		for _, raw := range page {
 			var sum struct {
 				TaskID    string        `json:"task_id"`
@@ -46,10 +53,16 @@ func (s *Service) Recover(now time.Time) (Recovered, error) {
 			r := newTaskRun(s, sum.TaskID, nil)
 			r.ended = true
 			if !sum.Status.Terminal() {
-				if err := s.endStopped(sum.TaskID, sum.Status, sum.SessionID, now); err != nil {
+				err := s.endStopped(sum.TaskID, sum.Status, sum.SessionID, now)
+				switch {
+				case errors.Is(err, ledger.ErrEndedElsewhere), errors.Is(err, ledger.ErrInvalidTransition):
+					// Another host of the cluster ended it first (this
+					// one had gone silent).
+				case err != nil:
 					return rec, err
+				default:
+					rec.Ended = append(rec.Ended, sum.TaskID)
 				}
-				rec.Ended = append(rec.Ended, sum.TaskID)
 			}
 			close(r.done)
 			s.mu.Lock()

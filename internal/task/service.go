@@ -149,8 +149,15 @@ type Config struct {
 	GitEnv       []string
 	// Version is symm-mcp's, told to the agents in ACP initialize.
 	Version string
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Host is this daemon's host name on a cluster (serve --nats): its
+	// tasks carry it, and the tasks of other hosts in the shared ledger
+	// are read, waited on and resolved, never run (cluster.go). "" on
+	// one machine.
+	Host string
+	// Hosts answers list_hosts (nil: no host is listed).
+	Hosts  Hosts
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Service is the TaskService. Its methods are safe for concurrent use.
@@ -329,7 +336,7 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 		Model: req.Model, Effort: req.Effort, SessionID: req.SessionID,
 		InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID, NotifyPath: notifyPath,
 		IdempotencyKey: req.IdempotencyKey, ArgumentsSHA256: digest,
-		Worktree: recordOf(wt),
+		Worktree: recordOf(wt), Host: s.cfg.Host,
 	}, s.cfg.Now()); err != nil {
 		s.dropWorktree(wt)
 		if b, ok, err := s.retried(err, req.IdempotencyKey, digest); ok {
@@ -494,9 +501,9 @@ type ListRequest struct {
 	Limit int
 	// Cursor is a previous page's NextCursor; "" starts with the newest.
 	Cursor string
-	// Statuses, Agents, InitiatorIDs and Resolutions select the tasks
-	// listed (see ledger.Filter); a cursor goes on under any of them.
-	Statuses, Agents, InitiatorIDs, Resolutions []string
+	// Statuses, Agents, InitiatorIDs, Resolutions and Hosts select the
+	// tasks listed (see ledger.Filter); a cursor goes on under any of them.
+	Statuses, Agents, InitiatorIDs, Resolutions, Hosts []string
 }
 
 // TaskList is one page of list_tasks.
@@ -572,18 +579,22 @@ func (s *Service) parseListCursor(c string) (int, bool) {
 
 // Resolve records a judgement of a finished task.
 func (s *Service) Resolve(id string, resolution ledger.Resolution, note string) (json.RawMessage, error) {
-	r, err := s.lookup(id)
+	r, err := s.lookupShared(id)
 	if err != nil {
 		return nil, err
 	}
 	if len(note) > MaxNoteBytes {
 		return nil, errorf(InvalidRequest, "note has %d bytes, more than %d", len(note), MaxNoteBytes)
 	}
-	r.mu.Lock()
+	if r != nil {
+		r.mu.Lock()
+	}
 	_, err = s.cfg.Store.Resolve(id, resolution, note, s.cfg.Now())
-	r.mu.Unlock()
-	if err == nil {
-		r.touch("", 0)
+	if r != nil {
+		r.mu.Unlock()
+		if err == nil {
+			r.touch("", 0)
+		}
 	}
 	if te := (*ledger.TransitionError)(nil); errors.As(err, &te) {
 		return nil, errorf(InvalidTransition, "%s", te.Reason())
@@ -598,9 +609,12 @@ func (s *Service) Resolve(id string, resolution ledger.Resolution, note string) 
 // for the task to end. A finished task is returned unchanged. Cancelling
 // ctx stops the waiting, not the stop.
 func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error) {
-	r, err := s.lookup(id)
+	r, err := s.lookupShared(id)
 	if err != nil {
 		return nil, err
+	}
+	if r == nil {
+		return s.cancelElsewhere(id)
 	}
 	started, runID, requested := r.requestStop("cancel_task")
 	switch {
@@ -639,7 +653,7 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 		return WaitResult{}, errorf(InvalidRequest, "timeout_seconds must not be negative")
 	}
 	for _, id := range ids {
-		if _, err := s.lookup(id); err != nil {
+		if _, err := s.lookupShared(id); err != nil {
 			return WaitResult{}, err
 		}
 	}

@@ -35,8 +35,8 @@ const VERSIONS = ['2025-06-18', '2025-11-25'];
 
 const TOOLS = [
   'cancel_task', 'cleanup_worktrees', 'describe_agent', 'get_events',
-  'get_task', 'list_tasks', 'resolve_task', 'send_task', 'spawn_task', 'spawn_tasks',
-  'wait_tasks',
+  'get_task', 'list_hosts', 'list_tasks', 'resolve_task', 'send_task', 'spawn_task',
+  'spawn_tasks', 'wait_tasks',
 ];
 
 function requiredPath(name) {

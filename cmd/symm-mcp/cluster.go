@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/fsowner"
+	"github.com/symm-mcp/symm-mcp/internal/jetstream"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/task"
+)
+
+// clusterFlags are serve's flags for a ledger on a NATS cluster (intent
+// 0028).
+type clusterFlags struct {
+	nats     string
+	creds    string
+	ca       string
+	replicas int
+	host     string
+}
+
+func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
+	fs.StringVar(&c.nats, "nats", "", "keep the ledger on the NATS cluster at these `URLs` (comma-separated nats:// or tls://), shared with the daemons of other hosts, instead of an embedded server")
+	fs.StringVar(&c.creds, "nats-creds", "", "NATS credentials `FILE` (mode 0600, ours); needed, with TLS, for a URL off loopback")
+	fs.StringVar(&c.ca, "nats-ca", "", "certificate authority `FILE` of the NATS nodes' TLS certificates")
+	fs.IntVar(&c.replicas, "nats-replicas", jetstream.DefaultReplicas, "how many nodes keep each bucket and stream (fewer on a smaller cluster)")
+	fs.StringVar(&c.host, "host", "", "this daemon's host `NAME` on the cluster (default: the machine's hostname)")
+}
+
+// hostNameRE is what a host name may be: a key of the hosts bucket and a
+// label people read.
+var hostNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+
+// hostIDName is the file in the state directory that holds the daemon's
+// host identity: made once, kept, so that a daemon started again takes
+// its host name back at once.
+const hostIDName = "host-id"
+
+// check validates the flags; a refusal is a usage error (exit 2).
+func (c *clusterFlags) check(ledgerKind string) error {
+	if c.nats == "" {
+		for name, v := range map[string]bool{"--nats-creds": c.creds != "", "--nats-ca": c.ca != "", "--host": c.host != ""} {
+			if v {
+				return fmt.Errorf("%s goes with --nats", name)
+			}
+		}
+		return nil
+	}
+	if ledgerKind == ledgerMemory {
+		return errors.New("--nats keeps the ledger on the cluster; it does not go with --ledger memory")
+	}
+	if c.replicas < 1 || c.replicas > 5 {
+		return fmt.Errorf("--nats-replicas %d: want 1 to 5", c.replicas)
+	}
+	if err := jetstream.CheckURLs(c.urls(), c.creds, c.ca); err != nil {
+		return err
+	}
+	if c.creds != "" {
+		if err := checkPrivateFile("--nats-creds", c.creds); err != nil {
+			return err
+		}
+	}
+	if c.host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("the hostname cannot be read (%v): give --host", err)
+		}
+		c.host, _, _ = strings.Cut(h, ".")
+	}
+	if !hostNameRE.MatchString(c.host) {
+		return fmt.Errorf("host name %q: want letters, digits, '-' and '_', at most 63, starting with a letter or digit (give --host)", c.host)
+	}
+	return nil
+}
+
+func (c *clusterFlags) urls() []string {
+	var out []string
+	for _, u := range strings.Split(c.nats, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// checkPrivateFile refuses a credentials file that is not a regular file
+// of ours with no permission for group or others, as --env-file is.
+func checkPrivateFile(flagName, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flagName, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s %s is not a regular file", flagName, path)
+	}
+	owner, ok := fsowner.Owner(fi)
+	if !ok || owner != os.Geteuid() {
+		return fmt.Errorf("%s %s is not owned by the user symm-mcp runs as (uid %d)", flagName, path, os.Geteuid())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%s %s is open to group or others (mode %04o); it holds credentials: chmod 600 it", flagName, path, perm)
+	}
+	return nil
+}
+
+// hostID reads the daemon's host identity from the state directory, making
+// it the first time.
+func hostID(stateDir string) (string, error) {
+	path := filepath.Join(stateDir, hostIDName)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("the host identity: %w", err)
+	}
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(raw)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("the host identity: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("the host identity: %w", err)
+	}
+	return id, nil
+}
+
+// clusterLedger is the daemon's ledger on a cluster and its place among
+// the hosts: the ledger opens first (the hosts' sweep ends the tasks of
+// silent hosts through it), the service next (it is told of the other
+// daemons' changes), the heartbeat last, once the service can count its
+// live tasks.
+type clusterLedger struct {
+	cl     *jetstream.Cluster
+	led    *jetstream.Ledger
+	hosts  *jetstream.Hosts
+	svc    atomic.Pointer[task.Service]
+	host   string
+	id     string
+	agents []ledger.HostAgent
+}
+
+func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.Logger) (*clusterLedger, error) {
+	id, err := hostID(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerOpenWait)
+	defer cancel()
+	cl, err := jetstream.Dial(ctx, jetstream.ClusterOptions{
+		URLs: c.urls(), CredsFile: c.creds, CAFile: c.ca, Replicas: c.replicas, Name: c.host, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	x := &clusterLedger{cl: cl, host: c.host, id: id, agents: agentsOnPath(env)}
+	x.led, err = jetstream.OpenCluster(ctx, cl, c.host, jetstream.Options{Logger: log, OnChange: func(id string) {
+		if s := x.svc.Load(); s != nil {
+			s.LedgerChanged(id)
+		}
+	}})
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	log.Info("ledger on the NATS cluster", "urls", c.nats, "replicas", cl.Replicas(), "host", c.host)
+	return x, nil
+}
+
+// join claims the host name and starts the heartbeat, once svc exists. A
+// live daemon of another identity holding the name is a
+// *jetstream.NameTakenError.
+func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
+	x.svc.Store(svc)
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerOpenWait)
+	defer cancel()
+	h, err := jetstream.JoinHosts(ctx, x.cl, jetstream.HostsOptions{
+		Name: x.host, ID: x.id, Ledger: x.led, Logger: log,
+		Info: func() ledger.Host { return x.info(svc) },
+	})
+	if err != nil {
+		return err
+	}
+	x.hosts = h
+	return nil
+}
+
+func (x *clusterLedger) info(svc *task.Service) ledger.Host {
+	return ledger.Host{Name: x.host, Version: buildVersion(), Agents: x.agents, LiveTasks: svc.LiveTasks(), LastSeen: ledger.Time{Time: time.Now()}}
+}
+
+// ListHosts is list_hosts on a cluster.
+func (x *clusterLedger) ListHosts(ctx context.Context) ([]ledger.Host, error) {
+	if x.hosts == nil {
+		return []ledger.Host{}, nil
+	}
+	return x.hosts.List(ctx)
+}
+
+// close takes the host out, then closes the ledger and the connection.
+func (x *clusterLedger) close() {
+	if x.hosts != nil {
+		x.hosts.Close()
+	}
+	x.led.Close()
+	x.cl.Close()
+}
+
+// oneHost is list_hosts without a cluster: the machine this server runs
+// on.
+type oneHost struct {
+	name   string
+	agents []ledger.HostAgent
+	svc    atomic.Pointer[task.Service]
+}
+
+func newOneHost(env []string) *oneHost {
+	name, _ := os.Hostname()
+	return &oneHost{name: name, agents: agentsOnPath(env)}
+}
+
+func (h *oneHost) ListHosts(context.Context) ([]ledger.Host, error) {
+	live := 0
+	if s := h.svc.Load(); s != nil {
+		live = s.LiveTasks()
+	}
+	return []ledger.Host{{Name: h.name, Version: buildVersion(), Agents: h.agents, LiveTasks: live, LastSeen: ledger.Time{Time: time.Now()}}}, nil
+}
+
+// agentsOnPath lists the registered agents whose executables are on the
+// agents' PATH, as doctor finds them. Their versions are not asked here
+// (doctor starts each agent for it): null.
+func agentsOnPath(env []string) []ledger.HostAgent {
+	path := envValue(env, "PATH")
+	reg := agents.Default()
+	out := []ledger.HostAgent{}
+	for _, name := range reg.Names() {
+		a, _ := reg.Lookup(name)
+		for _, dir := range filepath.SplitList(path) {
+			if dir == "" {
+				continue
+			}
+			p := filepath.Join(dir, a.Executable)
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+				out = append(out, ledger.HostAgent{Agent: name, Path: p})
+				break
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/daemon"
+	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
+)
+
+// TestServeClusterFlags: --nats with --ledger memory, a URL off loopback
+// without TLS and credentials, a credentials file open to others, a
+// cluster flag without --nats and a host name that is not one are usage
+// errors (exit 2), refused before anything is written or contacted.
+func TestServeClusterFlags(t *testing.T) {
+	open := filepath.Join(t.TempDir(), "open.creds")
+	require.NoError(t, os.WriteFile(open, []byte("creds"), 0o644))
+	private := filepath.Join(t.TempDir(), "private.creds")
+	require.NoError(t, os.WriteFile(private, []byte("creds"), 0o600))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nats", "nats://127.0.0.1:4222", "--ledger", "memory"}, "does not go with --ledger memory"},
+		{[]string{"--nats", "nats://10.1.2.3:4222"}, "needs TLS (tls:// or --nats-ca) and credentials (--nats-creds)"},
+		{[]string{"--nats", "tls://build.example:4222"}, "needs TLS"},
+		{[]string{"--nats", "nats://build.example:4222", "--nats-creds", private}, "needs TLS"},
+		{[]string{"--nats", "nats://127.0.0.1:4222", "--nats-creds", open}, "is open to group or others (mode 0644)"},
+		{[]string{"--nats", "http://127.0.0.1:4222"}, `scheme "http"`},
+		{[]string{"--nats", "nats://127.0.0.1:4222", "--host", "a.b"}, `host name "a.b"`},
+		{[]string{"--nats", "nats://127.0.0.1:4222", "--nats-replicas", "0"}, "--nats-replicas 0"},
+		{[]string{"--host", "b"}, "--host goes with --nats"},
+		{[]string{"--nats-creds", private}, "--nats-creds goes with --nats"},
+	} {
+		state := filepath.Join(t.TempDir(), "state")
+		stderr, code := runBinary(t, append([]string{"serve", "--state-dir", state, "--socket", filepath.Join(t.TempDir(), "s.sock")}, tc.args...)...)
+		assert.Equal(t, 2, code, "%v: %s", tc.args, stderr)
+		assert.Contains(t, stderr, tc.want, "%v", tc.args)
+		_, err := os.Stat(state)
+		assert.ErrorIs(t, err, os.ErrNotExist, "%v: nothing written", tc.args)
+	}
+}
+
+// TestListHostsOfOneMachine: without a cluster, list_hosts is the one host
+// this server runs on, with the agents on its PATH and its live tasks.
+func TestListHostsOfOneMachine(t *testing.T) {
+	env := agentPath(t)
+	s := &session{server: startServer(t, env, "--no-notify")}
+	s.init(t)
+	out := s.call(t, "list_hosts", map[string]any{})
+	hosts := out["hosts"].([]any)
+	require.Len(t, hosts, 1)
+	h := hosts[0].(map[string]any)
+	name, _ := os.Hostname()
+	assert.Equal(t, name, h["name"])
+	assert.Equal(t, float64(0), h["live_tasks"])
+	assert.Contains(t, h["agents"], map[string]any{"agent": "opencode", "path": filepath.Join(env[0][len("PATH="):], "opencode"), "version": nil})
+
+	d := newShared(t, env)
+	out = d.front(t).call(t, "list_hosts", map[string]any{})
+	assert.Len(t, out["hosts"], 1, "a daemon of one machine is one host")
+}
+
+// natsCluster starts a 3-node NATS cluster on loopback as a child process
+// (the helper in internal/jetstream/testdata: this package imports no
+// NATS) and returns its client URLs.
+func natsCluster(t *testing.T) []string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "natscluster")
+	out, err := exec.Command("go", "build", "-o", bin, "../../internal/jetstream/testdata/natscluster").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	cmd := exec.Command(bin, "-dir", t.TempDir())
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	urls := strings.Split(strings.TrimSpace(line), ",")
+	for _, u := range urls {
+		require.True(t, strings.HasPrefix(u, "nats://127.0.0.1:"), u)
+	}
+	return urls
+}
+
+// clusterDaemon is one `serve --nats` daemon of a test, on its own
+// socket, state directory and PATH.
+type clusterDaemon struct {
+	*shared
+	cmd *exec.Cmd
+}
+
+// serveNATS starts serve --nats as host and waits for its readiness;
+// exit is what it exits with when it does not get ready.
+func serveNATS(t *testing.T, d *shared, urls []string, host string) (*clusterDaemon, string, int) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	cmd := exec.Command(binary, "serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
+		"--nats", strings.Join(urls, ","), "--host", host, fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))
+	cmd.Env = append(os.Environ(), d.env...)
+	stderr := &syncbuf.Buffer{}
+	cmd.Stderr = stderr
+	cmd.ExtraFiles = []*os.File{w}
+	require.NoError(t, cmd.Start())
+	w.Close()
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	require.NoError(t, r.SetReadDeadline(time.Now().Add(60*time.Second)))
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	if line != "ready\n" {
+		<-exited
+		return nil, stderr.String(), cmd.ProcessState.ExitCode()
+	}
+	return &clusterDaemon{shared: d, cmd: cmd}, stderr.String(), 0
+}
+
+// TestClusterOfDaemons: two daemons with their own hosts, PATHs and
+// state share one ledger on a 3-node cluster on loopback. A task spawned
+// on B is waited on, read, listed by host and resolved from A; list_hosts
+// shows both; a third daemon claiming B's live name exits 1; B killed
+// mid-turn has its task failed once by A within 15 s, its agent gone with
+// it; B started again takes its name back at once.
+func TestClusterOfDaemons(t *testing.T) {
+	urls := natsCluster(t)
+	da, db := newShared(t, agentPath(t)), newShared(t, agentPath(t))
+	_, stderr, code := serveNATS(t, da, urls, "a")
+	require.Equal(t, 0, code, stderr)
+	b, stderr, code := serveNATS(t, db, urls[1:], "b")
+	require.Equal(t, 0, code, stderr)
+	sa, sb := da.front(t), db.front(t)
+
+	id := sb.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})["task_id"].(string)
+	waited := sa.call(t, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 30})
+	require.Len(t, waited["completed"], 1, "A waits on B's task: %v", waited)
+	got := sa.call(t, "get_task", map[string]any{"task_id": id})
+	assert.Equal(t, "b", got["host"])
+	assert.Equal(t, "succeeded", got["status"])
+	evA := sa.call(t, "get_events", map[string]any{"task_id": id})
+	evB := sb.call(t, "get_events", map[string]any{"task_id": id})
+	assert.Equal(t, evB["events"], evA["events"], "the same events on both hosts")
+	list := sa.call(t, "list_tasks", map[string]any{"host": []string{"b"}})
+	assert.Len(t, list["tasks"], 1)
+	list = sa.call(t, "list_tasks", map[string]any{"host": []string{"a"}})
+	assert.Empty(t, list["tasks"])
+	sa.call(t, "resolve_task", map[string]any{"task_id": id, "resolution": "accepted"})
+	// B resolves its own task again, at once (its ledger waits for its own
+	// batch while the service holds the task's lock).
+	before := time.Now()
+	res := sb.call(t, "resolve_task", map[string]any{"task_id": id, "resolution": "rejected"})
+	assert.Equal(t, "rejected", res["resolution"])
+	assert.Less(t, time.Since(before), 5*time.Second, "resolve_task of an own task on a cluster")
+	evs := sa.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_resolved"}})
+	assert.Len(t, evs["events"], 2, "both resolutions, read from A")
+	hosts := sa.call(t, "list_hosts", map[string]any{})["hosts"].([]any)
+	require.Len(t, hosts, 2)
+	assert.Equal(t, "a", hosts[0].(map[string]any)["name"])
+	assert.Equal(t, "b", hosts[1].(map[string]any)["name"])
+
+	// Another daemon claiming the live name b is refused.
+	_, stderr, code = serveNATS(t, newShared(t, agentPath(t)), urls, "b")
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, stderr, `host name "b" is held by another live daemon`)
+
+	// B is killed mid-turn: A fails its task once, within 15 s.
+	live := sb.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": `{"steps":[{"message":"up"},{"hang":true}]}`, "workspace": t.TempDir()})["task_id"].(string)
+	ev := sb.call(t, "get_events", map[string]any{"task_id": live, "event_types": []string{"process_started"}})
+	require.Len(t, ev["events"], 1)
+	agent := int(ev["events"].([]any)[0].(map[string]any)["pid"].(float64))
+	killed := time.Now()
+	require.NoError(t, b.cmd.Process.Signal(syscall.SIGKILL))
+	var final map[string]any
+	for final == nil {
+		w := sa.call(t, "wait_tasks", map[string]any{"task_ids": []string{live}, "timeout_seconds": 30})
+		if c := w["completed"].([]any); len(c) == 1 {
+			final = c[0].(map[string]any)
+		}
+		require.Less(t, time.Since(killed), 60*time.Second)
+	}
+	took := time.Since(killed)
+	t.Logf("B's task failed %v after B was killed", took)
+	assert.Less(t, took, 15*time.Second)
+	assert.Equal(t, "failed", final["status"])
+	assert.Contains(t, final["error"], "host b stopped answering at ")
+	errs := sa.call(t, "get_events", map[string]any{"task_id": live, "event_types": []string{"error"}})
+	assert.Len(t, errs["events"], 1, "one error event")
+	assert.Eventually(t, func() bool { return syscall.Kill(agent, 0) != nil }, 30*time.Second, 20*time.Millisecond, "B's agent died with it")
+
+	// B again, under its name and identity: at once.
+	started := time.Now()
+	_, stderr, code = serveNATS(t, db, urls[2:], "b")
+	require.Equal(t, 0, code, stderr)
+	t.Logf("B ready again after %v", time.Since(started))
+	got = db.front(t).call(t, "get_task", map[string]any{"task_id": live})
+	assert.Equal(t, "failed", got["status"])
+}

@@ -1,0 +1,157 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultReplicas is how many copies of the ledger a cluster keeps unless
+// told otherwise (fewer on a smaller cluster).
+const DefaultReplicas = 3
+
+// ClusterOptions say how to reach a NATS cluster (serve --nats).
+type ClusterOptions struct {
+	// URLs are the cluster's nodes (nats://host:port or tls://host:port).
+	URLs []string
+	// CredsFile is a NATS credentials file (a user JWT and its nkey seed);
+	// CAFile the certificate authority of the nodes' TLS certificates.
+	CredsFile, CAFile string
+	// Replicas is how many nodes keep each bucket and stream (0:
+	// DefaultReplicas); it is cut to the cluster's size.
+	Replicas int
+	// Name names the connection (the host's name), for the nodes' logs.
+	Name   string
+	Logger *slog.Logger
+}
+
+// ErrInsecureURL is a NATS URL off loopback without both TLS and
+// credentials: anyone who can publish to the cluster can make agents run.
+var ErrInsecureURL = errors.New("a NATS URL that is not on loopback needs TLS (tls:// or --nats-ca) and credentials (--nats-creds)")
+
+// CheckURLs parses the URLs and refuses one off loopback unless the
+// connection has both TLS and credentials. A name that resolves to
+// loopback is still a name: only localhost and loopback addresses count.
+func CheckURLs(urls []string, credsFile, caFile string) error {
+	if len(urls) == 0 {
+		return errors.New("no NATS URL")
+	}
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("NATS URL %q: want nats://HOST:PORT or tls://HOST:PORT", raw)
+		}
+		switch u.Scheme {
+		case "nats", "tls":
+		default:
+			return fmt.Errorf("NATS URL %q: scheme %q, want nats or tls", raw, u.Scheme)
+		}
+		if isLoopback(u.Hostname()) {
+			continue
+		}
+		if credsFile == "" || (u.Scheme != "tls" && caFile == "") {
+			return fmt.Errorf("NATS URL %q: %w", raw, ErrInsecureURL)
+		}
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Cluster is a client connection to a NATS cluster with JetStream, on
+// which a Ledger and Hosts keep their buckets and stream.
+type Cluster struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	replicas int
+}
+
+// dialWait bounds the first connection to the cluster.
+const dialWait = 10 * time.Second
+
+// Dial connects to the cluster. It reconnects on its own for as long as
+// it lives; Close it once its Ledger and Hosts are closed.
+func Dial(ctx context.Context, o ClusterOptions) (*Cluster, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := CheckURLs(o.URLs, o.CredsFile, o.CAFile); err != nil {
+		return nil, err
+	}
+	opts := []nats.Option{
+		nats.Name("symm-mcp " + o.Name), nats.MaxReconnects(-1), nats.Timeout(dialWait),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			o.Logger.Warn("nats client", "err", err, "subject", subject)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			o.Logger.Warn("nats: disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { o.Logger.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.CAFile != "" {
+		opts = append(opts, nats.RootCAs(o.CAFile))
+	}
+	nc, err := nats.Connect(strings.Join(o.URLs, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to NATS at %s: %w", strings.Join(o.URLs, ","), err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("JetStream on %s: %w", strings.Join(o.URLs, ","), err)
+	}
+	want := o.Replicas
+	if want <= 0 {
+		want = DefaultReplicas
+	}
+	return &Cluster{nc: nc, js: js, replicas: max(1, min(want, clusterSize(nc)))}, nil
+}
+
+// clusterSize is how many nodes the connection knows of: the URLs it was
+// given and the ones the cluster told it, each address once.
+func clusterSize(nc *nats.Conn) int {
+	var seen []string
+	for _, s := range nc.Servers() {
+		u, err := url.Parse(s)
+		if err != nil {
+			continue
+		}
+		if !slices.Contains(seen, u.Host) {
+			seen = append(seen, u.Host)
+		}
+	}
+	return max(len(seen), 1)
+}
+
+// Replicas is how many nodes keep each bucket and stream.
+func (c *Cluster) Replicas() int { return c.replicas }
+
+// Close closes the connection. It is idempotent.
+func (c *Cluster) Close() { c.nc.Close() }

@@ -1,0 +1,294 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
+)
+
+// HostsBucket is the key-value bucket of the hosts' heartbeats: one key
+// per host name, its value the host as list_hosts shows it and the
+// identity of the daemon that holds the name.
+const HostsBucket = "symm_hosts"
+
+// Heartbeat bounds (intent 0028).
+const (
+	// BeatEvery is how often a daemon rewrites its heartbeat.
+	BeatEvery = 2 * time.Second
+	// SilentAfter is how long a host may stay silent before it is gone:
+	// its entry expires and its live tasks are ended by the others.
+	SilentAfter = 10 * time.Second
+)
+
+// NameTakenError is a host name that a live daemon of another identity
+// holds.
+type NameTakenError struct {
+	Name     string
+	LastSeen time.Time
+}
+
+func (e *NameTakenError) Error() string {
+	return fmt.Sprintf("host name %q is held by another live daemon (its last heartbeat at %s); give this daemon another --host, or stop that one",
+		e.Name, e.LastSeen.UTC().Format(ledger.TimeLayout))
+}
+
+// HostsOptions configure a daemon's place among the hosts.
+type HostsOptions struct {
+	// Name is the host's name; ID the daemon's identity, kept in its state
+	// directory: a daemon started again with it takes its name back at
+	// once, where another identity is refused while the name is live.
+	Name, ID string
+	// Info says what the heartbeat carries (its name and last_seen are
+	// filled in).
+	Info func() ledger.Host
+	// Every and Silent are BeatEvery and SilentAfter unless set (tests).
+	Every, Silent time.Duration
+	// Ledger, when set, ends the live tasks of hosts gone silent.
+	Ledger *Ledger
+	Logger *slog.Logger
+}
+
+// Hosts is a daemon's heartbeat in the hosts bucket, and its view of the
+// others'. Close stops it and takes its entry out.
+type Hosts struct {
+	kv   jetstream.KeyValue
+	opts HostsOptions
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	rev  uint64               // of our own entry
+	seen map[string]time.Time // the last heartbeat of each host seen
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+type beat struct {
+	ledger.Host
+	ID string `json:"id"`
+}
+
+// JoinHosts claims the host name on the cluster and starts the heartbeat.
+// A live daemon of another identity holding the name is a
+// *NameTakenError.
+func JoinHosts(ctx context.Context, c *Cluster, o HostsOptions) (*Hosts, error) {
+	if o.Every <= 0 {
+		o.Every = BeatEvery
+	}
+	if o.Silent <= 0 {
+		o.Silent = SilentAfter
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	kv, err := c.js.KeyValue(ctx, HostsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		// An entry is gone after Silent: JetStream expires it.
+		kv, err = c.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: HostsBucket, History: 1, TTL: o.Silent, Storage: jetstream.FileStorage, Replicas: c.replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = c.js.KeyValue(ctx, HostsBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's hosts bucket: %w", err)
+	}
+	h := &Hosts{kv: kv, opts: o, log: o.Logger, seen: map[string]time.Time{}}
+	if err := h.claim(ctx); err != nil {
+		return nil, err
+	}
+	bctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.wg.Add(1)
+	go h.run(bctx)
+	return h, nil
+}
+
+func (h *Hosts) value() []byte {
+	info := ledger.Host{}
+	if h.opts.Info != nil {
+		info = h.opts.Info()
+	}
+	info.Name = h.opts.Name
+	info.LastSeen = ledger.Time{Time: time.Now()}
+	if info.Agents == nil {
+		info.Agents = []ledger.HostAgent{}
+	}
+	b, _ := json.Marshal(beat{Host: info, ID: h.opts.ID})
+	return b
+}
+
+// claim writes the first heartbeat: a new name, ours again, or one whose
+// holder went silent.
+func (h *Hosts) claim(ctx context.Context) error {
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		e, err := h.kv.Get(ctx, h.opts.Name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			rev, err := h.kv.Create(ctx, h.opts.Name, h.value())
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("claiming host name %q: %w", h.opts.Name, err)
+			}
+			h.rev = rev
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("claiming host name %q: %w", h.opts.Name, err)
+		}
+		var b beat
+		_ = json.Unmarshal(e.Value(), &b)
+		if b.ID != h.opts.ID && time.Since(e.Created()) < h.opts.Silent {
+			return &NameTakenError{Name: h.opts.Name, LastSeen: e.Created()}
+		}
+		rev, err := h.kv.Update(ctx, h.opts.Name, h.value(), e.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("claiming host name %q: %w", h.opts.Name, err)
+		}
+		h.rev = rev
+		return nil
+	}
+	return fmt.Errorf("claiming host name %q: the entry kept changing", h.opts.Name)
+}
+
+func (h *Hosts) run(ctx context.Context) {
+	defer h.wg.Done()
+	tick := time.NewTicker(h.opts.Every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		h.beat(ctx)
+		h.sweep(ctx)
+	}
+}
+
+// beat rewrites our entry. Another daemon taking the name (ours had
+// expired) is logged: this daemon's tasks were ended by then.
+func (h *Hosts) beat(ctx context.Context) {
+	octx, cancel := context.WithTimeout(ctx, h.opts.Every)
+	defer cancel()
+	rev, err := h.kv.Put(octx, h.opts.Name, h.value())
+	if err != nil {
+		h.log.Warn("hosts: heartbeat not written", "host", h.opts.Name, "err", err)
+		return
+	}
+	h.mu.Lock()
+	h.rev = rev
+	h.mu.Unlock()
+}
+
+// List returns the live hosts, by name.
+func (h *Hosts) List(ctx context.Context) ([]ledger.Host, error) {
+	keys, err := h.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing hosts: %w", err)
+	}
+	var out []ledger.Host
+	for k := range keys.Keys() {
+		e, err := h.kv.Get(ctx, k)
+		if err != nil {
+			continue // expired since
+		}
+		if time.Since(e.Created()) >= h.opts.Silent {
+			continue
+		}
+		var b beat
+		if err := json.Unmarshal(e.Value(), &b); err != nil {
+			continue
+		}
+		b.Host.Name = k
+		b.Host.LastSeen = ledger.Time{Time: e.Created()}
+		if b.Host.Agents == nil {
+			b.Host.Agents = []ledger.HostAgent{}
+		}
+		out = append(out, b.Host)
+		h.mu.Lock()
+		h.seen[k] = e.Created()
+		h.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b ledger.Host) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// sweep ends the live tasks of the hosts that are not live.
+func (h *Hosts) sweep(ctx context.Context) {
+	if h.opts.Ledger == nil {
+		return
+	}
+	octx, cancel := context.WithTimeout(ctx, h.opts.Every)
+	defer cancel()
+	hosts, err := h.List(octx)
+	if err != nil {
+		h.log.Warn("hosts: not swept", "err", err)
+		return
+	}
+	live := map[string]bool{h.opts.Name: true}
+	for _, x := range hosts {
+		live[x.Name] = true
+	}
+	h.mu.Lock()
+	seen := make(map[string]time.Time, len(h.seen))
+	for k, v := range h.seen {
+		seen[k] = v
+	}
+	h.mu.Unlock()
+	ended := h.opts.Ledger.EndOrphans(func(name string) bool { return live[name] },
+		func(name string) string { return StoppedAnswering(name, seen[name]) }, time.Now())
+	if len(ended) > 0 {
+		h.log.Warn("hosts: the live tasks of a silent host are ended failed", "tasks", ended)
+	}
+}
+
+// StoppedAnswering is the error of a task whose host went silent.
+func StoppedAnswering(host string, lastSeen time.Time) string {
+	if lastSeen.IsZero() {
+		return fmt.Sprintf("host %s stopped answering (no heartbeat of it within %v)", host, SilentAfter)
+	}
+	return fmt.Sprintf("host %s stopped answering at %s", host, lastSeen.UTC().Format(ledger.TimeLayout))
+}
+
+// halt stops the heartbeat and the sweeps, leaving the entry to expire
+// (what a killed daemon leaves).
+func (h *Hosts) halt() {
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.wg.Wait()
+}
+
+// Close stops the heartbeat and takes our entry out, so that the others
+// see this host gone at once (its tasks were ended by its shutdown). It
+// is idempotent.
+func (h *Hosts) Close() {
+	h.once.Do(func() {
+		h.halt()
+		ctx, cancel := opContext()
+		defer cancel()
+		h.mu.Lock()
+		rev := h.rev
+		h.mu.Unlock()
+		if err := h.kv.Delete(ctx, h.opts.Name, jetstream.LastRevision(rev)); err != nil {
+			h.log.Debug("hosts: entry not taken out", "host", h.opts.Name, "err", err)
+		}
+	})
+}

@@ -1,0 +1,80 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
+)
+
+// Hosts is what list_hosts needs: the daemons of a cluster, or the one
+// this server is (intent 0028).
+type Hosts interface {
+	ListHosts(ctx context.Context) ([]ledger.Host, error)
+}
+
+// ListHosts returns the live hosts.
+func (s *Service) ListHosts(ctx context.Context) ([]ledger.Host, error) {
+	if s.cfg.Hosts == nil {
+		return []ledger.Host{}, nil
+	}
+	return s.cfg.Hosts.ListHosts(ctx)
+}
+
+// lookupShared is lookup, extended to the tasks of other hosts that a
+// shared ledger holds: those have no run here (nil, no error).
+func (s *Service) lookupShared(id string) (*taskRun, error) {
+	r, err := s.lookup(id)
+	if err == nil || s.cfg.Host == "" {
+		return r, err
+	}
+	if _, serr := s.cfg.Store.Status(id); serr != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// cancelElsewhere answers cancel_task for a task of another host: a
+// finished one is returned unchanged, as a local one is; a live one is
+// refused, naming its host (routing a cancel there is not built yet).
+func (s *Service) cancelElsewhere(id string) (json.RawMessage, error) {
+	b, err := s.cfg.Store.TaskJSON(id)
+	if err != nil {
+		return nil, err
+	}
+	var rec struct {
+		Status ledger.Status `json:"status"`
+		Host   string        `json:"host"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, err
+	}
+	if rec.Status.Terminal() {
+		return b, nil
+	}
+	return nil, errorf(InvalidRequest, "task %s runs on host %s: cancel it through that host's daemon", id, rec.Host)
+}
+
+// LedgerChanged is told by a shared ledger of a task another daemon
+// changed: waiters wake, and a live task of ours that another host ended
+// (it thought this one gone) has its agent stopped, as the ledger refuses
+// every write to it from now on.
+func (s *Service) LedgerChanged(id string) {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	r := s.runs[id]
+	s.mu.Unlock()
+	if r == nil {
+		return
+	}
+	if st, err := s.cfg.Store.Status(id); err != nil || !st.Terminal() {
+		return
+	}
+	r.mu.Lock()
+	started, ended, runID := r.started, r.ended, r.runID
+	r.mu.Unlock()
+	if started && !ended {
+		s.stopRun(runID)
+	}
+}
