@@ -131,8 +131,7 @@ func (r *taskRun) finished() {
 	}
 	close(r.done)
 	s.mu.Lock()
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.wakeLocked()
 	s.mu.Unlock()
 }
 

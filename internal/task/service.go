@@ -162,7 +162,9 @@ type Service struct {
 	mu       sync.Mutex
 	runs     map[string]*taskRun // by task id
 	shutting bool
-	changed  chan struct{} // closed and replaced whenever a task ends
+	changed  chan struct{}          // closed and replaced whenever a task ends or a question opens or closes
+	asks     map[string]*pendingAsk // open permission questions, by key (ask.go)
+	askSeq   uint64
 }
 
 // New returns a Service.
@@ -200,6 +202,13 @@ type SpawnRequest struct {
 	// only goes with IsolationWorktree.
 	Isolation Isolation
 	BaseRef   string
+	// Ask names the tool kinds whose permission requests are put to a
+	// person instead of rejected; AskTimeoutS bounds each question (nil:
+	// permission.DefaultAskTimeoutS); Asker reaches the person, through the
+	// MCP session that spawned the task (nil: nobody can be asked).
+	Ask         []string
+	AskTimeoutS *int
+	Asker       permission.Asker
 }
 
 func (s *Service) workspace(ws string) (string, error) {
@@ -262,6 +271,9 @@ func (s *Service) prepare(req SpawnRequest) (spawnPlan, error) {
 		}
 	}
 	if err := checkIdempotencyKey(req.IdempotencyKey); err != nil {
+		return spawnPlan{}, err
+	}
+	if err := checkAsk(req); err != nil {
 		return spawnPlan{}, err
 	}
 	if err := checkIsolation(req); err != nil {
@@ -336,7 +348,7 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	}
 	params := acpsession.Params{
 		Cwd: cwd, Prompt: req.Prompt, ResumeID: req.SessionID, KeepOpen: adapter.KeepSessionOpen,
-		Settings: launch.Settings, Allow: slices.Clone(req.Allow), RequestTimeout: s.cfg.RequestTimeout,
+		Settings: launch.Settings, Allow: slices.Clone(req.Allow), Ask: s.askPolicy(req, id), RequestTimeout: s.cfg.RequestTimeout,
 		ClientVersion: s.cfg.Version, Slots: s.slots,
 	}
 	spec := supervisor.Spec{
@@ -572,12 +584,18 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 type WaitResult struct {
 	Completed []json.RawMessage
 	Pending   []json.RawMessage
-	Reason    string // "terminal" or "timeout"
+	Reason    string // "terminal", "needs_decision" or "timeout"
+	// Decisions are the permission questions open on the tasks, oldest
+	// first (intent 0024).
+	Decisions []Decision
 }
 
 // Wait waits up to timeout (at most MaxWait) for any of the tasks to be
 // finished. It returns early with ctx's error when ctx ends (the client
-// went away).
+// went away), and with reason needs_decision when a permission question
+// opens on one of the tasks, or one is open that no Wait reported yet: a
+// question already reported does not end the next Wait at once, which
+// would have a caller poll while the person thinks.
 func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration) (WaitResult, error) {
 	if len(ids) == 0 {
 		return WaitResult{}, errorf(InvalidRequest, "task_ids is empty")
@@ -588,6 +606,9 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 		}
 	}
 	timeout = min(max(timeout, 0), MaxWait)
+	s.mu.Lock()
+	askedBefore := s.askSeq
+	s.mu.Unlock()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
@@ -604,8 +625,16 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 				res.Pending = append(res.Pending, sum)
 			}
 		}
+		s.mu.Lock()
+		decisions, fresh := s.decisionsLocked(ids, askedBefore)
+		s.mu.Unlock()
+		res.Decisions = decisions
 		if len(res.Completed) > 0 {
 			res.Reason = "terminal"
+			return res, nil
+		}
+		if fresh {
+			res.Reason = "needs_decision"
 			return res, nil
 		}
 		select {
