@@ -35,6 +35,10 @@ type Service interface {
 	Cancel(ctx context.Context, id string) (json.RawMessage, error)
 	SpawnTasks(ctx context.Context, req task.FleetRequest) (task.FleetResult, error)
 	CleanupWorktrees(ctx context.Context, req task.CleanupRequest) (task.CleanupResult, error)
+	// Decisions and Answer are the permission questions open on tasks and
+	// the delivery of a person's answer (ask.go).
+	Decisions(ids []string) []task.Decision
+	Answer(key string, allow bool) bool
 	// Shutdown stops every task; Serve calls it when the session ends.
 	Shutdown(ctx context.Context) error
 }
@@ -49,7 +53,7 @@ check agent_message and tool_call events. Ignore event types you do not know.`
 // New returns an MCP server with the ten tools, calling svc.
 func New(svc Service, version string) *mcp.Server {
 	s := newServer(version)
-	register(s, svc)
+	register(s, svc, nil)
 	return s
 }
 
@@ -66,8 +70,10 @@ func newServer(version string) *mcp.Server {
 // register adds the ten tools. Their output schemas are generated and
 // published apart from the SDK (publishOutputSchemas): resolving them here
 // was most of the server's start-up.
-func register(s *mcp.Server, svc Service) {
-	h := handlers{svc}
+//
+// gone, when not nil, is closed when the one session s serves ends.
+func register(s *mcp.Server, svc Service, gone <-chan struct{}) {
+	h := handlers{svc, gone}
 	addTool(s, describeAgentTool, h.describeAgent)
 	addTool(s, spawnTaskTool, h.spawnTask)
 	addTool(s, getTaskTool, h.getTask)
@@ -80,7 +86,10 @@ func register(s *mcp.Server, svc Service) {
 	addTool(s, cleanupWorktreesTool, h.cleanupWorktrees)
 }
 
-type handlers struct{ svc Service }
+type handlers struct {
+	svc  Service
+	gone <-chan struct{} // closed when the session ends; nil when s serves many
+}
 
 // toolDef is a tool's description with its schemas edited where inference
 // cannot say enough (enums, bounds).
@@ -102,8 +111,11 @@ func addTool[In any](s *mcp.Server, d toolDef[In], h func(context.Context, In) (
 		d.edit(in)
 	}
 	t.InputSchema = in
-	mcp.AddTool(s, &t, func(ctx context.Context, _ *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
-		b, err := h(ctx, args)
+	mcp.AddTool(s, &t, func(ctx context.Context, req *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
+		b, err := h(context.WithValue(ctx, callKey{}, req), args)
+		if ir, ok := errors.AsType[*inputRequired](err); ok {
+			return &mcp.CallToolResult{InputRequests: ir.requests}, nil, nil
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -284,7 +296,7 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 		case <-ran: // the session ended before anything needed the tools
 			return
 		}
-		register(s, svc)
+		register(s, svc, ran)
 		close(ready)
 	})
 	// The SDK's context ends only once the requests read are answered, so

@@ -39,7 +39,15 @@ type spawnArgs struct {
 	ExecutorID  string   `json:"executor_id,omitempty" jsonschema:"descriptive label of who executes the task; grants nothing"`
 	Isolation   string   `json:"isolation,omitempty" jsonschema:"none (default): the agent works in workspace itself; worktree: in a git worktree of its own, on branch symm/<task_id>"`
 	BaseRef     string   `json:"base_ref,omitempty" jsonschema:"with isolation=worktree: the branch, tag or commit to start from; default HEAD"`
+	spawnAsk
 	spawnRetry
+}
+
+// spawnAsk is the ask policy of spawn_task and spawn_tasks' entries
+// (intent 0024).
+type spawnAsk struct {
+	Ask         []string `json:"ask,omitempty" jsonschema:"ACP tool kinds whose permission requests (when not in allow) are put to the person at this MCP session, through elicitation; default none"`
+	AskTimeoutS *int     `json:"ask_timeout_s,omitempty" jsonschema:"seconds the person has to answer each question, 1 to 3600; default 300; unanswered is reject once"`
 }
 
 // spawnRetry is spawn_task's idempotency_key, apart from the other
@@ -58,12 +66,24 @@ var spawnTaskTool = toolDef[spawnArgs]{
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
 		s.Properties["isolation"].Enum = enum(task.Isolations)
+		editAsk(s)
 	},
 	output: reflect.TypeFor[ledger.Task](),
 }
 
+// editAsk gives ask its kinds; ask_timeout_s's bounds are checked by the
+// service (invalid_request), the schema only keeps it an integer that
+// decodes.
+func editAsk(s *jsonschema.Schema) {
+	s.Properties["ask"].Items.Enum = enum(permission.Kinds)
+	s.Properties["ask_timeout_s"].Minimum = ptr(-maxInteger)
+	s.Properties["ask_timeout_s"].Maximum = ptr(maxInteger)
+}
+
 func (h handlers) spawnTask(ctx context.Context, a spawnArgs) (json.RawMessage, error) {
-	return h.svc.Spawn(ctx, a.request())
+	req := a.request()
+	req.Asker = h.asker(ctx)
+	return h.svc.Spawn(ctx, req)
 }
 
 func (a spawnArgs) request() task.SpawnRequest {
@@ -72,6 +92,7 @@ func (a spawnArgs) request() task.SpawnRequest {
 		Effort: a.Effort, SessionID: a.SessionID, InitiatorID: a.InitiatorID, ExecutorID: a.ExecutorID,
 		IdempotencyKey: a.IdempotencyKey,
 		Isolation:      task.Isolation(a.Isolation), BaseRef: a.BaseRef,
+		Ask:            a.Ask, AskTimeoutS: a.AskTimeoutS,
 	}
 }
 
@@ -87,8 +108,15 @@ var getTaskTool = toolDef[taskIDArgs]{
 	output: reflect.TypeFor[ledger.Task](),
 }
 
-func (h handlers) getTask(_ context.Context, a taskIDArgs) (json.RawMessage, error) {
-	return h.svc.Task(a.TaskID)
+func (h handlers) getTask(ctx context.Context, a taskIDArgs) (json.RawMessage, error) {
+	b, err := h.svc.Task(a.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.questions(ctx, []string{a.TaskID}); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // --- get_events
@@ -155,7 +183,8 @@ type waitArgs struct {
 type waitOut struct {
 	Completed []ledger.Summary `json:"completed"`
 	Pending   []ledger.Summary `json:"pending"`
-	Reason    string           `json:"reason" jsonschema:"terminal or timeout"`
+	Reason    string           `json:"reason" jsonschema:"terminal, needs_decision (a permission request waits for a person) or timeout"`
+	Decisions []decisionOut    `json:"decisions" jsonschema:"the permission requests of these tasks waiting for a person, oldest first"`
 }
 
 var waitTasksTool = toolDef[waitArgs]{
@@ -178,14 +207,21 @@ func (h handlers) waitTasks(ctx context.Context, a waitArgs) (json.RawMessage, e
 		// Larger values are clamped to the maximum wait.
 		timeout = time.Duration(min(*a.TimeoutSeconds, task.MaxWait.Seconds()) * float64(time.Second))
 	}
+	if err := h.questions(ctx, a.TaskIDs); err != nil {
+		return nil, err
+	}
 	res, err := h.svc.Wait(ctx, a.TaskIDs, timeout)
 	if err != nil {
+		return nil, err
+	}
+	if err := h.mine(callOf(ctx), res.Decisions); err != nil {
 		return nil, err
 	}
 	return object(
 		member{"completed", array(res.Completed)},
 		member{"pending", array(res.Pending)},
 		member{"reason", jsonValue(res.Reason)},
+		member{"decisions", decisionsJSON(res.Decisions)},
 	), nil
 }
 
