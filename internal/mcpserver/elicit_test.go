@@ -3,8 +3,10 @@ package mcpserver
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,4 +214,147 @@ func TestAskOverMCP(t *testing.T) {
 			})
 		}
 	}
+}
+
+// blockingHandler signals each elicitation on asked and answers only when
+// its context ends or the test does.
+func blockingHandler(t *testing.T) (elicitHandler, <-chan struct{}) {
+	asked := make(chan struct{}, 16)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	return func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		asked <- struct{}{}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-release:
+			return &mcp.ElicitResult{Action: "cancel"}, nil
+		}
+	}, asked
+}
+
+// TestAskNeedsDecisionAndSessionGone: while a question is open, another
+// session's wait_tasks returns early with needs_decision and the
+// question, once; when the spawning session ends (its tasks go on, as in
+// the daemon), the request is rejected with decided_by no_elicitation.
+func TestAskNeedsDecisionAndSessionGone(t *testing.T) {
+	for _, version := range generations {
+		t.Run(version, func(t *testing.T) {
+			r := newRig(t, rigOptions{})
+			h, _ := blockingHandler(t)
+			spawner, pipe := connectEliciting(t, r.svc, version, h, true)
+			id := call(t, spawner, "spawn_task", map[string]any{
+				"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"},
+			})["task_id"].(string)
+
+			var out map[string]any
+			for {
+				out = call(t, r.cs, "wait_tasks", map[string]any{"task_ids": []string{id}})
+				if out["reason"] != "timeout" {
+					break
+				}
+			}
+			require.Equal(t, "needs_decision", out["reason"])
+			assert.Equal(t, []any{map[string]any{"task_id": id, "tool_call_id": "t1", "title": "Edit main.go", "kind": "edit"}}, out["decisions"])
+			assert.Len(t, out["pending"], 1)
+			out = call(t, r.cs, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 0})
+			assert.Equal(t, "timeout", out["reason"], "a question reported once does not end the next wait at once")
+			assert.Len(t, out["decisions"], 1, "it is still listed")
+
+			require.NoError(t, pipe.Close()) // the spawning session ends
+			perm := finish(t, r, r.cs, id)
+			assert.Equal(t, "reject_once", perm["decision"])
+			assert.Equal(t, "no_elicitation", perm["decided_by"])
+			assert.Empty(t, r.svc.Decisions([]string{id}))
+		})
+	}
+}
+
+// TestAskEndsWithTheTask: cancel_task while a question is open ends the
+// question: the request is answered cancelled by the stop's rule.
+func TestAskEndsWithTheTask(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	h, asked := blockingHandler(t)
+	cs, _ := connectEliciting(t, r.svc, "2025-11-25", h, false)
+	id := call(t, cs, "spawn_task", map[string]any{
+		"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"},
+	})["task_id"].(string)
+	<-asked
+	out := call(t, cs, "cancel_task", map[string]any{"task_id": id})
+	assert.Equal(t, "cancelled", out["status"])
+	perm := finish(t, r, cs, id)
+	assert.Equal(t, "cancelled", perm["decision"])
+	assert.Nil(t, perm["option_id"])
+	assert.Equal(t, "rule", perm["decided_by"])
+	assert.Empty(t, r.svc.Decisions([]string{id}))
+}
+
+// TestAskArguments: ask_timeout_s out of 1..3600 is invalid_request, in
+// spawn_task and in a fleet's entries; ask takes tool kinds only; a fleet
+// entry's ask puts its questions to the spawning session too.
+func TestAskArguments(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	base := func(extra map[string]any) map[string]any {
+		a := map[string]any{"agent": "fake", "prompt": "p", "ask": []string{"edit"}}
+		for k, v := range extra {
+			a[k] = v
+		}
+		return a
+	}
+	for _, v := range []int{0, -1, 3601} {
+		assert.Equal(t, "invalid_request: ask_timeout_s is "+itoa(v)+"; it must be 1 to 3600 seconds",
+			callErr(t, r.cs, "spawn_task", base(map[string]any{"ask_timeout_s": v})))
+	}
+	assert.Equal(t, "invalid_request: tasks[1]: ask_timeout_s is 3601; it must be 1 to 3600 seconds",
+		callErr(t, r.cs, "spawn_tasks", map[string]any{"tasks": []any{base(nil), base(map[string]any{"ask_timeout_s": 3601})}}))
+	assert.Contains(t, callErr(t, r.cs, "spawn_task", base(map[string]any{"ask": []string{"switch_mode"}})), `validating "arguments"`)
+
+	answered := func(_ context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}, nil
+	}
+	cs, _ := connectEliciting(t, r.svc, "2025-11-25", answered, false)
+	out := call(t, cs, "spawn_tasks", map[string]any{
+		"defaults": map[string]any{"agent": "fake", "ask": []string{"edit"}, "ask_timeout_s": 3600},
+		"tasks": []any{
+			map[string]any{"prompt": script(askStep("edit")), "workspace": workspace(t, nil)},
+			map[string]any{"prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{}},
+		},
+	})
+	var decided []any
+	for _, e := range out["tasks"].([]any) {
+		id := e.(map[string]any)["task_id"].(string)
+		perm := finish(t, r, cs, id)
+		decided = append(decided, []any{perm["decision"], perm["decided_by"]})
+	}
+	assert.Equal(t, []any{[]any{"allow_once", "human"}, []any{"reject_once", "rule"}}, decided,
+		"the defaults' ask, and an entry's [] replacing it")
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestAskCarriedByGetTask: to a 2026-07-28 client the open question is
+// the input-required result of its get_task on the task; the retried
+// call carries the answer and returns the task.
+func TestAskCarriedByGetTask(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	var n atomic.Int32
+	cs, _ := connectEliciting(t, r.svc, "2026-07-28", func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		n.Add(1)
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}, nil
+	}, false)
+	id := call(t, cs, "spawn_task", map[string]any{
+		"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"},
+	})["task_id"].(string)
+	for {
+		// Another session's wait says when the question is open.
+		if call(t, r.cs, "wait_tasks", map[string]any{"task_ids": []string{id}})["reason"] == "needs_decision" {
+			break
+		}
+	}
+	out := call(t, cs, "get_task", map[string]any{"task_id": id})
+	assert.Equal(t, id, out["task_id"])
+	assert.Equal(t, int32(1), n.Load(), "asked in the get_task call")
+	perm := finish(t, r, cs, id)
+	assert.Equal(t, "allow_once", perm["decision"])
+	assert.Equal(t, "human", perm["decided_by"])
 }

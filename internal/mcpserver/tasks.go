@@ -92,7 +92,7 @@ func (a spawnArgs) request() task.SpawnRequest {
 		Effort: a.Effort, SessionID: a.SessionID, InitiatorID: a.InitiatorID, ExecutorID: a.ExecutorID,
 		IdempotencyKey: a.IdempotencyKey,
 		Isolation:      task.Isolation(a.Isolation), BaseRef: a.BaseRef,
-		Ask:            a.Ask, AskTimeoutS: a.AskTimeoutS,
+		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS,
 	}
 }
 

@@ -138,14 +138,14 @@ func (s *Service) Answer(key string, allow bool) bool {
 func (s *Service) Decisions(ids []string) []Decision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out, _ := s.decisionsLocked(ids, 0)
+	out, _ := s.decisionsLocked(ids, 0, false)
 	return out
 }
 
 // decisionsLocked lists the questions open on the tasks, oldest first, and
 // reports whether one was asked after seq or never reported by a Wait;
-// those are marked reported.
-func (s *Service) decisionsLocked(ids []string, seq uint64) ([]Decision, bool) {
+// with report, those are marked reported.
+func (s *Service) decisionsLocked(ids []string, seq uint64, report bool) ([]Decision, bool) {
 	var open []*pendingAsk
 	for _, p := range s.asks {
 		for _, id := range ids {
@@ -161,7 +161,7 @@ func (s *Service) decisionsLocked(ids []string, seq uint64) ([]Decision, bool) {
 	for _, p := range open {
 		if p.seq > seq || !p.reported {
 			fresh = true
-			p.reported = true
+			p.reported = p.reported || report
 		}
 		out = append(out, p.d)
 	}

@@ -626,7 +626,7 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 			}
 		}
 		s.mu.Lock()
-		decisions, fresh := s.decisionsLocked(ids, askedBefore)
+		decisions, fresh := s.decisionsLocked(ids, askedBefore, true)
 		s.mu.Unlock()
 		res.Decisions = decisions
 		if len(res.Completed) > 0 {
