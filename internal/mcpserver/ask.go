@@ -56,6 +56,12 @@ func (h handlers) asker(ctx context.Context) permission.Asker {
 // delivers the answer; this only notices the session's end).
 func (e *elicitor) Ask(ctx context.Context, q permission.Question) (bool, error) {
 	if e.deferred {
+		if e.gone == nil {
+			// Over HTTP a 2026-07-28 request has a session of its own,
+			// which ended with the spawn: no later call is "that
+			// session's".
+			return false, permission.ErrSessionGone
+		}
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
