@@ -3,8 +3,10 @@ package acpsession
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -96,4 +98,25 @@ func TestAskRouting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAskRawInputBound: the question shows at most 2,000 characters of
+// the tool call's raw input.
+func TestAskRawInputBound(t *testing.T) {
+	asker := &recAsker{}
+	long := strings.Repeat("é", 5000)
+	h := newHarness(t, fakeagent.Config{}, Params{
+		Ask: permission.Ask{Kinds: []string{"execute"}, Asker: asker},
+		Prompt: script(t, steps(obj{"permission": obj{
+			"tool_call_id": "t1", "kind": "execute", "raw_input": obj{"command": long}, "options": permissionOptions(),
+		}})),
+	})
+	_, err := h.run()
+	require.NoError(t, err)
+	asker.mu.Lock()
+	defer asker.mu.Unlock()
+	require.Len(t, asker.asked, 1)
+	in := asker.asked[0].RawInput
+	assert.Equal(t, permission.MaxQuestionInput, utf8.RuneCountInString(in))
+	assert.True(t, strings.HasPrefix(in, `{"command":"ééé`), in[:20])
 }
