@@ -151,12 +151,23 @@ func (h handlers) questions(ctx context.Context, ids []string) error {
 	if req == nil {
 		return nil
 	}
-	for key, r := range req.Params.InputResponses {
-		if res, ok := r.(*mcp.ElicitResult); ok {
-			h.svc.Answer(key, accepted(res))
+	if len(req.Params.InputResponses) > 0 {
+		// Only the spawning session answers a question: an answer for
+		// another session's question, or one no longer open, is ignored.
+		for _, d := range h.svc.Decisions(ids) {
+			r, ok := req.Params.InputResponses[d.Key].(*mcp.ElicitResult)
+			if ok && h.carries(req, d) {
+				h.svc.Answer(d.Key, accepted(r))
+			}
 		}
 	}
 	return h.mine(req, h.svc.Decisions(ids))
+}
+
+// carries reports whether d is a question this call's session carries.
+func (handlers) carries(req *mcp.CallToolRequest, d task.Decision) bool {
+	e, ok := d.Asker.(*elicitor)
+	return ok && e.deferred && e.ss == req.Session
 }
 
 // mine is an *inputRequired for the decisions this session is to carry,
@@ -167,7 +178,7 @@ func (h handlers) mine(req *mcp.CallToolRequest, ds []task.Decision) error {
 	}
 	var out mcp.InputRequestMap
 	for _, d := range ds {
-		if e, ok := d.Asker.(*elicitor); ok && e.deferred && e.ss == req.Session {
+		if h.carries(req, d) {
 			if out == nil {
 				out = make(mcp.InputRequestMap)
 			}

@@ -358,3 +358,33 @@ func TestAskCarriedByGetTask(t *testing.T) {
 	assert.Equal(t, "allow_once", perm["decision"])
 	assert.Equal(t, "human", perm["decided_by"])
 }
+
+// TestAskAnsweredOnlyByTheSpawningSession: an answer another session's
+// call carries for the question is ignored; the spawning session's counts.
+func TestAskAnsweredOnlyByTheSpawningSession(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	spawner, _ := connectEliciting(t, r.svc, "2026-07-28", func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "decline"}, nil
+	}, false)
+	other, _ := connectEliciting(t, r.svc, "2026-07-28", nil, false)
+	id := call(t, spawner, "spawn_task", map[string]any{
+		"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"},
+	})["task_id"].(string)
+	for call(t, r.cs, "wait_tasks", map[string]any{"task_ids": []string{id}})["reason"] != "needs_decision" {
+	}
+	open := r.svc.Decisions([]string{id})
+	require.Len(t, open, 1)
+
+	res, err := other.CallTool(context.Background(), &mcp.CallToolParams{
+		Name: "wait_tasks", Arguments: map[string]any{"task_ids": []string{id}, "timeout_seconds": 0},
+		InputResponses: mcp.InputResponseMap{open[0].Key: &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}},
+	})
+	require.NoError(t, err)
+	require.False(t, res.IsError, text(res))
+	assert.Len(t, r.svc.Decisions([]string{id}), 1, "another session's answer is ignored")
+
+	call(t, spawner, "get_task", map[string]any{"task_id": id})
+	perm := finish(t, r, spawner, id)
+	assert.Equal(t, "reject_once", perm["decision"])
+	assert.Equal(t, "human", perm["decided_by"])
+}
