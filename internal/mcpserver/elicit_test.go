@@ -309,6 +309,18 @@ func TestAskArguments(t *testing.T) {
 		callErr(t, r.cs, "spawn_tasks", map[string]any{"tasks": []any{base(nil), base(map[string]any{"ask_timeout_s": 3601})}}))
 	assert.Contains(t, callErr(t, r.cs, "spawn_task", base(map[string]any{"ask": []string{"switch_mode"}})), `validating "arguments"`)
 
+	// With a key, ask and its timeout (the default applied) are part of
+	// the arguments a retry must repeat.
+	keyed := map[string]any{"agent": "fake", "prompt": script(), "workspace": workspace(t, nil), "ask": []string{"edit"}, "idempotency_key": "ask-1"}
+	first := call(t, r.cs, "spawn_task", keyed)["task_id"]
+	keyed["ask_timeout_s"] = 300
+	assert.Equal(t, first, call(t, r.cs, "spawn_task", keyed)["task_id"], "the default timeout given is the same call")
+	keyed["ask_timeout_s"] = 60
+	assert.Contains(t, callErr(t, r.cs, "spawn_task", keyed), "invalid_request: idempotency_key \"ask-1\" belongs to task")
+	delete(keyed, "ask_timeout_s")
+	keyed["ask"] = []string{"execute"}
+	assert.Contains(t, callErr(t, r.cs, "spawn_task", keyed), "invalid_request: idempotency_key \"ask-1\" belongs to task")
+
 	answered := func(_ context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}, nil
 	}
