@@ -52,6 +52,8 @@ package acpsession
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 )
 
 // DefaultRequestTimeout bounds each ACP request made before the prompt.
@@ -167,6 +169,9 @@ type Params struct {
 	Settings []Setting
 	// Allow lists the ACP tool kinds approved for this task.
 	Allow []string
+	// Ask names the kinds put to a person instead of rejected, and who
+	// asks them (intent 0024).
+	Ask permission.Ask
 	// RequestTimeout bounds each request before the prompt
 	// (DefaultRequestTimeout when zero).
 	RequestTimeout time.Duration

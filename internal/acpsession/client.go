@@ -2,7 +2,11 @@ package acpsession
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"slices"
+	"sync"
+	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 
@@ -22,7 +26,7 @@ var cancelledOutcome = acp.RequestPermissionResponse{
 // RequestPermission decides with permission.Decide during the prompt turn
 // and records the decision; outside the turn it answers Cancelled and
 // records nothing.
-func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+func (c *client) RequestPermission(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
 	s := c.s
 	e := s.apply(factPermissionAsked{sid: string(req.SessionId), toolID: string(req.ToolCall.ToolCallId)})
 	if !e.admitted {
@@ -31,7 +35,7 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 		return cancelledOutcome, nil
 	}
 	defer s.apply(factPermissionDone{})
-	cancelled, modes, announced, allow := e.cancelled, e.modes, e.announced, e.allow
+	cancelled, modes, announced, allow, ask := e.cancelled, e.modes, e.announced, e.allow, e.ask
 	if !e.inTurn {
 		return cancelledOutcome, nil
 	}
@@ -50,26 +54,11 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 	for _, o := range req.Options {
 		f.Options = append(f.Options, permission.Option{ID: string(o.OptionId), Kind: string(o.Kind)})
 	}
-	d := permission.Decision{Outcome: permission.Cancelled}
+	d, by := permission.Decision{Outcome: permission.Cancelled}, permission.ByRule
 	if !cancelled {
-		r := permission.Request{
-			ToolKind:   f.Kind,
-			ModeSwitch: f.Kind == permission.SwitchMode || switchesMode(f.Options, modes),
-			Options:    f.Options,
-		}
-		d = permission.Decide(allow, r)
-		// A request without a kind counts as "other"; in ACP it may also
-		// mean "the kind the tool call announced". Allow only when both
-		// readings allow, so neither can widen what the task allowed.
-		if f.Kind == "" && announced != "" && d.Outcome == permission.AllowOnce {
-			r.ToolKind = announced
-			r.ModeSwitch = r.ModeSwitch || announced == permission.SwitchMode
-			if d2 := permission.Decide(allow, r); d2.Outcome != permission.AllowOnce {
-				d = d2
-			}
-		}
+		d, by = s.decide(ctx, f, modes, announced, tc.RawInput, allow, ask)
 	}
-	f.Decision = d.Outcome
+	f.Decision, f.DecidedBy = d.Outcome, by
 	if d.Outcome != permission.Cancelled {
 		id := d.OptionID
 		f.OptionID = &id
@@ -89,6 +78,101 @@ func (c *client) RequestPermission(_ context.Context, req acp.RequestPermissionR
 	return acp.RequestPermissionResponse{Outcome: acp.RequestPermissionOutcome{
 		Selected: &acp.RequestPermissionOutcomeSelected{Outcome: "selected", OptionId: acp.PermissionOptionId(*f.OptionID)},
 	}}, nil
+}
+
+// decide answers a request in the turn: by the allow list, or, for a kind
+// in the task's ask list that allow does not approve, by the person the
+// Asker reaches. It returns who decided.
+func (s *Session) decide(ctx context.Context, f PermissionFields, modes []string, announced string, rawInput any, allow []string, ask permission.Ask) (permission.Decision, string) {
+	modeSwitch := f.Kind == permission.SwitchMode || switchesMode(f.Options, modes)
+	r := permission.Request{ToolKind: f.Kind, ModeSwitch: modeSwitch, Options: f.Options}
+	// A request without a kind counts as "other"; in ACP it may also mean
+	// "the kind the tool call announced". Every reading must allow, so
+	// neither can widen what the task allowed; a person is asked only
+	// when each reading is allowed or askable.
+	readings := []string{f.Kind}
+	if f.Kind == "" && announced != "" {
+		readings = append(readings, announced)
+	}
+	granted, askable := true, true
+	for _, k := range readings {
+		ms := modeSwitch || k == permission.SwitchMode
+		g := permission.Granted(allow, k, ms)
+		granted = granted && g
+		askable = askable && (g || permission.Askable(allow, ask.Kinds, k, ms))
+	}
+	if granted {
+		return permission.Decide(allow, r), permission.ByRule
+	}
+	reject := permission.Choose(permission.RejectOnce, f.Options)
+	// No question when the answer could not be applied: without a one-time
+	// allow option a "yes" would be answered cancelled.
+	if !askable || permission.Choose(permission.AllowOnce, f.Options).Outcome == permission.Cancelled {
+		return reject, permission.ByRule
+	}
+	if ask.Asker == nil {
+		return reject, permission.ByNoElicitation
+	}
+	yes, by := s.ask(ctx, f, rawInput, ask)
+	if yes {
+		return permission.Choose(permission.AllowOnce, f.Options), by
+	}
+	return reject, by
+}
+
+// ask puts the request to the person, within the ask timeout; the question
+// ends early when the turn is cancelled or the agent's connection ends
+// (the task is ending). It reports whether the person allowed, and who
+// decided.
+func (s *Session) ask(ctx context.Context, f PermissionFields, rawInput any, ask permission.Ask) (bool, string) {
+	timeout := ask.Timeout
+	if timeout <= 0 {
+		timeout = permission.DefaultAskTimeoutS * time.Second
+	}
+	actx, cancel := context.WithTimeoutCause(ctx, timeout, errAskTimedOut)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // runs before wg.Wait: the watcher below returns
+	wg.Go(func() {
+		select {
+		case <-s.cancelTurn:
+			cancel()
+		case <-s.conn.Done():
+			cancel()
+		case <-actx.Done():
+		}
+	})
+	q := permission.Question{ToolCallID: f.ToolCallID, Title: f.Title, Kind: f.Kind, RawInput: rawInputText(rawInput)}
+	allow, err := ask.Asker.Ask(actx, q)
+	switch {
+	case err == nil:
+		return allow, permission.ByHuman
+	case errors.Is(context.Cause(actx), errAskTimedOut):
+		return false, permission.ByTimeout
+	case actx.Err() != nil:
+		// The task is stopping: the request is answered cancelled by the
+		// stop's rule.
+		return false, permission.ByRule
+	default:
+		s.log.Debug("permission question not put", "tool_call_id", f.ToolCallID, "err", err)
+		return false, permission.ByNoElicitation
+	}
+}
+
+// errAskTimedOut is the cause of an ask that reached its timeout.
+var errAskTimedOut = errors.New("the permission question was not answered in time")
+
+// rawInputText is a tool call's raw input as JSON text, cut to what a
+// question shows.
+func rawInputText(v any) string {
+	if v == nil {
+		return ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return permission.Truncate(string(b), permission.MaxQuestionInput)
 }
 
 // SessionUpdate is reached only by a session/update sent as a request: the

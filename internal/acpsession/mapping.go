@@ -66,6 +66,9 @@ type PermissionFields struct {
 	Decision string `json:"decision"`
 	// OptionID is the chosen option, nil when cancelled.
 	OptionID *string `json:"option_id"`
+	// DecidedBy is permission.ByRule, ByHuman, ByTimeout or
+	// ByNoElicitation.
+	DecidedBy string `json:"decided_by"`
 }
 
 // Mapped is what one session update becomes.

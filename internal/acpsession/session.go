@@ -11,6 +11,8 @@ import (
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 )
 
 // Errors Run returns that callers may test with errors.Is.
@@ -102,7 +104,7 @@ func Start(stdin io.Writer, stdout io.Reader, p Params, sink Sink, logger *slog.
 		stopWorker:        make(chan struct{}),
 		workerDone:        make(chan struct{}),
 		done:              make(chan struct{}),
-		st:                newState(p.ResumeID, p.Allow, cancelTurn, promptSent),
+		st:                newState(p.ResumeID, p.Allow, p.Ask, cancelTurn, promptSent),
 	}
 	pr, pw := io.Pipe()
 	s.sdkIn = pw
@@ -262,6 +264,9 @@ type TurnParams struct {
 	Prompt string
 	// Allow lists the ACP tool kinds approved for this turn only.
 	Allow []string
+	// Ask is this turn's ask policy (none when zero): kinds put to a
+	// person through its Asker instead of rejected.
+	Ask permission.Ask
 	// Settings are applied again before the prompt: this turn's choices,
 	// then the pins.
 	Settings []Setting
@@ -278,7 +283,7 @@ func (s *Session) Turn(ctx context.Context, p TurnParams, sink Sink) (stopReason
 	defer abort(nil)
 	cancelCh, sentCh := make(chan struct{}), make(chan struct{})
 	s.sinkMu.Lock()
-	e := s.apply(factTurnBegun{allow: append([]string(nil), p.Allow...), cancelCh: cancelCh, sentCh: sentCh, abort: abort})
+	e := s.apply(factTurnBegun{allow: append([]string(nil), p.Allow...), ask: p.Ask, cancelCh: cancelCh, sentCh: sentCh, abort: abort})
 	if e.refuse == nil {
 		s.sink = sink
 	}

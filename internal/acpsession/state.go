@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 )
 
 // phase is where the conversation is; the package doc draws its
@@ -89,14 +91,15 @@ type state struct {
 	// Cancel closes and the one closed when its prompt is written. A
 	// follow-up turn (Turn) replaces them.
 	allow    []string
+	ask      permission.Ask
 	cancelCh chan struct{}
 	sentCh   chan struct{}
 }
 
 // newState is the state of a session that has not run: idle, and, for a
 // resume, holding the updates of the session it will load.
-func newState(resumeID string, allow []string, cancelCh, sentCh chan struct{}) state {
-	return state{phase: phaseIdle, sid: resumeID, allow: allow, cancelCh: cancelCh, sentCh: sentCh}
+func newState(resumeID string, allow []string, ask permission.Ask, cancelCh, sentCh chan struct{}) state {
+	return state{phase: phaseIdle, sid: resumeID, allow: allow, ask: ask, cancelCh: cancelCh, sentCh: sentCh}
 }
 
 // started reports that the session start was recorded.
@@ -180,6 +183,7 @@ type (
 	// factTurnBegun: Turn begins a follow-up turn on the started session.
 	factTurnBegun struct {
 		allow            []string
+		ask              permission.Ask
 		cancelCh, sentCh chan struct{}
 		abort            context.CancelCauseFunc
 	}
@@ -244,6 +248,7 @@ type effects struct {
 	// factPermissionAsked
 	admitted, inTurn bool
 	allow            []string
+	ask              permission.Ask
 	modes            []string
 	announced        string
 
@@ -391,7 +396,7 @@ func (s *Session) apply(f fact) (e effects) {
 		st.cancelled = false
 		st.answer = promptAnswer{}
 		st.recordErr = nil
-		st.allow, st.cancelCh, st.sentCh = f.allow, f.cancelCh, f.sentCh
+		st.allow, st.ask, st.cancelCh, st.sentCh = f.allow, f.ask, f.cancelCh, f.sentCh
 		st.abortSetup = f.abort
 	case factPermissionAsked:
 		if st.end != streamOpen {
@@ -402,7 +407,7 @@ func (s *Session) apply(f fact) (e effects) {
 		e.cancelled = st.cancelled
 		e.modes = st.offer.modeIDs()
 		e.announced = st.kinds[f.toolID]
-		e.allow = st.allow
+		e.allow, e.ask = st.allow, st.ask
 		st.inflight++
 	case factPermissionDone:
 		st.inflight--

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 )
 
 // The session state has one writer: nothing outside state.go assigns to a
@@ -94,7 +96,7 @@ func TestPhaseTransitions(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newBareSession(nopSink{})
-			s.st = newState("", nil, make(chan struct{}), make(chan struct{}))
+			s.st = newState("", nil, permission.Ask{}, make(chan struct{}), make(chan struct{}))
 			for _, f := range tc.facts {
 				s.feed(f)
 			}
@@ -103,10 +105,10 @@ func TestPhaseTransitions(t *testing.T) {
 	}
 	t.Run("Run twice, or after the stream ended", func(t *testing.T) {
 		s := newBareSession(nopSink{})
-		s.st = newState("", nil, make(chan struct{}), make(chan struct{}))
+		s.st = newState("", nil, permission.Ask{}, make(chan struct{}), make(chan struct{}))
 		s.apply(factStreamEnded{})
 		assert.Equal(t, errStreamEnded, s.apply(factRunStarted{}).refuse)
-		s.st = newState("", nil, make(chan struct{}), make(chan struct{}))
+		s.st = newState("", nil, permission.Ask{}, make(chan struct{}), make(chan struct{}))
 		require.NoError(t, s.apply(factRunStarted{}).refuse)
 		assert.Equal(t, errRunTwice, s.apply(factRunStarted{}).refuse)
 	})

@@ -45,6 +45,9 @@ type options struct {
 	clock clock
 	// hub, when set, is told of the server's subscriptions (tests).
 	hub func(*subscriptions)
+	// gone, when not nil, is closed when the one session the server
+	// serves ends (stdio); nil when it serves many.
+	gone <-chan struct{}
 }
 
 func (o options) withDefaults() options {

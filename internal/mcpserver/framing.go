@@ -54,6 +54,7 @@ type framing struct {
 	next    int64                     // the last id of ours handed out
 	theirs  map[int64]json.RawMessage // our id -> the client's id as sent
 	ours    map[string]int64          // the client's id as sent -> our id, for cancellations
+	asked   map[int64]bool            // the SDK's requests to the client (elicitation/create) awaiting a reply
 	changed chan struct{}             // closed and replaced when a request is answered
 	version atomic.Pointer[string]    // the protocol version initialize agreed on
 	closing atomic.Bool               // the session is ending: requests read now are refused
@@ -66,6 +67,7 @@ func newFraming(toSDK io.Writer, reply func([]byte) error) *framing {
 	return &framing{
 		theirs:  make(map[int64]json.RawMessage),
 		ours:    make(map[string]int64),
+		asked:   make(map[int64]bool),
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 		toSDK:   toSDK,
@@ -286,10 +288,11 @@ type message struct {
 
 // message checks a JSON object as a JSON-RPC message and rebuilds it as
 // the SDK should see it: a request with an id of ours, a notification as
-// it came (a cancellation naming a request by our id). Replies are
-// dropped: symm-mcp sends the client no requests, so a reply answers
-// nothing, and the SDK's stricter decoding of replies (case-sensitive
-// keys, typed errors) would end the connection on one it cannot read.
+// it came (a cancellation naming a request by our id), a reply to a
+// request of the SDK's (elicitation/create, intent 0024) as it came. Other
+// replies are dropped: they answer nothing, and the SDK's stricter
+// decoding of replies (case-sensitive keys, typed errors) would end the
+// connection on one it cannot read.
 func (f *framing) message(line []byte) message {
 	// The common case, a well-formed request, costs one decoding by the
 	// SDK's own decoder (the last word on what it takes) and a look at the
@@ -301,6 +304,9 @@ func (f *framing) message(line []byte) message {
 				return f.request(theirs, msg.Method, msg.Params)
 			}
 		case *jsonrpc.Response:
+			if f.answers(msg.ID) {
+				return message{wire: line}
+			}
 			if msg.Result != nil || msg.Error != nil {
 				return message{} // a reply, to nothing: dropped, never answered
 			}
@@ -582,7 +588,14 @@ func (f *framing) restoreID(p []byte) []byte {
 		return p
 	}
 	after := rest[width:]
-	// A reply has "result" or "error" next; a request of ours has "method".
+	// A reply has "result" or "error" next; a request of the SDK's has
+	// "method", and the client's reply to it goes back to the SDK.
+	if bytes.HasPrefix(after, []byte(`,"method"`)) {
+		f.mu.Lock()
+		f.asked[n] = true
+		f.mu.Unlock()
+		return p
+	}
 	if !bytes.HasPrefix(after, []byte(`,"result"`)) && !bytes.HasPrefix(after, []byte(`,"error"`)) {
 		return p
 	}
@@ -599,6 +612,22 @@ func (f *framing) restoreID(p []byte) []byte {
 	out = append(out, wirePrefix...)
 	out = append(out, theirs...)
 	return append(out, after...)
+}
+
+// answers reports whether id names a request of the SDK's awaiting the
+// client's reply, and forgets it: one reply each.
+func (f *framing) answers(id jsonrpc.ID) bool {
+	n, ok := id.Raw().(int64)
+	if !ok {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.asked[n] {
+		return false
+	}
+	delete(f.asked, n)
+	return true
 }
 
 // leadingInt parses the decimal integer p starts with.

@@ -43,6 +43,10 @@ type Service interface {
 	SpawnTasks(ctx context.Context, req task.FleetRequest) (task.FleetResult, error)
 	CleanupWorktrees(ctx context.Context, req task.CleanupRequest) (task.CleanupResult, error)
 	ListHosts(ctx context.Context) ([]ledger.Host, error)
+	// Decisions and Answer are the permission questions open on tasks and
+	// the delivery of a person's answer (ask.go).
+	Decisions(ids []string) []task.Decision
+	Answer(key string, allow bool) bool
 	// Shutdown stops every task; Serve calls it when the session ends.
 	Shutdown(ctx context.Context) error
 }
@@ -137,7 +141,10 @@ func addToolRequest[In any](s *mcp.Server, d toolDef[In], h func(context.Context
 	}
 	t.InputSchema = in
 	mcp.AddTool(s, &t, func(ctx context.Context, req *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
-		b, err := h(ctx, req, args)
+		b, err := h(context.WithValue(ctx, callKey{}, req), req, args)
+		if ir, ok := errors.AsType[*inputRequired](err); ok {
+			return &mcp.CallToolResult{InputRequests: ir.requests}, nil, nil
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -320,6 +327,7 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ran := make(chan struct{})
+	opts.gone = ran
 	wg.Go(func() {
 		select {
 		case <-begin:

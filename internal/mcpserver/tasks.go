@@ -38,6 +38,7 @@ type spawnArgs struct {
 	ExecutorID  string   `json:"executor_id,omitempty" jsonschema:"descriptive label of who executes the task; grants nothing"`
 	Isolation   string   `json:"isolation,omitempty" jsonschema:"none (default): the agent works in workspace itself; worktree: in a git worktree of its own, on branch symm/<task_id>"`
 	BaseRef     string   `json:"base_ref,omitempty" jsonschema:"with isolation=worktree: the branch, tag or commit to start from; default HEAD"`
+	spawnAsk
 	spawnRetry
 	spawnKeep
 }
@@ -46,6 +47,13 @@ type spawnArgs struct {
 type spawnKeep struct {
 	KeepAlive    bool `json:"keep_alive,omitempty" jsonschema:"keep the agent's process and session after the turn for follow-ups with send_task; the task still finishes with its turn"`
 	IdleTimeoutS *int `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
+}
+
+// spawnAsk is the ask policy of spawn_task and spawn_tasks' entries
+// (intent 0024).
+type spawnAsk struct {
+	Ask         []string `json:"ask,omitempty" jsonschema:"ACP tool kinds whose permission requests (when not in allow) are put to the person at this MCP session, through elicitation; default none"`
+	AskTimeoutS *int     `json:"ask_timeout_s,omitempty" jsonschema:"seconds the person has to answer each question, 1 to 3600; default 300; unanswered is reject once"`
 }
 
 // spawnRetry is spawn_task's idempotency_key, apart from the other
@@ -65,12 +73,24 @@ var spawnTaskTool = toolDef[spawnArgs]{
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
 		s.Properties["isolation"].Enum = enum(task.Isolations)
 		s.Properties["idle_timeout_s"].Maximum = ptr(maxInteger)
+		editAsk(s)
 	},
 	output: reflect.TypeFor[ledger.Task](),
 }
 
+// editAsk gives ask its kinds; ask_timeout_s's bounds are checked by the
+// service (invalid_request), the schema only keeps it an integer that
+// decodes.
+func editAsk(s *jsonschema.Schema) {
+	s.Properties["ask"].Items.Enum = enum(permission.Kinds)
+	s.Properties["ask_timeout_s"].Minimum = ptr(-maxInteger)
+	s.Properties["ask_timeout_s"].Maximum = ptr(maxInteger)
+}
+
 func (h handlers) spawnTask(ctx context.Context, a spawnArgs) (json.RawMessage, error) {
-	return h.svc.Spawn(ctx, a.request())
+	req := a.request()
+	req.Asker = h.asker(ctx)
+	return h.svc.Spawn(ctx, req)
 }
 
 func (a spawnArgs) request() task.SpawnRequest {
@@ -80,6 +100,7 @@ func (a spawnArgs) request() task.SpawnRequest {
 		IdempotencyKey: a.IdempotencyKey,
 		Isolation:      task.Isolation(a.Isolation), BaseRef: a.BaseRef,
 		KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS,
+		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS,
 	}
 }
 
@@ -95,8 +116,15 @@ var getTaskTool = toolDef[taskIDArgs]{
 	output: reflect.TypeFor[ledger.Task](),
 }
 
-func (h handlers) getTask(_ context.Context, a taskIDArgs) (json.RawMessage, error) {
-	return h.svc.Task(a.TaskID)
+func (h handlers) getTask(ctx context.Context, a taskIDArgs) (json.RawMessage, error) {
+	b, err := h.svc.Task(a.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.questions(ctx, []string{a.TaskID}); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // --- get_events
@@ -169,7 +197,8 @@ type waitArgs struct {
 type waitOut struct {
 	Completed []ledger.Summary `json:"completed"`
 	Pending   []ledger.Summary `json:"pending"`
-	Reason    string           `json:"reason" jsonschema:"terminal or timeout"`
+	Reason    string           `json:"reason" jsonschema:"terminal, needs_decision (a permission request waits for a person) or timeout"`
+	Decisions []decisionOut    `json:"decisions" jsonschema:"the permission requests of these tasks waiting for a person, oldest first"`
 }
 
 var waitTasksTool = toolDef[waitArgs]{
@@ -190,15 +219,23 @@ var waitTasksTool = toolDef[waitArgs]{
 func (h handlers) waitTasks(ctx context.Context, req *mcp.CallToolRequest, a waitArgs) (json.RawMessage, error) {
 	timeout := waitTimeout(a.TimeoutSeconds)
 	stop := h.reportProgress(ctx, req, a.TaskIDs, timeout)
+	if err := h.questions(ctx, a.TaskIDs); err != nil {
+		stop()
+		return nil, err
+	}
 	res, err := h.svc.Wait(ctx, a.TaskIDs, timeout)
 	stop()
 	if err != nil {
+		return nil, err
+	}
+	if err := h.mine(callOf(ctx), res.Decisions); err != nil {
 		return nil, err
 	}
 	return object(
 		member{"completed", array(res.Completed)},
 		member{"pending", array(res.Pending)},
 		member{"reason", jsonValue(res.Reason)},
+		member{"decisions", decisionsJSON(res.Decisions)},
 	), nil
 }
 

@@ -65,6 +65,7 @@ type fleetEntry struct {
 	ExecutorID  string   `json:"executor_id,omitempty" jsonschema:"descriptive label of who executes the task"`
 	Isolation   string   `json:"isolation,omitempty" jsonschema:"none or worktree, as spawn_task's"`
 	BaseRef     string   `json:"base_ref,omitempty" jsonschema:"with isolation=worktree: the commit-ish to start from"`
+	spawnAsk
 }
 
 type fleetArgs struct {
@@ -88,6 +89,7 @@ var spawnTasksTool = toolDef[fleetArgs]{
 		for _, e := range []*jsonschema.Schema{s.Properties["tasks"].Items, s.Properties["defaults"]} {
 			e.Properties["allow"].Items.Enum = enum(permission.Kinds)
 			e.Properties["isolation"].Enum = enum(task.Isolations)
+			editAsk(e)
 		}
 		s.Properties["parallelism"].Minimum = ptr(1.0)
 		s.Properties["parallelism"].Maximum = ptr(float64(task.MaxParallelism))
@@ -101,8 +103,10 @@ func (h handlers) spawnTasks(ctx context.Context, a fleetArgs) (json.RawMessage,
 		def = *a.Defaults
 	}
 	reqs := make([]task.SpawnRequest, len(a.Tasks))
+	asker := h.asker(ctx)
 	for i, e := range a.Tasks {
 		reqs[i] = e.over(def).request()
+		reqs[i].Asker = asker
 	}
 	res, err := h.svc.SpawnTasks(ctx, task.FleetRequest{Tasks: reqs, Parallelism: a.Parallelism})
 	if err != nil {
@@ -123,11 +127,18 @@ func (e fleetEntry) over(def fleetEntry) spawnArgs {
 	if e.Allow != nil {
 		allow = e.Allow
 	}
+	ask := def.spawnAsk
+	if e.Ask != nil {
+		ask.Ask = e.Ask
+	}
+	if e.AskTimeoutS != nil {
+		ask.AskTimeoutS = e.AskTimeoutS
+	}
 	return spawnArgs{
 		Agent: pick(e.Agent, def.Agent), Prompt: pick(e.Prompt, def.Prompt), Workspace: pick(e.Workspace, def.Workspace),
 		Allow: allow, Model: pick(e.Model, def.Model), Effort: pick(e.Effort, def.Effort),
 		SessionID: pick(e.SessionID, def.SessionID), InitiatorID: pick(e.InitiatorID, def.InitiatorID),
 		ExecutorID: pick(e.ExecutorID, def.ExecutorID), Isolation: pick(e.Isolation, def.Isolation),
-		BaseRef: pick(e.BaseRef, def.BaseRef),
+		BaseRef: pick(e.BaseRef, def.BaseRef), spawnAsk: ask,
 	}
 }

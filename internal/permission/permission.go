@@ -2,6 +2,11 @@
 // request. It is pure: no I/O, no protocol types, so it can be tested over
 // every combination of inputs.
 //
+// A task may also name kinds to ask a person about (Ask, intent 0024): a
+// request of such a kind that allow does not approve is put to whoever
+// the Asker reaches, and their answer picks the one-time option of its
+// kind. This package declares the Asker; the MCP layer implements it.
+//
 // The rules never widen an agent's permissions: only kinds listed in allow
 // are approved, only ever once; "always" options are never chosen; a mode
 // switch is never granted; and when the one-time option a decision needs is
@@ -65,12 +70,19 @@ func Decide(allow []string, req Request) Decision {
 	if !req.ModeSwitch && kind != SwitchMode && Valid(kind) && slices.Contains(allow, kind) {
 		want = AllowOnce
 	}
-	i := slices.IndexFunc(req.Options, func(o Option) bool { return o.Kind == want })
+	return Choose(want, req.Options)
+}
+
+// Choose answers with the first offered option of kind want (AllowOnce or
+// RejectOnce), or Cancelled when none is offered or its id also names
+// another option.
+func Choose(want string, options []Option) Decision {
+	i := slices.IndexFunc(options, func(o Option) bool { return o.Kind == want })
 	if i < 0 {
 		return Decision{Outcome: Cancelled}
 	}
-	id := req.Options[i].ID
-	for j, o := range req.Options {
+	id := options[i].ID
+	for j, o := range options {
 		if j != i && o.ID == id {
 			// The agent would resolve the id to whichever option it finds
 			// first, perhaps an "always" one.

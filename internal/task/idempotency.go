@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 )
 
 // MaxIdempotencyKeyChars bounds spawn_task's idempotency_key.
@@ -32,6 +33,10 @@ type spawnArguments struct {
 	// KeepAliveS is the keep-alive in seconds after defaults, absent
 	// without keep_alive (so digests without it are as they were).
 	KeepAliveS int64 `json:"keep_alive_s,omitempty"`
+	// Ask and its timeout (default applied) only when ask names a kind:
+	// the digest of a spawn without them is as it was before they existed.
+	Ask         []string `json:"ask,omitempty"`
+	AskTimeoutS int      `json:"ask_timeout_s,omitempty"`
 }
 
 // checkIdempotencyKey refuses a key over the bound or not UTF-8 (the
@@ -58,11 +63,18 @@ func argumentsDigest(req SpawnRequest, workspace string) string {
 	if isolation == "" {
 		isolation = IsolationNone
 	}
-	b, err := json.Marshal(spawnArguments{
+	args := spawnArguments{
 		Agent: req.Agent, Prompt: req.Prompt, Workspace: workspace, Allow: allow, Model: req.Model,
 		Effort: req.Effort, SessionID: req.SessionID, InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID,
 		Isolation: string(isolation), BaseRef: req.BaseRef, KeepAliveS: keepSeconds(req),
-	})
+	}
+	if len(req.Ask) > 0 {
+		args.Ask, args.AskTimeoutS = req.Ask, permission.DefaultAskTimeoutS
+		if req.AskTimeoutS != nil {
+			args.AskTimeoutS = *req.AskTimeoutS
+		}
+	}
+	b, err := json.Marshal(args)
 	if err != nil {
 		panic("task: encoding spawn arguments: " + err.Error()) // strings only
 	}

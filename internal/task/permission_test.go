@@ -203,7 +203,7 @@ func TestPermissionMatrix(t *testing.T) {
 				}
 				assert.Equal(t, map[string]any{
 					"tool_call_id": a.ID, "title": a.Title, "kind": a.wireKind(),
-					"options": offered, "decision": decision, "option_id": optionID,
+					"options": offered, "decision": decision, "option_id": optionID, "decided_by": "rule",
 				}, withoutEnvelope(events[i]), "event %d", i)
 				answer := map[string]any{"tool_call_id": a.ID, "outcome": "cancelled"}
 				if optionID != nil {

@@ -147,8 +147,7 @@ func (r *taskRun) finished() {
 	close(r.done)
 	r.touch("", 0) // the terminal status
 	s.mu.Lock()
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.wakeLocked()
 	s.mu.Unlock()
 	r.advance()
 }

@@ -180,7 +180,9 @@ type Service struct {
 	mu       sync.Mutex
 	runs     map[string]*taskRun // by task id
 	shutting bool
-	changed  chan struct{} // closed and replaced whenever a task ends
+	changed  chan struct{}          // closed and replaced whenever a task ends or a question opens or closes
+	asks     map[string]*pendingAsk // open permission questions, by key (ask.go)
+	askSeq   uint64
 }
 
 // New returns a Service.
@@ -223,6 +225,13 @@ type SpawnRequest struct {
 	// without one.
 	KeepAlive    bool
 	IdleTimeoutS *int
+	// Ask names the tool kinds whose permission requests are put to a
+	// person instead of rejected; AskTimeoutS bounds each question (nil:
+	// permission.DefaultAskTimeoutS); Asker reaches the person, through the
+	// MCP session that spawned the task (nil: nobody can be asked).
+	Ask         []string
+	AskTimeoutS *int
+	Asker       permission.Asker
 }
 
 func (s *Service) workspace(ws string) (string, error) {
@@ -286,6 +295,9 @@ func (s *Service) prepare(req SpawnRequest) (spawnPlan, error) {
 		}
 	}
 	if err := checkIdempotencyKey(req.IdempotencyKey); err != nil {
+		return spawnPlan{}, err
+	}
+	if err := checkAsk(req); err != nil {
 		return spawnPlan{}, err
 	}
 	if err := checkIsolation(req); err != nil {
@@ -358,7 +370,7 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 		r.failStart("the server is shutting down; the task was not started")
 		return s.cfg.Store.TaskJSON(id)
 	}
-	s.launch(ctx, startCtx, r, launchPlan{adapter: adapter, areq: areq, prompt: req.Prompt, resumeID: req.SessionID, cwd: cwd})
+	s.launch(ctx, startCtx, r, launchPlan{adapter: adapter, areq: areq, prompt: req.Prompt, resumeID: req.SessionID, cwd: cwd, ask: s.askPolicy(req, id)})
 	return s.cfg.Store.TaskJSON(id)
 }
 
@@ -369,6 +381,7 @@ type launchPlan struct {
 	prompt   string
 	resumeID string
 	cwd      string
+	ask      permission.Ask // the first turn's ask policy
 }
 
 // launch starts the agent of task r, in starting, in a new process:
@@ -383,7 +396,7 @@ func (s *Service) launch(ctx, startCtx context.Context, r *taskRun, lp launchPla
 	}
 	params := acpsession.Params{
 		Cwd: lp.cwd, Prompt: lp.prompt, ResumeID: lp.resumeID, KeepOpen: lp.adapter.KeepSessionOpen,
-		Settings: launch.Settings, Allow: slices.Clone(lp.areq.Allow), RequestTimeout: s.cfg.RequestTimeout,
+		Settings: launch.Settings, Allow: slices.Clone(lp.areq.Allow), Ask: lp.ask, RequestTimeout: s.cfg.RequestTimeout,
 		ClientVersion: s.cfg.Version, Slots: s.slots, Keep: r.keep > 0,
 	}
 	spec := supervisor.Spec{
@@ -639,12 +652,19 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 type WaitResult struct {
 	Completed []json.RawMessage
 	Pending   []json.RawMessage
-	Reason    string // "terminal" or "timeout"
+	Reason    string // "terminal", "needs_decision" or "timeout"
+	// Decisions are the permission questions open on the tasks, oldest
+	// first (intent 0024).
+	Decisions []Decision
 }
 
 // Wait waits up to timeout (at most MaxWait; longer is clamped) for any of
 // the tasks to be finished. It returns early with ctx's error when ctx
-// ends (the client went away). A negative timeout is invalid_request.
+// ends (the client went away), and with reason needs_decision when a
+// permission question opens on one of the tasks, or one is open that no
+// Wait reported yet: a question already reported does not end the next
+// Wait at once, which would have a caller poll while the person thinks.
+// A negative timeout is invalid_request.
 func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration) (WaitResult, error) {
 	if len(ids) == 0 {
 		return WaitResult{}, errorf(InvalidRequest, "task_ids is empty")
@@ -658,6 +678,9 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 		}
 	}
 	timeout = min(timeout, MaxWait)
+	s.mu.Lock()
+	askedBefore := s.askSeq
+	s.mu.Unlock()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
@@ -674,8 +697,16 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 				res.Pending = append(res.Pending, sum)
 			}
 		}
+		s.mu.Lock()
+		decisions, fresh := s.decisionsLocked(ids, askedBefore, true)
+		s.mu.Unlock()
+		res.Decisions = decisions
 		if len(res.Completed) > 0 {
 			res.Reason = "terminal"
+			return res, nil
+		}
+		if fresh {
+			res.Reason = "needs_decision"
 			return res, nil
 		}
 		select {

@@ -3,7 +3,8 @@
 // (the SDK's own ListToolsResultSchema), then every tool and every error
 // code a caller can meet, with the SDK checking each structuredContent
 // against the tool's outputSchema; a wait's progress notifications; the
-// task resources listed, read and subscribed to. Once per protocol version
+// task resources listed, read and subscribed to; one permission question
+// answered through elicitation (spawn_task's ask). Once per protocol version
 // this SDK speaks and symm-mcp's hosts use.
 //
 // Run by scripts/ts-client.sh, which builds the binaries and sets
@@ -17,6 +18,7 @@ import { join, resolve } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import {
+  ElicitRequestSchema,
   ErrorCode,
   ListPromptsResultSchema,
   ListResourcesResultSchema,
@@ -108,9 +110,17 @@ async function open(version) {
     env: { PATH: bin, HOME: dir, TMPDIR: dir },
     stderr: 'inherit',
   }, version);
-  const client = new Client({ name: 'symm-tsclient', version: '1' });
+  // The client offers elicitation: a task spawned with ask puts its
+  // permission questions to it. elicited holds each question; answer
+  // decides the reply.
+  const client = new Client({ name: 'symm-tsclient', version: '1' }, { capabilities: { elicitation: {} } });
+  const f = { dir, workspace, file, transport, client, elicited: [], answer: { action: 'decline' } };
+  client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    f.elicited.push(req.params);
+    return f.answer;
+  });
   await client.connect(transport);
-  return { dir, workspace, file, transport, client };
+  return f;
 }
 
 // call calls a tool that must succeed: the SDK has validated its
@@ -142,7 +152,9 @@ async function waitTerminal(client, id) {
       assert.deepEqual(out.completed.map((s) => s.task_id), [id]);
       return out.completed[0];
     }
-    assert.equal(out.reason, 'timeout');
+    // needs_decision: a permission question was open (and, to this
+    // client, sent as elicitation/create).
+    assert.ok(['timeout', 'needs_decision'].includes(out.reason), out.reason);
   }
   assert.fail(`task ${id} did not finish`);
 }
@@ -306,6 +318,32 @@ for (const version of VERSIONS) {
       assert.equal(resolved.resolution, 'superseded');
     });
 
+    test('a permission of an asked kind is put to the person: elicitation answered allow_once', async () => {
+      f.elicited.length = 0;
+      f.answer = { action: 'accept', content: { decision: 'allow_once' } };
+      const prompt = script([{ permission: {
+        tool_call_id: 't1', title: 'Edit main.go', kind: 'edit', raw_input: { path: 'main.go' }, report: true,
+      } }]);
+      const spawned = await call(f.client, 'spawn_task', {
+        agent: 'codex', prompt, workspace: f.workspace, ask: ['edit'], ask_timeout_s: 60,
+      });
+      const done = await waitTerminal(f.client, spawned.task_id);
+      assert.equal(done.status, 'succeeded');
+      assert.equal(f.elicited.length, 1, 'asked once');
+      const q = f.elicited[0];
+      assert.match(q.message, /Agent codex \(task [0-9a-f-]+\) asks permission for a edit tool call: Edit main\.go/);
+      assert.match(q.message, /"path":"main\.go"/);
+      assert.deepEqual(q.requestedSchema.properties.decision.enum, ['allow_once', 'reject_once']);
+      assert.deepEqual(q.requestedSchema.required, ['decision']);
+      const page = await call(f.client, 'get_events', { task_id: spawned.task_id, event_types: ['permission', 'agent_message'] });
+      const perm = page.events.find((e) => e.type === 'permission');
+      assert.equal(perm.decision, 'allow_once');
+      assert.equal(perm.option_id, 'allow');
+      assert.equal(perm.decided_by, 'human');
+      const said = page.events.filter((e) => e.type === 'agent_message').map((e) => e.text).join('');
+      assert.equal(said, 'permission t1: selected allow');
+    });
+
     test('every error code a caller can meet', async (t) => {
       const cases = [
         ['unknown_agent', 'spawn_task', { agent: 'nope', prompt: 'p' }],
@@ -316,6 +354,7 @@ for (const version of VERSIONS) {
         ['invalid_request', 'spawn_task', { agent: 'codex', prompt: 'p', workspace: f.file }],
         ['invalid_request', 'spawn_task', { agent: 'cursor', prompt: 'p', effort: 'high' }],
         ['invalid_request', 'describe_agent', { agent: 'codex', workspace: 'relative/dir' }],
+        ['invalid_request', 'spawn_task', { agent: 'codex', prompt: 'p', ask: ['edit'], ask_timeout_s: 0 }],
         ['task_not_found', 'get_task', { task_id: 'no-such-task' }],
         ['task_not_found', 'get_events', { task_id: 'no-such-task' }],
         ['task_not_found', 'wait_tasks', { task_ids: ['no-such-task'] }],

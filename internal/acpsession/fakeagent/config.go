@@ -128,6 +128,7 @@ type Permission struct {
 	Kind       string             `json:"kind,omitempty"`
 	Options    []PermissionOption `json:"options,omitempty"`
 	ModeSwitch bool               `json:"mode_switch,omitempty"`
+	RawInput   json.RawMessage    `json:"raw_input,omitempty"`
 	RequestID  json.RawMessage    `json:"request_id,omitempty"`
 	Report     bool               `json:"report,omitempty"`
 }

@@ -152,7 +152,7 @@
 //	{"tool_call_update": {...}}   the same for tool_call_update
 //	{"permission": {"tool_call_id": "t1", "title": "Run ls", "kind": "execute",
 //	                "options": [{"id": "a", "name": "Allow", "kind": "allow_once"}],
-//	                "mode_switch": false, "request_id": 0, "report": true}}
+//	                "mode_switch": false, "raw_input": {...}, "request_id": 0, "report": true}}
 //	                          session/request_permission; waits for the answer
 //	                          and logs it. Options default (when absent) to
 //	                          allow_once "allow", allow_always "always",

@@ -236,6 +236,9 @@ func (t *turn) permission(sid string, p *Permission) {
 	if kind != "" {
 		tc["kind"] = kind
 	}
+	if len(p.RawInput) > 0 {
+		tc["rawInput"] = p.RawInput
+	}
 	wireOpts := make([]map[string]string, 0, len(opts))
 	for _, o := range opts {
 		name := o.Name

@@ -1,0 +1,183 @@
+package task
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/permission"
+)
+
+// Decision is a permission request waiting for a person's answer
+// (intent 0024).
+type Decision struct {
+	// Key names the question to Answer.
+	Key      string
+	Question permission.Question
+	// Asker is the one the spawn was given: the MCP layer tells its own
+	// questions by it.
+	Asker permission.Asker
+}
+
+// pendingAsk is a question in flight, under Service.mu.
+type pendingAsk struct {
+	d        Decision
+	seq      uint64    // when it was asked, in the order of asks
+	answer   chan bool // Answer's delivery; one slot
+	reported bool      // a Wait returned early for it
+}
+
+// askPolicy is the spawn's ask policy for the ACP session: the asker
+// wrapped so that the task knows of each question in flight.
+func (s *Service) askPolicy(req SpawnRequest, taskID string) permission.Ask {
+	secs := permission.DefaultAskTimeoutS
+	if req.AskTimeoutS != nil {
+		secs = *req.AskTimeoutS
+	}
+	a := permission.Ask{Kinds: append([]string(nil), req.Ask...), Timeout: time.Duration(secs) * time.Second}
+	if req.Asker != nil && len(req.Ask) > 0 {
+		a.Asker = taskAsker{s: s, taskID: taskID, agent: req.Agent, inner: req.Asker}
+	}
+	return a
+}
+
+// checkAsk refuses ask kinds that are not tool kinds and a timeout out of
+// its bounds.
+func checkAsk(req SpawnRequest) error {
+	for _, k := range req.Ask {
+		if !permission.Valid(k) {
+			return errorf(InvalidRequest, "ask: %q is not a tool kind", k)
+		}
+	}
+	if t := req.AskTimeoutS; t != nil && (*t < permission.MinAskTimeoutS || *t > permission.MaxAskTimeoutS) {
+		return errorf(InvalidRequest, "ask_timeout_s is %d; it must be %d to %d seconds", *t, permission.MinAskTimeoutS, permission.MaxAskTimeoutS)
+	}
+	return nil
+}
+
+// taskAsker is a task's Asker: it names the task and its agent in each
+// question and keeps the question listed (Decisions, Wait) while it is
+// open. The answer comes from the spawn's Asker itself (an elicitation it
+// sends) or through Answer (one a later call carries), whichever first.
+type taskAsker struct {
+	s      *Service
+	taskID string
+	agent  string
+	inner  permission.Asker
+}
+
+func (a taskAsker) Ask(ctx context.Context, q permission.Question) (bool, error) {
+	q.TaskID, q.Agent = a.taskID, a.agent
+	p := a.s.openAsk(q, a.inner)
+	defer a.s.closeAsk(p.d.Key)
+
+	ictx, cancel := context.WithCancel(ctx)
+	type result struct {
+		allow bool
+		err   error
+	}
+	res := make(chan result, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		allow, err := a.inner.Ask(ictx, q)
+		res <- result{allow, err}
+	})
+	select {
+	case r := <-res:
+		return r.allow, r.err
+	case allow := <-p.answer:
+		return allow, nil
+	}
+}
+
+// openAsk lists a question and wakes the waiters.
+func (s *Service) openAsk(q permission.Question, asker permission.Asker) *pendingAsk {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.asks == nil {
+		s.asks = make(map[string]*pendingAsk)
+	}
+	s.askSeq++
+	key := q.TaskID + "/" + strconv.FormatUint(s.askSeq, 10)
+	p := &pendingAsk{d: Decision{Key: key, Question: q, Asker: asker}, seq: s.askSeq, answer: make(chan bool, 1)}
+	s.asks[key] = p
+	s.wakeLocked()
+	return p
+}
+
+// closeAsk unlists a question (already gone when Answer took it).
+func (s *Service) closeAsk(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.asks[key]; ok {
+		delete(s.asks, key)
+		s.wakeLocked()
+	}
+}
+
+// Answer delivers a person's answer to the open question key. It reports
+// whether the question was still open: one answered, timed out or ended
+// with its task takes no answer.
+func (s *Service) Answer(key string, allow bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.asks[key]
+	if !ok {
+		return false
+	}
+	delete(s.asks, key)
+	p.answer <- allow
+	s.wakeLocked()
+	return true
+}
+
+// Decisions lists the questions open on the given tasks, oldest first.
+func (s *Service) Decisions(ids []string) []Decision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out, _ := s.decisionsLocked(ids, 0, false)
+	return out
+}
+
+// decisionsLocked lists the questions open on the tasks, oldest first, and
+// reports whether one was asked after seq or never reported by a Wait;
+// with report, those are marked reported.
+func (s *Service) decisionsLocked(ids []string, seq uint64, report bool) ([]Decision, bool) {
+	var open []*pendingAsk
+	for _, p := range s.asks {
+		for _, id := range ids {
+			if p.d.Question.TaskID == id {
+				open = append(open, p)
+				break
+			}
+		}
+	}
+	sortAsks(open)
+	out := make([]Decision, 0, len(open))
+	fresh := false
+	for _, p := range open {
+		if p.seq > seq || !p.reported {
+			fresh = true
+			p.reported = p.reported || report
+		}
+		out = append(out, p.d)
+	}
+	return out, fresh
+}
+
+func sortAsks(ps []*pendingAsk) {
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && ps[j].seq < ps[j-1].seq; j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+// wakeLocked wakes every Wait.
+func (s *Service) wakeLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
