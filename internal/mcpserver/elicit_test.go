@@ -400,3 +400,59 @@ func TestAskAnsweredOnlyByTheSpawningSession(t *testing.T) {
 	assert.Equal(t, "reject_once", perm["decision"])
 	assert.Equal(t, "human", perm["decided_by"])
 }
+
+// TestAskOnAFollowUp: send_task's ask is the follow-up turn's own: an
+// asked kind goes to the person at the session that sent it, on the kept
+// process, and a follow-up sent without ask asks nobody (the parent's
+// policy is not carried over).
+func TestAskOnAFollowUp(t *testing.T) {
+	for _, version := range generations {
+		t.Run(version, func(t *testing.T) {
+			r := newRig(t, rigOptions{})
+			var mu sync.Mutex
+			asked := 0
+			h := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				mu.Lock()
+				asked++
+				mu.Unlock()
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}, nil
+			}
+			cs, _ := connectEliciting(t, r.svc, version, h, false)
+			ws := workspace(t, nil)
+			waitOver := func(id string) {
+				for {
+					if call(t, cs, "wait_tasks", map[string]any{"task_ids": []string{id}})["reason"] == "terminal" {
+						return
+					}
+				}
+			}
+			parent := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": script(askStep("edit")), "workspace": ws,
+				"ask": []string{"edit"}, "keep_alive": true})["task_id"].(string)
+			waitOver(parent)
+			assert.Equal(t, "human", finish(t, r, cs, parent)["decided_by"])
+
+			child := call(t, cs, "send_task", map[string]any{"task_id": parent, "prompt": script(askStep("edit")), "keep_alive": true})["task_id"].(string)
+			waitOver(child)
+			perm := finish(t, r, cs, child)
+			assert.Equal(t, "reject_once", perm["decision"], "the parent's ask is not carried over")
+			assert.Equal(t, "rule", perm["decided_by"])
+
+			grand := call(t, cs, "send_task", map[string]any{"task_id": child, "prompt": script(askStep("edit")),
+				"ask": []string{"edit"}, "ask_timeout_s": 60})["task_id"].(string)
+			waitOver(grand)
+			perm = finish(t, r, cs, grand)
+			assert.Equal(t, "allow_once", perm["decision"])
+			assert.Equal(t, "human", perm["decided_by"])
+			mu.Lock()
+			assert.Equal(t, 2, asked, "asked for the parent's turn and the last follow-up's")
+			mu.Unlock()
+			assert.Equal(t, 1, count(methods(requests(t, ws)), "initialize"), "one process for the three turns")
+
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_task", Arguments: map[string]any{
+				"task_id": grand, "prompt": "p", "ask_timeout_s": 0}})
+			require.NoError(t, err)
+			require.True(t, res.IsError)
+			assert.Equal(t, "invalid_request: ask_timeout_s is 0; it must be 1 to 3600 seconds", res.Content[0].(*mcp.TextContent).Text)
+		})
+	}
+}

@@ -24,6 +24,8 @@ type sendArgs struct {
 	Interrupt    bool     `json:"interrupt,omitempty" jsonschema:"cancel the turn that runs now (it ends cancelled) and send this prompt at once, ahead of queued follow-ups"`
 	KeepAlive    bool     `json:"keep_alive,omitempty" jsonschema:"keep the agent's process after this turn for more follow-ups"`
 	IdleTimeoutS *int     `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
+	// The ask policy of this turn only, put to the person at this session.
+	spawnAsk
 }
 
 var sendTaskTool = toolDef[sendArgs]{
@@ -41,6 +43,7 @@ var sendTaskTool = toolDef[sendArgs]{
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
 		// 1 to 86400 is the service's check (invalid_request), as for spawn_task.
 		s.Properties["idle_timeout_s"].Maximum = ptr(maxInteger)
+		editAsk(s)
 	},
 	output: reflect.TypeFor[ledger.Task](),
 }
@@ -49,5 +52,6 @@ func (h handlers) sendTask(ctx context.Context, a sendArgs) (json.RawMessage, er
 	return h.svc.Send(ctx, task.SendRequest{
 		TaskID: a.TaskID, Prompt: a.Prompt, Allow: a.Allow, Model: a.Model, Effort: a.Effort,
 		Interrupt: a.Interrupt, KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS,
+		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS, Asker: h.asker(ctx),
 	})
 }

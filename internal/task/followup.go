@@ -108,6 +108,7 @@ type followUp struct {
 	areq    agents.Request
 	prompt  string
 	cwd     string
+	ask     permission.Ask // this turn's ask policy
 }
 
 // SendRequest is send_task's input.
@@ -121,6 +122,11 @@ type SendRequest struct {
 	KeepAlive bool
 	// IdleTimeoutS is idle_timeout_s; nil when not given.
 	IdleTimeoutS *int
+	// Ask, AskTimeoutS and Asker are this turn's ask policy, as
+	// SpawnRequest's: the parent's are not carried over.
+	Ask         []string
+	AskTimeoutS *int
+	Asker       permission.Asker
 }
 
 // Send creates a follow-up of a task: a new task on the same agent,
@@ -159,6 +165,10 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 	if err != nil {
 		return nil, err
 	}
+	askReq := SpawnRequest{Agent: pt.Agent, Ask: req.Ask, AskTimeoutS: req.AskTimeoutS, Asker: req.Asker}
+	if err := checkAsk(askReq); err != nil {
+		return nil, err
+	}
 	areq := agents.Request{Allow: req.Allow, Model: req.Model, Effort: req.Effort}
 	if err := adapter.Check(areq); err != nil {
 		return nil, errorf(InvalidRequest, "%v", err)
@@ -195,7 +205,7 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 	if parent.wt != nil {
 		cwd = parent.wt.Workdir
 	}
-	r.fu = &followUp{adapter: adapter, areq: areq, prompt: req.Prompt, cwd: cwd}
+	r.fu = &followUp{adapter: adapter, areq: areq, prompt: req.Prompt, cwd: cwd, ask: s.askPolicy(askReq, id)}
 	if _, err := s.cfg.Store.Create(ledger.NewTask{
 		ID: id, Agent: pt.Agent, Workspace: pt.Workspace, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: sessionID,
@@ -328,7 +338,7 @@ func (s *Service) startFollowUp(ctx context.Context, r *taskRun) {
 		return
 	}
 	s.launch(ctx, startCtx, r, launchPlan{
-		adapter: r.fu.adapter, areq: r.fu.areq, prompt: r.fu.prompt, resumeID: *t.SessionID, cwd: r.fu.cwd,
+		adapter: r.fu.adapter, areq: r.fu.areq, prompt: r.fu.prompt, resumeID: *t.SessionID, cwd: r.fu.cwd, ask: r.fu.ask,
 	})
 }
 
@@ -338,7 +348,7 @@ func (r *taskRun) turnOn(runID supervisor.RunID) (*supervisor.Turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tp := acpsession.TurnParams{Prompt: r.fu.prompt, Allow: slices.Clone(r.fu.areq.Allow), Settings: launch.Settings}
+	tp := acpsession.TurnParams{Prompt: r.fu.prompt, Allow: slices.Clone(r.fu.areq.Allow), Ask: r.fu.ask, Settings: launch.Settings}
 	return &supervisor.Turn{
 		Sink:      r,
 		KeepAlive: r.keep,
