@@ -161,7 +161,7 @@ func TestToolsList(t *testing.T) {
 		assert.NotNil(t, tool.OutputSchema, name)
 		assert.NotNil(t, tool.Annotations, name)
 	}
-	assert.Len(t, res.Tools, 11)
+	assert.Len(t, res.Tools, 12)
 	assert.True(t, byName["get_events"].Annotations.ReadOnlyHint)
 	assert.False(t, byName["spawn_task"].Annotations.ReadOnlyHint)
 	assert.True(t, *byName["cancel_task"].Annotations.DestructiveHint)

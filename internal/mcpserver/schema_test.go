@@ -24,7 +24,7 @@ func TestNoBooleanSchemas(t *testing.T) {
 	l := newLedger(t)
 	res, err := l.cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
-	require.Len(t, res.Tools, 11)
+	require.Len(t, res.Tools, 12)
 	for _, tool := range res.Tools {
 		for name, schema := range map[string]any{"inputSchema": tool.InputSchema, "outputSchema": tool.OutputSchema} {
 			b, err := json.Marshal(schema)
