@@ -120,11 +120,18 @@ type Summary struct {
 	CreatedAt   Time       `json:"created_at"`
 	StartedAt   *Time      `json:"started_at"`
 	EndedAt     *Time      `json:"ended_at"`
+	// Digest is the short digest, set when the record is encoded; it is
+	// the summary's last member. A record carries the full one instead
+	// (Task.Digest).
+	Digest *ShortDigest `json:"digest"`
 }
 
 // Task is the whole record of a task.
 type Task struct {
 	Summary
+	// Digest is the task's digest (intent 0022). It takes the place of
+	// the summary's short one in the record's encoding.
+	Digest         Digest  `json:"digest"`
 	ResolutionNote *string `json:"resolution_note"`
 	ResolvedAt     *Time   `json:"resolved_at"`
 	// Prompt is the whole prompt, or its first PromptPreviewChars

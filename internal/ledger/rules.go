@@ -79,6 +79,7 @@ func (t *Task) Move(to Status, now time.Time, edits ...Edit) (fields []byte, err
 	}
 	t.Apply(edits...)
 	t.Status = to
+	t.Digest.count(EventStatusChanged)
 	switch {
 	case to == Running:
 		t.StartedAt = at(now)
@@ -115,6 +116,7 @@ func (t *Task) Judge(r Resolution, note string, now time.Time) (fields []byte, e
 	t.Resolution = r
 	t.ResolutionNote = optional(note)
 	t.ResolvedAt = at(now)
+	t.Digest.count(EventTaskResolved)
 	t.validUTF8()
 	fields, _ = json.Marshal(struct {
 		Resolution Resolution `json:"resolution"`
@@ -123,33 +125,59 @@ func (t *Task) Judge(r Resolution, note string, now time.Time) (fields []byte, e
 	return fields, nil
 }
 
-// EncodeRecord returns the stored encoding of t and the length of its
-// summary's encoding but its closing brace: record[:summaryEnd] + "}" is
-// the summary's encoding (Summary is embedded first in Task), so a ledger
-// can serve both from one encoding.
-func EncodeRecord(t *Task) (record []byte, summaryEnd int, err error) {
-	b, err := json.Marshal(t)
-	if err != nil {
-		return nil, 0, fmt.Errorf("encoding task %s: %w", t.TaskID, err)
-	}
-	sum, err := json.Marshal(&t.Summary)
-	if err != nil {
-		return nil, 0, fmt.Errorf("encoding the summary of task %s: %w", t.TaskID, err)
-	}
-	end := len(sum) - 1 // its closing brace
-	if !bytes.HasPrefix(b, sum[:end]) || b[end] != ',' {
-		return nil, 0, fmt.Errorf("the encoding of task %s does not start with its summary's", t.TaskID)
-	}
-	return b, end, nil
+// Encoded is a record's stored encoding and its summary's, in one buffer:
+// the record (whose digest is the full one) followed by the summary's short
+// digest. The summary's encoding is the record's up to its digest, then the
+// short digest and a closing brace (Summary is embedded first in Task, and
+// its digest is its last field), so a ledger serves both from one buffer.
+type Encoded struct {
+	b              []byte
+	sumEnd, recEnd int32
 }
 
-// SummaryOf returns a fresh copy of the summary's encoding within a
-// record's, as EncodeRecord gave them.
-func SummaryOf(record []byte, summaryEnd int) []byte {
-	out := make([]byte, summaryEnd+1)
-	copy(out, record[:summaryEnd])
-	out[summaryEnd] = '}'
-	return out
+// Record returns the record's encoding, as stored; it must not be changed.
+func (e Encoded) Record() []byte { return e.b[:e.recEnd:e.recEnd] }
+
+// Summary returns a fresh copy of the summary's encoding.
+func (e Encoded) Summary() []byte {
+	short := e.b[e.recEnd:]
+	out := make([]byte, 0, int(e.sumEnd)+len(short)+1)
+	out = append(out, e.b[:e.sumEnd]...)
+	out = append(out, short...)
+	return append(out, '}')
+}
+
+// digestKey is the member name of the digest in a record and a summary.
+const digestKey = `,"digest":`
+
+// EncodeRecord returns the stored encoding of t and of its summary. The
+// digest is t's, with the record's status, usage and error, cut to
+// MaxDigestBytes; the summary carries its short form.
+func EncodeRecord(t *Task) (Encoded, error) {
+	c := *t
+	c.Digest = digestOf(t)
+	short := shortOf(c.Digest)
+	c.Summary.Digest = &short
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return Encoded{}, fmt.Errorf("encoding task %s: %w", t.TaskID, err)
+	}
+	sum, err := json.Marshal(&c.Summary)
+	if err != nil {
+		return Encoded{}, fmt.Errorf("encoding the summary of task %s: %w", t.TaskID, err)
+	}
+	shortJSON, err := json.Marshal(&short)
+	if err != nil {
+		return Encoded{}, fmt.Errorf("encoding the digest of task %s: %w", t.TaskID, err)
+	}
+	// The summary ends in its digest: the record shares what comes before.
+	end := len(sum) - 1 - len(shortJSON)
+	if end < len(digestKey) || string(sum[end-len(digestKey):end]) != digestKey || !bytes.HasPrefix(b, sum[:end]) {
+		return Encoded{}, fmt.Errorf("the encoding of task %s does not start with its summary's", t.TaskID)
+	}
+	buf := make([]byte, 0, len(b)+len(shortJSON))
+	buf = append(append(buf, b...), shortJSON...)
+	return Encoded{b: buf, sumEnd: int32(end), recEnd: int32(len(b))}, nil
 }
 
 // DecodeRecord decodes a stored record.

@@ -160,8 +160,9 @@ func transitionRecordsItsEdits(t *testing.T, l ledger.Ledger) {
 	require.NotNil(t, ended.EndedAt)
 	raw, err := l.TaskJSON("t")
 	require.NoError(t, err)
-	want, _ := json.Marshal(&ended)
-	assert.Equal(t, string(want), string(raw), "the returned task is the stored one")
+	want, err := ledger.EncodeRecord(&ended)
+	require.NoError(t, err)
+	assert.Equal(t, string(want.Record()), string(raw), "the returned task is the stored one")
 }
 
 func taskRecordShape(t *testing.T, l ledger.Ledger) {
@@ -210,12 +211,20 @@ func exactBytes(t *testing.T, l ledger.Ledger) {
 	_, err = l.Resolve("t", ledger.Accepted, "fine", T0.Add(3*time.Second))
 	require.NoError(t, err)
 
-	const summary = `{"task_id":"t","agent":"codex","workspace":"/w \u003c\u0026\u003e \"q\"","status":"failed","exit_code":3,"signal":null,` +
-		`"error":"bad ` + "\ufffd" + ` \u003cx\u003e \"quoted\"","session_id":"s-1","title":"a \u003ctitle\u003e",` +
-		`"usage":{"input_tokens":null,"output_tokens":null,"thought_tokens":null,"cached_read_tokens":null,"cached_write_tokens":null,"total_tokens":null,"cost":null,"context":{"used":3,"size":9}},` +
+	const errText = `"bad ` + "\ufffd" + ` \u003cx\u003e \"quoted\""`
+	const usage = `{"input_tokens":null,"output_tokens":null,"thought_tokens":null,"cached_read_tokens":null,"cached_write_tokens":null,"total_tokens":null,"cost":null,"context":{"used":3,"size":9}}`
+	const head = `{"task_id":"t","agent":"codex","workspace":"/w \u003c\u0026\u003e \"q\"","status":"failed","exit_code":3,"signal":null,` +
+		`"error":` + errText + `,"session_id":"s-1","title":"a \u003ctitle\u003e",` +
+		`"usage":` + usage + `,` +
 		`"resolution":"accepted","initiator_id":"i","executor_id":"x",` +
-		`"notify_path":"/n/t","created_at":"2026-11-30T05:00:00.123Z","started_at":"2026-11-30T05:00:00.124Z","ended_at":"2026-11-30T05:00:02.123Z"}`
-	record := summary[:len(summary)-1] + `,"resolution_note":"fine","resolved_at":"2026-11-30T05:00:03.123Z",` +
+		`"notify_path":"/n/t","created_at":"2026-11-30T05:00:00.123Z","started_at":"2026-11-30T05:00:00.124Z","ended_at":"2026-11-30T05:00:02.123Z"`
+	// The events the ledger records itself are its digest's counts; the
+	// others are counted by the task's run (SetDigest).
+	const summary = head + `,"digest":{"final":true,"last_message":{"text":"","truncated":false,"length":0},"error":` + errText + `}}`
+	record := head + `,"digest":{"final":true,"last_message":{"text":"","truncated":false,"length":0},` +
+		`"events":{"status_changed":3,"task_created":1,"task_resolved":1},"tool_calls":{},"files":[],"files_more":0,"permissions":{},` +
+		`"usage":` + usage + `,"error":` + errText + `}` +
+		`,"resolution_note":"fine","resolved_at":"2026-11-30T05:00:03.123Z",` +
 		`"prompt":"p\n\u2028 \u003cb\u003e","allow":["read","edit"],"model":"m","effort":"high",` +
 		`"stderr_dropped":{"lines":2,"bytes":7},"worktree":null,"diff":null,"overlaps":null}`
 	raw, err := l.TaskJSON("t")
@@ -917,8 +926,9 @@ func worktreeFields(t *testing.T, l ledger.Ledger) {
 	assert.LessOrEqual(t, n, ledger.MaxOverlapFiles+ledger.MaxOverlapTasks)
 	raw, err = l.TaskJSON("t")
 	require.NoError(t, err)
-	want, _ := json.Marshal(&ended)
-	assert.Equal(t, string(want), string(raw))
+	want, err := ledger.EncodeRecord(&ended)
+	require.NoError(t, err)
+	assert.Equal(t, string(want.Record()), string(raw))
 	assert.Contains(t, string(raw), `"files":[{"path":"new","old_path":"old","status":"renamed","insertions":0,"deletions":0,"binary":false},{"path":"f001"`)
 
 	long := ledger.FileChange{Path: strings.Repeat("p", 4096), Status: "added"}
