@@ -36,8 +36,8 @@ type Store struct {
 // for the rare change after that (a resolution). Memory per finished task
 // then follows what it holds.
 type entry struct {
-	mu         sync.RWMutex
-	status     ledger.Status // the record's status, at rest or not
+	mu     sync.RWMutex
+	status ledger.Status  // the record's status, at rest or not
 	task   *ledger.Task   // the decoded record; nil while it rests in enc
 	enc    ledger.Encoded // encoding of the record and its summary, refreshed on every change
 	log    eventLog
