@@ -123,7 +123,7 @@ type Summary struct {
 	// Digest is the short digest, set when the record is encoded; it is
 	// the summary's last member. A record carries the full one instead
 	// (Task.Digest).
-	Digest *ShortDigest `json:"digest"`
+	Digest ShortDigest `json:"digest"`
 }
 
 // Task is the whole record of a task.

@@ -157,7 +157,7 @@ func EncodeRecord(t *Task) (Encoded, error) {
 	c := *t
 	c.Digest = digestOf(t)
 	short := shortOf(c.Digest)
-	c.Summary.Digest = &short
+	c.Summary.Digest = short
 	b, err := json.Marshal(&c)
 	if err != nil {
 		return Encoded{}, fmt.Errorf("encoding task %s: %w", t.TaskID, err)
