@@ -102,8 +102,18 @@ func fill(t *testing.T, l ledger.Ledger) {
 	require.NoError(t, err)
 	_, err = l.Append("done", "agent_message", t0, []byte(`{"text":"hi"}`))
 	require.NoError(t, err)
+	// A digest, as a run writes it while running and with its end: the
+	// reopened ledger serves it as it was.
+	_, err = l.Update("live", ledger.SetDigest(ledger.Digest{
+		LastMessage: ledger.LastMessage{Text: "so far ✓", Length: 8}, Events: map[string]int64{"tool_call_update": 3000},
+		ToolCalls: map[string]map[string]int64{"execute": {"completed": 3000}}, Files: []string{"/w/a"}, FilesMore: 2,
+	}))
+	require.NoError(t, err)
 	code := 0
-	_, err = l.Transition("done", ledger.Succeeded, t0, ledger.SetExit(&code, ""))
+	_, err = l.Transition("done", ledger.Succeeded, t0, ledger.SetExit(&code, ""), ledger.SetDigest(ledger.Digest{
+		LastMessage: ledger.LastMessage{Text: "hi", Length: 2}, Events: map[string]int64{"agent_message": 1},
+		Permissions: map[string]map[string]int64{"allowed": {"read": 1}},
+	}))
 	require.NoError(t, err)
 	_, err = l.Resolve("done", ledger.Accepted, "good", t0)
 	require.NoError(t, err)
