@@ -12,7 +12,6 @@
 package digest
 
 import (
-	"bytes"
 	"encoding/json"
 	"unicode/utf8"
 
@@ -68,7 +67,7 @@ type Acc struct {
 	msgCut   bool   // msg lost the message's start
 	inMsg    bool   // text continues the latest message
 
-	calls    map[string]call
+	calls    map[string]*call
 	overflow map[call]int64 // calls past maxTracked, by what they announced
 
 	files     []string
@@ -123,56 +122,63 @@ func (a *Acc) Message(text string) {
 	a.dirty = true
 }
 
-// toolFields are the members of a tool call event the digest reads.
-type toolFields struct {
-	ID        string  `json:"tool_call_id"`
-	Kind      *string `json:"kind"`
-	Status    *string `json:"status"`
-	Locations []struct {
-		Path string `json:"path"`
-	} `json:"locations"`
-}
-
 // ToolCall reads a tool_call (update false) or tool_call_update event's
-// fields, as the ledger stores them.
+// fields, as the ledger stores them: the call's id, kind, status and
+// locations.
 func (a *Acc) ToolCall(update bool, fields []byte) {
-	var f toolFields
-	if !bytes.Contains(fields, []byte(`"locations"`)) {
-		// The common update names a status only: skip the locations'
-		// decoding, and raw_input and raw_output are never read.
-		var g struct {
-			ID     string  `json:"tool_call_id"`
-			Kind   *string `json:"kind"`
-			Status *string `json:"status"`
+	var id, kind, status, locations []byte
+	var hasID, hasKind, hasStatus bool
+	for m := (members{b: fields}); m.next(); {
+		switch string(m.key) {
+		case "tool_call_id":
+			id, hasID = str(m.val)
+		case "kind":
+			kind, hasKind = str(m.val)
+		case "status":
+			status, hasStatus = str(m.val)
+		case "locations":
+			locations = m.val
 		}
-		if json.Unmarshal(fields, &g) != nil {
-			return
-		}
-		f.ID, f.Kind, f.Status = g.ID, g.Kind, g.Status
-	} else if json.Unmarshal(fields, &f) != nil {
+	}
+	if !hasID {
 		return
 	}
 	a.dirty = true
-	for _, l := range f.Locations {
-		a.file(l.Path)
-	}
-	c, tracked := a.calls[f.ID]
-	if !tracked {
-		// ACP's defaults for what a new call leaves out. An update for a
-		// call never announced starts it too.
-		c = call{kind: other, status: "pending"}
-	}
-	if f.Kind != nil {
-		c.kind = known(*f.Kind, kinds)
-	}
-	if f.Status != nil {
-		c.status = known(*f.Status, statuses)
-	}
-	if tracked || len(a.calls) < maxTracked {
-		if a.calls == nil {
-			a.calls = make(map[string]call)
+	if len(locations) > 0 {
+		var locs []struct {
+			Path string `json:"path"`
 		}
-		a.calls[f.ID] = c
+		if json.Unmarshal(locations, &locs) == nil {
+			for _, l := range locs {
+				a.file(l.Path)
+			}
+		}
+	}
+	// Updates of a call change it in place: the id's bytes are not made
+	// a string (an allocation) but for a new call.
+	if p := a.calls[string(id)]; p != nil {
+		if hasKind {
+			p.kind = known(kind, kinds)
+		}
+		if hasStatus {
+			p.status = known(status, statuses)
+		}
+		return
+	}
+	// ACP's defaults for what a new call leaves out. An update for a call
+	// never announced starts it too.
+	c := call{kind: other, status: "pending"}
+	if hasKind {
+		c.kind = known(kind, kinds)
+	}
+	if hasStatus {
+		c.status = known(status, statuses)
+	}
+	if len(a.calls) < maxTracked {
+		if a.calls == nil {
+			a.calls = make(map[string]*call)
+		}
+		a.calls[string(id)] = &c
 		return
 	}
 	if !update {
@@ -185,9 +191,9 @@ func (a *Acc) ToolCall(update bool, fields []byte) {
 
 // known returns v when it is one of list (that string, not v's bytes),
 // and "other" when it is not.
-func known(v string, list []string) string {
+func known(v []byte, list []string) string {
 	for _, k := range list {
-		if v == k {
+		if string(v) == k {
 			return k
 		}
 	}
@@ -230,7 +236,7 @@ func (a *Acc) Permission(kind, decision string) {
 		m = make(map[string]int64, 2)
 		a.perms[d] = m
 	}
-	m[known(kind, kinds)]++
+	m[known([]byte(kind), kinds)]++
 	a.dirty = true
 }
 
@@ -261,7 +267,7 @@ func (a *Acc) Digest() ledger.Digest {
 			m[c.status] += n
 		}
 		for _, c := range a.calls {
-			add(c, 1)
+			add(*c, 1)
 		}
 		for c, n := range a.overflow {
 			add(c, n)
