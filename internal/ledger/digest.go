@@ -37,18 +37,22 @@ type Digest struct {
 	LastMessage LastMessage `json:"last_message"`
 	// Events counts the task's events by type.
 	Events map[string]int64 `json:"events"`
+	// The parts below are left out when empty (nothing to count, no
+	// path, no usage reported, no error): a reader pays for every byte,
+	// and so does a ledger holding many small finished tasks.
+	//
 	// ToolCalls counts the task's tool calls by kind, then by their
 	// latest status.
-	ToolCalls map[string]map[string]int64 `json:"tool_calls"`
+	ToolCalls map[string]map[string]int64 `json:"tool_calls,omitempty"`
 	// Files are the paths the tool calls named (their locations), in the
 	// order first named; FilesMore counts those left out.
-	Files     []string `json:"files"`
-	FilesMore int      `json:"files_more"`
+	Files     []string `json:"files,omitempty"`
+	FilesMore int      `json:"files_more,omitempty"`
 	// Permissions counts permission decisions: allowed, rejected or
 	// cancelled, then by kind.
-	Permissions map[string]map[string]int64 `json:"permissions"`
-	Usage       Usage                       `json:"usage"`
-	Error       *string                     `json:"error"`
+	Permissions map[string]map[string]int64 `json:"permissions,omitempty"`
+	Usage       Usage                       `json:"usage,omitzero"`
+	Error       *string                     `json:"error,omitempty"`
 }
 
 // LastMessage is the end of the agent's latest message.
@@ -135,8 +139,7 @@ func cloneTally(m map[string]map[string]int64) map[string]map[string]int64 {
 }
 
 // digestOf is t's digest as its record carries it: the record's status,
-// usage and error filled in, empty parts as empty objects and lists, cut to
-// MaxDigestBytes.
+// usage and error filled in, cut to MaxDigestBytes.
 func digestOf(t *Task) Digest {
 	d := t.Digest.clone()
 	d.Final = t.Status.Terminal()
@@ -153,15 +156,6 @@ func digestOf(t *Task) Digest {
 		maps.Copy(m, d.Events)
 		m[EventTaskCreated] = 1
 		d.Events = m
-	}
-	if d.ToolCalls == nil {
-		d.ToolCalls = map[string]map[string]int64{}
-	}
-	if d.Permissions == nil {
-		d.Permissions = map[string]map[string]int64{}
-	}
-	if d.Files == nil {
-		d.Files = []string{}
 	}
 	d.LastMessage.Text = validUTF8(d.LastMessage.Text)
 	for i, f := range d.Files {
@@ -236,7 +230,7 @@ func fitDigest(d Digest) Digest {
 	if d.Usage = (Usage{}); fits(d) {
 		return d
 	}
-	d.ToolCalls, d.Permissions, d.Events = map[string]map[string]int64{}, map[string]map[string]int64{}, map[string]int64{}
+	d.ToolCalls, d.Permissions, d.Events = nil, nil, map[string]int64{}
 	return d
 }
 

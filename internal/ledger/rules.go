@@ -125,25 +125,42 @@ func (t *Task) Judge(r Resolution, note string, now time.Time) (fields []byte, e
 	return fields, nil
 }
 
-// Encoded is a record's stored encoding and its summary's, in one buffer:
-// the record (whose digest is the full one) followed by the summary's short
-// digest. The summary's encoding is the record's up to its digest, then the
-// short digest and a closing brace (Summary is embedded first in Task, and
-// its digest is its last field), so a ledger serves both from one buffer.
+// Encoded is a record's stored encoding and its summary's, in one buffer.
+// The summary's encoding is the record's up to its digest (Summary is
+// embedded first in Task, and its digest is its last field), then the
+// short digest and a closing brace. The short digest is most often the
+// full one's start (final and last_message) and its error: then it is
+// served from the record's bytes, stored once; else its encoding follows
+// the record's in the buffer.
 type Encoded struct {
-	b              []byte
-	sumEnd, recEnd int32
+	b      []byte
+	recEnd int32
+	// Without a short digest of its own (recEnd == len(b)): the summary
+	// is b[:x], then b[y:z] (the digest's error and its closing brace)
+	// or, for y < 0, a null error. With one: the summary is b[:x], then
+	// the short digest, b[recEnd:].
+	x, y, z int32
 }
 
 // Record returns the record's encoding, as stored; it must not be changed.
 func (e Encoded) Record() []byte { return e.b[:e.recEnd:e.recEnd] }
 
+const nullError = `,"error":null}`
+
 // Summary returns a fresh copy of the summary's encoding.
 func (e Encoded) Summary() []byte {
-	short := e.b[e.recEnd:]
-	out := make([]byte, 0, int(e.sumEnd)+len(short)+1)
-	out = append(out, e.b[:e.sumEnd]...)
-	out = append(out, short...)
+	var tail []byte
+	switch {
+	case int(e.recEnd) < len(e.b):
+		tail = e.b[e.recEnd:]
+	case e.y < 0:
+		tail = []byte(nullError)
+	default:
+		tail = e.b[e.y:e.z]
+	}
+	out := make([]byte, 0, int(e.x)+len(tail)+1)
+	out = append(out, e.b[:e.x]...)
+	out = append(out, tail...)
 	return append(out, '}')
 }
 
@@ -170,14 +187,36 @@ func EncodeRecord(t *Task) (Encoded, error) {
 	if err != nil {
 		return Encoded{}, fmt.Errorf("encoding the digest of task %s: %w", t.TaskID, err)
 	}
+	full, err := json.Marshal(&c.Digest)
+	if err != nil {
+		return Encoded{}, fmt.Errorf("encoding the digest of task %s: %w", t.TaskID, err)
+	}
 	// The summary ends in its digest: the record shares what comes before.
 	end := len(sum) - 1 - len(shortJSON)
-	if end < len(digestKey) || string(sum[end-len(digestKey):end]) != digestKey || !bytes.HasPrefix(b, sum[:end]) {
+	if end < len(digestKey) || string(sum[end-len(digestKey):end]) != digestKey || !bytes.HasPrefix(b, sum[:end]) ||
+		!bytes.HasPrefix(b[end:], full) {
 		return Encoded{}, fmt.Errorf("the encoding of task %s does not start with its summary's", t.TaskID)
+	}
+	// The short digest from the full one's bytes, when they hold it:
+	// its start, and its error member (or none, for a null error).
+	errPart := []byte(nullError)
+	if short.Error != nil {
+		e, _ := json.Marshal(short.Error)
+		errPart = append(append([]byte(`,"error":`), e...), '}')
+	}
+	k := len(shortJSON) - len(errPart)
+	if bytes.HasPrefix(full, shortJSON[:k]) && bytes.HasSuffix(shortJSON, errPart) {
+		switch {
+		case short.Error == nil && c.Digest.Error == nil:
+			return Encoded{b: b, recEnd: int32(len(b)), x: int32(end + k), y: -1}, nil
+		case short.Error != nil && bytes.HasSuffix(full, errPart):
+			z := end + len(full)
+			return Encoded{b: b, recEnd: int32(len(b)), x: int32(end + k), y: int32(z - len(errPart)), z: int32(z)}, nil
+		}
 	}
 	buf := make([]byte, 0, len(b)+len(shortJSON))
 	buf = append(append(buf, b...), shortJSON...)
-	return Encoded{b: buf, sumEnd: int32(end), recEnd: int32(len(b))}, nil
+	return Encoded{b: buf, recEnd: int32(len(b)), x: int32(end)}, nil
 }
 
 // DecodeRecord decodes a stored record.

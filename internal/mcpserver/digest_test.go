@@ -74,11 +74,11 @@ func TestDigestOfAFinishedTurn(t *testing.T) {
 		"other": map[string]any{"pending": 1.0},
 	}, d["tool_calls"], "each call once, by kind and latest status")
 	assert.Equal(t, []any{"/w/a.go", "/w/b.go"}, d["files"], "each path once, in the order first named")
-	assert.Equal(t, 0.0, d["files_more"])
+	assert.NotContains(t, d, "files_more", "left out when none is")
 	assert.Equal(t, map[string]any{"allowed": map[string]any{"read": 1.0}, "rejected": map[string]any{"execute": 1.0}}, d["permissions"])
 	assert.Equal(t, got["usage"], d["usage"])
 	assert.Equal(t, 7.0, d["usage"].(map[string]any)["total_tokens"])
-	assert.Nil(t, d["error"])
+	assert.NotContains(t, d, "error", "left out without one")
 
 	// The summaries carry the short digest.
 	wait := call(t, r.cs, "wait_tasks", map[string]any{"task_ids": []string{id}})
@@ -175,7 +175,7 @@ func TestDigestFitsItsBudget(t *testing.T) {
 			r.wait(t, id)
 			d, n := digestOf(t, r.cs, id)
 			assert.LessOrEqual(t, n, ledger.MaxDigestBytes, "the digest's JSON bytes")
-			files := d["files"].([]any)
+			files, _ := d["files"].([]any)
 			assert.Equal(t, 100.0, float64(len(files))+d["files_more"].(float64), "every path kept or counted")
 			for i, f := range files {
 				assert.Equal(t, paths[i].(map[string]any)["path"], f, "the first paths are kept")
