@@ -25,7 +25,7 @@ var (
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	deadline  = flag.Duration("deadline", 4*time.Minute, "the most the whole harness may take")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -102,6 +102,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"start", measureStart},
 		{"spawn", measureSpawn},
 		{"turn", measureTurn},
+		{"reads", measureReads},
 		{"wake", measureWake},
 		{"streams", measureStreams},
 		{"pages", measurePages},
