@@ -138,17 +138,14 @@ func cloneTally(m map[string]map[string]int64) map[string]map[string]int64 {
 	return out
 }
 
-// digestOf is t's digest as its record carries it: the record's status,
-// usage and error filled in, cut to MaxDigestBytes.
-func digestOf(t *Task) Digest {
-	d := t.Digest.clone()
+// digestOf is t's digest as its record carries it, and its encoding: the
+// record's status, usage and error filled in, cut to MaxDigestBytes. It
+// shares t's maps, which it does not change.
+func digestOf(t *Task) (Digest, []byte) {
+	d := t.Digest
 	d.Final = t.Status.Terminal()
-	d.Usage = t.Usage.clone()
-	d.Error = nil
-	if t.Error != nil {
-		e := *t.Error
-		d.Error = &e
-	}
+	d.Usage = t.Usage
+	d.Error = t.Error
 	if d.Events[EventTaskCreated] == 0 {
 		// Every task has its task_created event (seq 1): counted here
 		// rather than in a map every new record would hold.
@@ -158,8 +155,14 @@ func digestOf(t *Task) Digest {
 		d.Events = m
 	}
 	d.LastMessage.Text = validUTF8(d.LastMessage.Text)
+	cloned := false
 	for i, f := range d.Files {
-		d.Files[i] = validUTF8(f)
+		if v := validUTF8(f); v != f {
+			if !cloned {
+				d.Files, cloned = slices.Clone(d.Files), true
+			}
+			d.Files[i] = v
+		}
 	}
 	return fitDigest(d)
 }
@@ -171,24 +174,40 @@ func validUTF8(s string) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
-// encodedLen is the length of v's JSON encoding as the record holds it.
-func encodedLen(v any) int {
+// encode is v's JSON encoding as the record holds it.
+func encode(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
 		panic("ledger: encoding a digest: " + err.Error())
 	}
-	return len(b)
+	return b
 }
 
-// fitDigest cuts d to MaxDigestBytes of JSON: files from the end first
-// (counted in FilesMore), then the message text from its start (its end is
-// kept, cut between characters), then the error from its end. A digest
-// whose counts and usage alone are over (which our callers' bounds rule
-// out) loses its usage, then its counts.
-func fitDigest(d Digest) Digest {
-	fits := func(d Digest) bool { return encodedLen(d) <= MaxDigestBytes }
-	if fits(d) {
-		return d
+// fitter tries candidates against a byte budget, keeping the encoding of
+// the last one that fit.
+type fitter struct {
+	budget int
+	last   []byte
+}
+
+func (f *fitter) fits(v any) bool {
+	b := encode(v)
+	if len(b) > f.budget {
+		return false
+	}
+	f.last = b
+	return true
+}
+
+// fitDigest cuts d to MaxDigestBytes of JSON, and returns its encoding:
+// files from the end first (counted in FilesMore), then the message text
+// from its start (its end is kept, cut between characters), then the error
+// from its end. A digest whose counts and usage alone are over (which our
+// callers' bounds rule out) loses its usage, then its counts.
+func fitDigest(d Digest) (Digest, []byte) {
+	f := fitter{budget: MaxDigestBytes}
+	if f.fits(d) {
+		return d, f.last
 	}
 	// The most files that fit with the whole message: a binary search
 	// over how many are kept.
@@ -198,20 +217,20 @@ func fitDigest(d Digest) Digest {
 		c.Files, c.FilesMore = files[:k], more+len(files)-k
 		return c
 	}
-	if k := largest(len(files), func(k int) bool { return fits(keep(k)) }); k >= 0 {
-		return keep(k)
+	if k := largest(len(files), func(k int) bool { return f.fits(keep(k)) }); k >= 0 {
+		return keep(k), encode(keep(k))
 	}
 	d = keep(0)
 	text, lm := d.LastMessage.Text, d.LastMessage
+	n := utf8.RuneCountInString(text)
 	tail := func(k int) Digest { // keep the last k characters
 		c := d
 		c.LastMessage.Text = lastChars(text, k)
-		c.LastMessage.Truncated = lm.Truncated || k < utf8.RuneCountInString(text)
+		c.LastMessage.Truncated = lm.Truncated || k < n
 		return c
 	}
-	n := utf8.RuneCountInString(text)
-	if k := largest(n, func(k int) bool { return fits(tail(k)) }); k >= 0 {
-		return tail(k)
+	if k := largest(n, func(k int) bool { return f.fits(tail(k)) }); k >= 0 {
+		return tail(k), encode(tail(k))
 	}
 	d = tail(0)
 	if d.Error != nil {
@@ -222,25 +241,29 @@ func fitDigest(d Digest) Digest {
 			c.Error = &e
 			return c
 		}
-		if k := largest(utf8.RuneCountInString(msg), func(k int) bool { return fits(head(k)) }); k >= 0 {
-			return head(k)
+		if k := largest(utf8.RuneCountInString(msg), func(k int) bool { return f.fits(head(k)) }); k >= 0 {
+			return head(k), encode(head(k))
 		}
 		d = head(0)
 	}
-	if d.Usage = (Usage{}); fits(d) {
-		return d
+	if d.Usage = (Usage{}); f.fits(d) {
+		return d, f.last
 	}
 	d.ToolCalls, d.Permissions, d.Events = nil, nil, map[string]int64{}
-	return d
+	return d, encode(d)
 }
 
 // largest returns the largest k in [0, n] for which ok holds, ok being
 // monotone (true up to some k, false after), or -1 when it holds for none.
+// ok(n) is tried first: most often everything fits.
 func largest(n int, ok func(int) bool) int {
-	if !ok(0) {
+	if ok(n) {
+		return n
+	}
+	if n == 0 || !ok(0) {
 		return -1
 	}
-	lo, hi := 0, n // ok(lo) holds
+	lo, hi := 0, n-1 // ok(lo) holds, ok(hi+1) does not
 	for lo < hi {
 		mid := lo + (hi-lo+1)/2
 		if ok(mid) {
@@ -273,28 +296,30 @@ func firstChars(s string, k int) string {
 	return s
 }
 
-// shortOf is the short digest of a record's digest, within
-// MaxShortDigestBytes: the last ShortMessageChars characters of the
+// shortOf is the short digest of a record's digest, and its encoding,
+// within MaxShortDigestBytes: the last ShortMessageChars characters of the
 // message, fewer when their encoding is long, and the error's first
 // characters in what is left.
-func shortOf(d Digest) ShortDigest {
+func shortOf(d Digest) (ShortDigest, []byte) {
 	s := ShortDigest{Final: d.Final, LastMessage: d.LastMessage}
 	text := d.LastMessage.Text
+	chars := utf8.RuneCountInString(text)
 	withText := func(k int) ShortDigest {
 		c := s
-		c.LastMessage.Text = lastChars(text, k)
-		c.LastMessage.Truncated = d.LastMessage.Truncated || k < utf8.RuneCountInString(text)
+		if k < chars {
+			c.LastMessage.Text = lastChars(text, k)
+			c.LastMessage.Truncated = true
+		}
 		return c
 	}
-	fits := func(s ShortDigest) bool { return encodedLen(s) <= MaxShortDigestBytes }
+	f := fitter{budget: MaxShortDigestBytes}
 	var msg string
 	if d.Error != nil {
 		msg = firstChars(*d.Error, shortErrorChars)
 		s.Error = &msg
 	}
-	n := min(utf8.RuneCountInString(text), ShortMessageChars)
-	if k := largest(n, func(k int) bool { return fits(withText(k)) }); k >= 0 {
-		return withText(k)
+	if k := largest(min(chars, ShortMessageChars), func(k int) bool { return f.fits(withText(k)) }); k >= 0 {
+		return withText(k), f.last
 	}
 	s = withText(0)
 	withError := func(k int) ShortDigest {
@@ -305,5 +330,6 @@ func shortOf(d Digest) ShortDigest {
 	}
 	// The short digest without text and with an empty error fits: a
 	// boolean, two numbers and a few keys.
-	return withError(max(0, largest(utf8.RuneCountInString(msg), func(k int) bool { return fits(withError(k)) })))
+	k := max(0, largest(utf8.RuneCountInString(msg), func(k int) bool { return f.fits(withError(k)) }))
+	return withError(k), encode(withError(k))
 }

@@ -172,30 +172,21 @@ const digestKey = `,"digest":`
 // MaxDigestBytes; the summary carries its short form.
 func EncodeRecord(t *Task) (Encoded, error) {
 	c := *t
-	c.Digest = digestOf(t)
-	short := shortOf(c.Digest)
-	c.Summary.Digest = short
+	var full, shortJSON []byte
+	c.Digest, full = digestOf(t)
+	c.Summary.Digest, shortJSON = shortOf(c.Digest)
+	short := c.Summary.Digest
 	b, err := json.Marshal(&c)
 	if err != nil {
 		return Encoded{}, fmt.Errorf("encoding task %s: %w", t.TaskID, err)
 	}
-	sum, err := json.Marshal(&c.Summary)
-	if err != nil {
-		return Encoded{}, fmt.Errorf("encoding the summary of task %s: %w", t.TaskID, err)
-	}
-	shortJSON, err := json.Marshal(&short)
-	if err != nil {
-		return Encoded{}, fmt.Errorf("encoding the digest of task %s: %w", t.TaskID, err)
-	}
-	full, err := json.Marshal(&c.Digest)
-	if err != nil {
-		return Encoded{}, fmt.Errorf("encoding the digest of task %s: %w", t.TaskID, err)
-	}
-	// The summary ends in its digest: the record shares what comes before.
-	end := len(sum) - 1 - len(shortJSON)
-	if end < len(digestKey) || string(sum[end-len(digestKey):end]) != digestKey || !bytes.HasPrefix(b, sum[:end]) ||
-		!bytes.HasPrefix(b[end:], full) {
-		return Encoded{}, fmt.Errorf("the encoding of task %s does not start with its summary's", t.TaskID)
+	// The summary's members come first in the record (Summary is embedded
+	// first in Task), its digest last: the record's first digest member
+	// is where the summary's ends. No member before it holds a key of its
+	// own, and a string cannot hold an unescaped quote.
+	end := bytes.Index(b, []byte(digestKey)) + len(digestKey)
+	if end < len(digestKey) || !bytes.HasPrefix(b[end:], full) {
+		return Encoded{}, fmt.Errorf("the encoding of task %s does not hold its digest where its summary ends", t.TaskID)
 	}
 	// The short digest from the full one's bytes, when they hold it:
 	// its start, and its error member (or none, for a null error).
