@@ -12,6 +12,7 @@
 package digest
 
 import (
+	"bytes"
 	"encoding/json"
 	"unicode/utf8"
 
@@ -128,6 +129,12 @@ func (a *Acc) Message(text string) {
 func (a *Acc) ToolCall(update bool, fields []byte) {
 	var id, kind, status, locations []byte
 	var hasID, hasKind, hasStatus bool
+	// The fields come as ToolCallFields encodes them: id, title, kind and
+	// status before raw_input, raw_output and locations, an array, last.
+	// Fields that cannot end in locations end the scan at the raw values,
+	// which can be kilobytes.
+	hasLocations := bytes.HasSuffix(fields, []byte("]}"))
+scan:
 	for m := (members{b: fields}); m.next(); {
 		switch string(m.key) {
 		case "tool_call_id":
@@ -138,6 +145,10 @@ func (a *Acc) ToolCall(update bool, fields []byte) {
 			status, hasStatus = str(m.val)
 		case "locations":
 			locations = m.val
+		case "raw_input", "raw_output":
+			if !hasLocations {
+				break scan
+			}
 		}
 	}
 	if !hasID {

@@ -81,3 +81,18 @@ func BenchmarkToolCallUpdate(b *testing.B) {
 		a.ToolCall(true, fields)
 	}
 }
+
+// BenchmarkToolCallUpdateLargeOutput: an update with kilobytes of output
+// and no locations costs what a small one does: the scan stops at it.
+func BenchmarkToolCallUpdateLargeOutput(b *testing.B) {
+	var a Acc
+	fields := []byte(`{"tool_call_id":"tc-9","status":"completed","raw_output":{"stdout":"` + strings.Repeat("output line\\n", 300) + `","exit_code":0}}`)
+	a.ToolCall(false, fields)
+	b.ReportAllocs()
+	for b.Loop() {
+		a.ToolCall(true, fields)
+	}
+	if d := a.Digest(); d.ToolCalls["other"]["completed"] != 1 {
+		b.Fatalf("%v", d.ToolCalls)
+	}
+}
