@@ -133,9 +133,11 @@ func (a *Acc) ToolCall(update bool, fields []byte) {
 	// status before raw_input, raw_output and locations, an array, last.
 	// Fields that cannot end in locations end the scan at the raw values,
 	// which can be kilobytes.
-	hasLocations := bytes.HasSuffix(fields, []byte("]}"))
-scan:
-	for m := (members{b: fields}); m.next(); {
+	m := members{b: fields}
+	if !bytes.HasSuffix(fields, []byte("]}")) {
+		m.stopAt = isRaw
+	}
+	for m.next() {
 		switch string(m.key) {
 		case "tool_call_id":
 			id, hasID = str(m.val)
@@ -145,10 +147,6 @@ scan:
 			status, hasStatus = str(m.val)
 		case "locations":
 			locations = m.val
-		case "raw_input", "raw_output":
-			if !hasLocations {
-				break scan
-			}
 		}
 	}
 	if !hasID {
@@ -199,6 +197,8 @@ scan:
 		a.overflow[c]++
 	}
 }
+
+func isRaw(key []byte) bool { return string(key) == "raw_input" || string(key) == "raw_output" }
 
 // known returns v when it is one of list (that string, not v's bytes),
 // and "other" when it is not.

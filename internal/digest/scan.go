@@ -10,6 +10,9 @@ type members struct {
 	b        []byte
 	i        int
 	key, val []byte // the member's key, its quotes off, and its raw value
+	// stopAt, when set, ends the walk at the first member it holds for,
+	// before its value is read.
+	stopAt func(key []byte) bool
 }
 
 // next moves to the next member; false at the end or on what is not an
@@ -33,6 +36,9 @@ func (m *members) next() bool {
 		return false
 	}
 	m.key = b[i+1 : end-1]
+	if m.stopAt != nil && m.stopAt(m.key) {
+		return false
+	}
 	i = skipSpace(b, end)
 	if i >= len(b) || b[i] != ':' {
 		return false
