@@ -28,7 +28,7 @@ var (
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
 	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale 10 min)")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup; with -scale limits, live, spawns, finished); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup; with -scale limits, live, spawns, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -123,6 +123,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"spawn", measureSpawn},
 		{"turn", measureTurn},
 		{"peer", measurePeer},
+		{"reads", measureReads},
 		{"wake", measureWake},
 		{"streams", measureStreams},
 		{"pages", measurePages},

@@ -326,7 +326,7 @@ func (l *Ledger) moveLastSeq(t *task) {
 	defer t.wmu.Unlock()
 	t.mu.RLock()
 	acked, last, at := int64(t.log.acked), t.lastSeq, t.lastSeqAt
-	pos, rec, rev := t.pos, t.recJSON, t.rev
+	pos, rec, rev := t.pos, t.enc.Record(), t.rev
 	t.mu.RUnlock()
 	if acked <= last || time.Since(at) < lastSeqEvery {
 		return

@@ -191,7 +191,7 @@ func (l *Ledger) followRecord(m jetstream.Msg, rev uint64) {
 // takeRecord makes rec, at revision rev, the record of its task, adopting
 // a task this ledger did not know.
 func (l *Ledger) takeRecord(key string, v value, rec *ledger.Task, rev uint64) *task {
-	recJSON, end, err := ledger.EncodeRecord(rec)
+	enc, err := ledger.EncodeRecord(rec)
 	if err != nil {
 		l.log.Warn("ledger: a task entry of the cluster cannot be encoded", "key", key, "err", err)
 		return nil
@@ -199,7 +199,7 @@ func (l *Ledger) takeRecord(key string, v value, rec *ledger.Task, rev uint64) *
 	l.mu.Lock()
 	t := l.tasks[rec.TaskID]
 	if t == nil {
-		t = &task{id: rec.TaskID, key: key, pos: len(l.order), rec: *rec, recJSON: recJSON, sumEnd: end, rev: rev, lastSeq: v.lastSeq}
+		t = &task{id: rec.TaskID, key: key, pos: len(l.order), rec: *rec, enc: enc, rev: rev, lastSeq: v.lastSeq}
 		l.tasks[t.id] = t
 		l.order = append(l.order, t)
 		if k := rec.IdempotencyKey; k != nil && l.keys[*k] == nil {
@@ -210,7 +210,7 @@ func (l *Ledger) takeRecord(key string, v value, rec *ledger.Task, rev uint64) *
 	}
 	l.mu.Unlock()
 	t.mu.Lock()
-	ended := rev > t.rev && l.takeLocked(t, v.by, rec, recJSON, end, rev, v.lastSeq)
+	ended := rev > t.rev && l.takeLocked(t, v.by, rec, enc, rev, v.lastSeq)
 	t.mu.Unlock()
 	if ended {
 		l.catchUp(t)
@@ -411,7 +411,7 @@ func (l *Ledger) writeShared(t *task, now time.Time, change func(*ledger.Task) (
 			}
 			return cur, err
 		}
-		recJSON, end, err := ledger.EncodeRecord(rec)
+		enc, err := ledger.EncodeRecord(rec)
 		if err != nil {
 			return cur, err
 		}
@@ -424,7 +424,7 @@ func (l *Ledger) writeShared(t *task, now time.Time, change func(*ledger.Task) (
 		}
 		batch, evBytes, types := l.sharedBatch(t.key, lastEv, carry, carryType, evs, now, dropped)
 		lastSeq := lastEv + int64(len(evBytes))
-		newRev, err := l.kv.Update(ctx, t.key, encodeValue(l.host, v.pos, lastSeq, recJSON, types[len(types)-1], evBytes[len(evBytes)-1]), e.Revision())
+		newRev, err := l.kv.Update(ctx, t.key, encodeValue(l.host, v.pos, lastSeq, enc.Record(), types[len(types)-1], evBytes[len(evBytes)-1]), e.Revision())
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) && attempt < maxAttempts {
 			continue
 		}
@@ -444,7 +444,7 @@ func (l *Ledger) writeShared(t *task, now time.Time, change func(*ledger.Task) (
 			}
 			batch, evBytes, types = l.sharedBatch(t.key, lastEv, carry, carryType, evs, now, dropped)
 			lastSeq = lastEv + int64(len(evBytes))
-			if newRev, err = l.kv.Update(ctx, t.key, encodeValue(l.host, v.pos, lastSeq, recJSON, types[len(types)-1], evBytes[len(evBytes)-1]), newRev); err != nil {
+			if newRev, err = l.kv.Update(ctx, t.key, encodeValue(l.host, v.pos, lastSeq, enc.Record(), types[len(types)-1], evBytes[len(evBytes)-1]), newRev); err != nil {
 				break
 			}
 			batch.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(streamSeq, 10))
@@ -457,7 +457,7 @@ func (l *Ledger) writeShared(t *task, now time.Time, change func(*ledger.Task) (
 		}
 		t.mu.Lock()
 		if newRev > t.rev {
-			l.takeLocked(t, l.host, rec, recJSON, end, newRev, lastSeq)
+			l.takeLocked(t, l.host, rec, enc, newRev, lastSeq)
 		}
 		out := t.copyLocked()
 		t.mu.Unlock()

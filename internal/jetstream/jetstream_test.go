@@ -102,8 +102,18 @@ func fill(t *testing.T, l ledger.Ledger) {
 	require.NoError(t, err)
 	_, err = l.Append("done", "agent_message", t0, []byte(`{"text":"hi"}`))
 	require.NoError(t, err)
+	// A digest, as a run writes it while running and with its end: the
+	// reopened ledger serves it as it was.
+	_, err = l.Update("live", ledger.SetDigest(ledger.Digest{
+		LastMessage: ledger.LastMessage{Text: "so far ✓", Length: 8}, Events: map[string]int64{"tool_call_update": 3000},
+		ToolCalls: map[string]map[string]int64{"execute": {"completed": 3000}}, Files: []string{"/w/a"}, FilesMore: 2,
+	}))
+	require.NoError(t, err)
 	code := 0
-	_, err = l.Transition("done", ledger.Succeeded, t0, ledger.SetExit(&code, ""))
+	_, err = l.Transition("done", ledger.Succeeded, t0, ledger.SetExit(&code, ""), ledger.SetDigest(ledger.Digest{
+		LastMessage: ledger.LastMessage{Text: "hi", Length: 2}, Events: map[string]int64{"agent_message": 1},
+		Permissions: map[string]map[string]int64{"allowed": {"read": 1}},
+	}))
 	require.NoError(t, err)
 	_, err = l.Resolve("done", ledger.Accepted, "good", t0)
 	require.NoError(t, err)
@@ -157,17 +167,17 @@ func TestRecordTailIsRepublished(t *testing.T) {
 	require.NoError(t, err)
 	NewTask := ledger.NewTask{ID: "crashed", Agent: "codex", Workspace: "/w", Prompt: "p"}
 	rec := NewTask.Record(t0)
-	recJSON, _, err := ledger.EncodeRecord(&rec)
+	enc, err := ledger.EncodeRecord(&rec)
 	require.NoError(t, err)
 	q := ledger.QuoteType(ledger.EventTaskCreated)
 	ev := ledger.EncodeEvent(nil, 1, q, t0, ledger.CapFields(q, NewTask.CreatedFields()))
 	ctx := context.Background()
-	_, err = l.kv.Create(ctx, "crashed", encodeValue("", 0, 1, recJSON, ledger.EventTaskCreated, ev))
+	_, err = l.kv.Create(ctx, "crashed", encodeValue("", 0, 1, enc.Record(), ledger.EventTaskCreated, ev))
 	require.NoError(t, err)
 	lost := ledger.NewTask{ID: "lost", Agent: "codex", Workspace: "/w", Prompt: "p"}.Record(t0)
-	lostJSON, _, err := ledger.EncodeRecord(&lost)
+	lostEnc, err := ledger.EncodeRecord(&lost)
 	require.NoError(t, err)
-	_, err = l.kv.Create(ctx, "lost", encodeValue("", 1, 5, lostJSON, ledger.EventStatusChanged, []byte(`{"seq":5}`)))
+	_, err = l.kv.Create(ctx, "lost", encodeValue("", 1, 5, lostEnc.Record(), ledger.EventStatusChanged, []byte(`{"seq":5}`)))
 	require.NoError(t, err)
 	l.Close()
 	srv.Close()

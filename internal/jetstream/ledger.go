@@ -138,8 +138,7 @@ type task struct {
 
 	mu        sync.RWMutex // guards the fields below
 	rec       ledger.Task
-	recJSON   []byte
-	sumEnd    int
+	enc       ledger.Encoded
 	rev       uint64 // the bucket's revision of rec
 	lastSeq   int64  // the last_seq written with rec
 	lastSeqAt time.Time
@@ -344,7 +343,7 @@ func (l *Ledger) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 		return ledger.Task{}, ErrClosed
 	}
 	rec := n.Record(now)
-	recJSON, end, err := ledger.EncodeRecord(&rec)
+	enc, err := ledger.EncodeRecord(&rec)
 	if err != nil {
 		return ledger.Task{}, err
 	}
@@ -370,14 +369,14 @@ func (l *Ledger) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
 	key := keyOf(n.ID)
 	ctx, cancel := opContext()
 	defer cancel()
-	rev, err := l.kv.Create(ctx, key, encodeValue(l.host, pos, 1, recJSON, ledger.EventTaskCreated, ev))
+	rev, err := l.kv.Create(ctx, key, encodeValue(l.host, pos, 1, enc.Record(), ledger.EventTaskCreated, ev))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return ledger.Task{}, fmt.Errorf("%w: %s", ledger.ErrExists, n.ID)
 	}
 	if err != nil {
 		return ledger.Task{}, fmt.Errorf("recording task %s: %w", n.ID, err)
 	}
-	t := &task{id: n.ID, key: key, pos: pos, rec: rec, recJSON: recJSON, sumEnd: end, rev: rev, lastSeq: 1, lastSeqAt: time.Now()}
+	t := &task{id: n.ID, key: key, pos: pos, rec: rec, enc: enc, rev: rev, lastSeq: 1, lastSeqAt: time.Now()}
 	t.log.add(ev, typeID)
 	out := t.copyLocked()
 	l.mu.Lock()
@@ -450,7 +449,7 @@ func (l *Ledger) commit(t *task, now time.Time, change func(*ledger.Task) (typ s
 		if err != nil {
 			return before, err
 		}
-		recJSON, end, err := ledger.EncodeRecord(&rec)
+		enc, err := ledger.EncodeRecord(&rec)
 		if err != nil {
 			return before, err
 		}
@@ -462,7 +461,7 @@ func (l *Ledger) commit(t *task, now time.Time, change func(*ledger.Task) (typ s
 			ev = encodeEvent(seq, quoted, now, fields)
 			lastSeq, tailType, tail = seq, typ, ev
 		}
-		newRev, err := l.kv.Update(ctx, t.key, encodeValue(l.host, t.pos, lastSeq, recJSON, tailType, tail), rev)
+		newRev, err := l.kv.Update(ctx, t.key, encodeValue(l.host, t.pos, lastSeq, enc.Record(), tailType, tail), rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) && attempt < maxAttempts {
 			if err := l.reload(ctx, t); err != nil {
 				return before, err
@@ -473,7 +472,7 @@ func (l *Ledger) commit(t *task, now time.Time, change func(*ledger.Task) (typ s
 			return before, fmt.Errorf("recording task %s: %w", t.id, err)
 		}
 		t.mu.Lock()
-		t.rec, t.recJSON, t.sumEnd, t.rev = rec, recJSON, end, newRev
+		t.rec, t.enc, t.rev = rec, enc, newRev
 		t.lastSeq, t.lastSeqAt = lastSeq, time.Now()
 		if ev != nil {
 			t.log.add(ev, typeID)
@@ -501,12 +500,12 @@ func (l *Ledger) reload(ctx context.Context, t *task) error {
 	if err != nil {
 		return fmt.Errorf("reading task %s: %w", t.id, err)
 	}
-	recJSON, end, err := ledger.EncodeRecord(rec)
+	enc, err := ledger.EncodeRecord(rec)
 	if err != nil {
 		return err
 	}
 	t.mu.Lock()
-	ended := e.Revision() > t.rev && l.takeLocked(t, v.by, rec, recJSON, end, e.Revision(), v.lastSeq)
+	ended := e.Revision() > t.rev && l.takeLocked(t, v.by, rec, enc, e.Revision(), v.lastSeq)
 	t.mu.Unlock()
 	if ended {
 		l.catchUp(t)
@@ -521,13 +520,13 @@ func (l *Ledger) reload(ctx context.Context, t *task) error {
 // It reports whether it ended the task so: the caller then reads the other
 // host's events (catchUp), which the follower skipped while ours were
 // pending. t.mu is held.
-func (l *Ledger) takeLocked(t *task, by string, rec *ledger.Task, recJSON []byte, end int, rev uint64, lastSeq int64) (ended bool) {
+func (l *Ledger) takeLocked(t *task, by string, rec *ledger.Task, enc ledger.Encoded, rev uint64, lastSeq int64) (ended bool) {
 	if l.host != "" && by != l.host && l.mine(t) && rec.Status.Terminal() && !t.rec.Status.Terminal() {
 		t.endedElsewhere, ended = true, true
 		t.log.truncate(t.log.acked)
 		t.log.sent = t.log.acked
 	}
-	t.rec, t.recJSON, t.sumEnd, t.rev, t.lastSeq = *rec, recJSON, end, rev, lastSeq
+	t.rec, t.enc, t.rev, t.lastSeq = *rec, enc, rev, lastSeq
 	return ended
 }
 
@@ -679,7 +678,7 @@ func (l *Ledger) TaskJSON(id string) (json.RawMessage, error) {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.recJSON, nil
+	return t.enc.Record(), nil
 }
 
 // SummaryJSON returns the stored encoding of the task's summary.
@@ -690,7 +689,7 @@ func (l *Ledger) SummaryJSON(id string) (json.RawMessage, error) {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return ledger.SummaryOf(t.recJSON, t.sumEnd), nil
+	return t.enc.Summary(), nil
 }
 
 // Events reads a page of the task's acknowledged events; events still
@@ -725,7 +724,7 @@ func (l *Ledger) ListBefore(before, limit, maxBytes int) ([]json.RawMessage, int
 	size := 0
 	for _, t := range slices.Backward(page) {
 		t.mu.RLock()
-		sum := ledger.SummaryOf(t.recJSON, t.sumEnd)
+		sum := t.enc.Summary()
 		t.mu.RUnlock()
 		if len(out) > 0 && size+len(sum) > maxBytes {
 			break
@@ -753,7 +752,7 @@ func (l *Ledger) ListMatching(f ledger.Filter, before, limit, maxBytes int) ([]j
 			t := order[pos]
 			t.mu.RLock()
 			defer t.mu.RUnlock()
-			return ledger.SummaryOf(t.recJSON, t.sumEnd)
+			return t.enc.Summary()
 		})
 }
 

@@ -50,12 +50,12 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) (ends str
 		if err != nil {
 			return fmt.Errorf("task entry %s: %w", key, err)
 		}
-		recJSON, end, err := ledger.EncodeRecord(rec)
+		enc, err := ledger.EncodeRecord(rec)
 		if err != nil {
 			return fmt.Errorf("task entry %s: %w", key, err)
 		}
 		v.record = nil
-		t := &task{id: rec.TaskID, key: key, pos: v.pos, rec: *rec, recJSON: recJSON, sumEnd: end, rev: rev, lastSeq: v.lastSeq}
+		t := &task{id: rec.TaskID, key: key, pos: v.pos, rec: *rec, enc: enc, rev: rev, lastSeq: v.lastSeq}
 		if old := byKey[key]; old != nil {
 			delete(tails, old) // an older revision the bucket still held
 		}

@@ -125,11 +125,18 @@ type Summary struct {
 	// one field that is absent when empty, so that a ledger of one
 	// machine encodes as before.
 	Host string `json:"host,omitempty"`
+	// Digest is the short digest, set when the record is encoded; it is
+	// the summary's last member. A record carries the full one instead
+	// (Task.Digest).
+	Digest ShortDigest `json:"digest"`
 }
 
 // Task is the whole record of a task.
 type Task struct {
 	Summary
+	// Digest is the task's digest (intent 0022). It takes the place of
+	// the summary's short one in the record's encoding.
+	Digest         Digest  `json:"digest"`
 	ResolutionNote *string `json:"resolution_note"`
 	ResolvedAt     *Time   `json:"resolved_at"`
 	// Prompt is the whole prompt, or its first PromptPreviewChars

@@ -79,6 +79,7 @@ func (t *Task) Move(to Status, now time.Time, edits ...Edit) (fields []byte, err
 	}
 	t.Apply(edits...)
 	t.Status = to
+	t.Digest.count(EventStatusChanged)
 	switch {
 	case to == Running:
 		t.StartedAt = at(now)
@@ -115,6 +116,7 @@ func (t *Task) Judge(r Resolution, note string, now time.Time) (fields []byte, e
 	t.Resolution = r
 	t.ResolutionNote = optional(note)
 	t.ResolvedAt = at(now)
+	t.Digest.count(EventTaskResolved)
 	t.validUTF8()
 	fields, _ = json.Marshal(struct {
 		Resolution Resolution `json:"resolution"`
@@ -123,33 +125,89 @@ func (t *Task) Judge(r Resolution, note string, now time.Time) (fields []byte, e
 	return fields, nil
 }
 
-// EncodeRecord returns the stored encoding of t and the length of its
-// summary's encoding but its closing brace: record[:summaryEnd] + "}" is
-// the summary's encoding (Summary is embedded first in Task), so a ledger
-// can serve both from one encoding.
-func EncodeRecord(t *Task) (record []byte, summaryEnd int, err error) {
-	b, err := json.Marshal(t)
-	if err != nil {
-		return nil, 0, fmt.Errorf("encoding task %s: %w", t.TaskID, err)
-	}
-	sum, err := json.Marshal(&t.Summary)
-	if err != nil {
-		return nil, 0, fmt.Errorf("encoding the summary of task %s: %w", t.TaskID, err)
-	}
-	end := len(sum) - 1 // its closing brace
-	if !bytes.HasPrefix(b, sum[:end]) || b[end] != ',' {
-		return nil, 0, fmt.Errorf("the encoding of task %s does not start with its summary's", t.TaskID)
-	}
-	return b, end, nil
+// Encoded is a record's stored encoding and its summary's, in one buffer.
+// The summary's encoding is the record's up to its digest (Summary is
+// embedded first in Task, and its digest is its last field), then the
+// short digest and a closing brace. The short digest is most often the
+// full one's start (final and last_message) and its error: then it is
+// served from the record's bytes, stored once; else its encoding follows
+// the record's in the buffer.
+type Encoded struct {
+	b      []byte
+	recEnd int32
+	// Without a short digest of its own (recEnd == len(b)): the summary
+	// is b[:x], then b[y:z] (the digest's error and its closing brace)
+	// or, for y < 0, a null error. With one: the summary is b[:x], then
+	// the short digest, b[recEnd:].
+	x, y, z int32
 }
 
-// SummaryOf returns a fresh copy of the summary's encoding within a
-// record's, as EncodeRecord gave them.
-func SummaryOf(record []byte, summaryEnd int) []byte {
-	out := make([]byte, summaryEnd+1)
-	copy(out, record[:summaryEnd])
-	out[summaryEnd] = '}'
-	return out
+// Record returns the record's encoding, as stored; it must not be changed.
+func (e Encoded) Record() []byte { return e.b[:e.recEnd:e.recEnd] }
+
+const nullError = `,"error":null}`
+
+// Summary returns a fresh copy of the summary's encoding.
+func (e Encoded) Summary() []byte {
+	var tail []byte
+	switch {
+	case int(e.recEnd) < len(e.b):
+		tail = e.b[e.recEnd:]
+	case e.y < 0:
+		tail = []byte(nullError)
+	default:
+		tail = e.b[e.y:e.z]
+	}
+	out := make([]byte, 0, int(e.x)+len(tail)+1)
+	out = append(out, e.b[:e.x]...)
+	out = append(out, tail...)
+	return append(out, '}')
+}
+
+// digestKey is the member name of the digest in a record and a summary.
+const digestKey = `,"digest":`
+
+// EncodeRecord returns the stored encoding of t and of its summary. The
+// digest is t's, with the record's status, usage and error, cut to
+// MaxDigestBytes; the summary carries its short form.
+func EncodeRecord(t *Task) (Encoded, error) {
+	c := *t
+	var full, shortJSON []byte
+	c.Digest, full = digestOf(t)
+	c.Summary.Digest, shortJSON = shortOf(c.Digest)
+	short := c.Summary.Digest
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return Encoded{}, fmt.Errorf("encoding task %s: %w", t.TaskID, err)
+	}
+	// The summary's members come first in the record (Summary is embedded
+	// first in Task), its digest last: the record's first digest member
+	// is where the summary's ends. No member before it holds a key of its
+	// own, and a string cannot hold an unescaped quote.
+	end := bytes.Index(b, []byte(digestKey)) + len(digestKey)
+	if end < len(digestKey) || !bytes.HasPrefix(b[end:], full) {
+		return Encoded{}, fmt.Errorf("the encoding of task %s does not hold its digest where its summary ends", t.TaskID)
+	}
+	// The short digest from the full one's bytes, when they hold it:
+	// its start, and its error member (or none, for a null error).
+	errPart := []byte(nullError)
+	if short.Error != nil {
+		e, _ := json.Marshal(short.Error)
+		errPart = append(append([]byte(`,"error":`), e...), '}')
+	}
+	k := len(shortJSON) - len(errPart)
+	if bytes.HasPrefix(full, shortJSON[:k]) && bytes.HasSuffix(shortJSON, errPart) {
+		switch {
+		case short.Error == nil && c.Digest.Error == nil:
+			return Encoded{b: b, recEnd: int32(len(b)), x: int32(end + k), y: -1}, nil
+		case short.Error != nil && bytes.HasSuffix(full, errPart):
+			z := end + len(full)
+			return Encoded{b: b, recEnd: int32(len(b)), x: int32(end + k), y: int32(z - len(errPart)), z: int32(z)}, nil
+		}
+	}
+	buf := make([]byte, 0, len(b)+len(shortJSON))
+	buf = append(append(buf, b...), shortJSON...)
+	return Encoded{b: buf, recEnd: int32(len(b)), x: int32(end)}, nil
 }
 
 // DecodeRecord decodes a stored record.

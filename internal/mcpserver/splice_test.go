@@ -79,8 +79,10 @@ func compareReplies(t *testing.T, splicing, sdk *mcp.ClientSession, calls []tool
 		}
 		if c.name == "resolve_task" {
 			// Each call revises the resolution; the second reply is the
-			// first's with a newer time.
+			// first's with a newer time, and one more task_resolved event
+			// in its digest.
 			own.StructuredContent.(map[string]any)["resolved_at"] = spliced.StructuredContent.(map[string]any)["resolved_at"]
+			own.StructuredContent.(map[string]any)["digest"] = spliced.StructuredContent.(map[string]any)["digest"]
 			spliced.Content, own.Content = nil, nil
 		}
 		assert.Equal(t, own.IsError, spliced.IsError, c.name)

@@ -32,16 +32,15 @@ type Store struct {
 //
 // A finished task's record rests in its encoding alone: the decoded form
 // (a few hundred bytes of fields and the strings they point to, all of it
-// in taskJSON too) is let go once the task is finished, and decoded again
+// in enc too) is let go once the task is finished, and decoded again
 // for the rare change after that (a resolution). Memory per finished task
 // then follows what it holds.
 type entry struct {
-	mu         sync.RWMutex
-	status     ledger.Status // the record's status, at rest or not
-	task       *ledger.Task  // the decoded record; nil while it rests in taskJSON
-	taskJSON   []byte        // encoding of the record, refreshed on every change
-	summaryEnd int           // taskJSON[:summaryEnd] is the Summary's encoding but its '}'
-	log        eventLog
+	mu     sync.RWMutex
+	status ledger.Status  // the record's status, at rest or not
+	task   *ledger.Task   // the decoded record; nil while it rests in enc
+	enc    ledger.Encoded // encoding of the record and its summary, refreshed on every change
+	log    eventLog
 
 	// What list filters select by, kept beside the record at rest (agent
 	// interned: a handful of names serve every task).
@@ -79,10 +78,10 @@ func (e *entry) copyLocked() ledger.Task {
 	return t
 }
 
-// decodeLocked decodes the record at rest. It cannot fail: taskJSON is the
+// decodeLocked decodes the record at rest. It cannot fail: enc holds the
 // encoding of a Task, and Task's fields decode what they encode.
 func (e *entry) decodeLocked() *ledger.Task {
-	t, err := ledger.DecodeRecord(e.taskJSON)
+	t, err := ledger.DecodeRecord(e.enc.Record())
 	if err != nil {
 		panic("store: " + err.Error())
 	}
@@ -95,12 +94,11 @@ func (e *entry) refreshLocked() {
 	// Encoding a Task cannot fail: every field is a plain value or valid
 	// JSON. The summary is served from the task's encoding rather than
 	// kept as a second encoding in every task's memory.
-	b, end, err := ledger.EncodeRecord(e.task)
+	enc, err := ledger.EncodeRecord(e.task)
 	if err != nil {
 		panic("store: " + err.Error())
 	}
-	e.taskJSON = b
-	e.summaryEnd = end
+	e.enc = enc
 	e.status = e.task.Status
 	e.resolution = e.task.Resolution
 	if e.status.Terminal() {
@@ -120,7 +118,7 @@ func (e *entry) copyOf(t *ledger.Task) ledger.Task {
 
 // summaryLocked returns a fresh copy of the summary's encoding.
 func (e *entry) summaryLocked() []byte {
-	return ledger.SummaryOf(e.taskJSON, e.summaryEnd)
+	return e.enc.Summary()
 }
 
 func (s *Store) get(id string) (*entry, error) {
@@ -190,7 +188,7 @@ func (s *Store) TaskJSON(id string) (json.RawMessage, error) {
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	return e.taskJSON, nil
+	return e.enc.Record(), nil
 }
 
 // SummaryJSON returns the stored encoding of the task's summary.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // CleanupRequest is cleanup_worktrees' input.
@@ -130,6 +132,14 @@ func (s *Service) recordRemoval(r *taskRun, forced bool) {
 	}{r.wt.Path, r.wt.Branch, forced})
 	r.mu.Lock()
 	_, err := s.cfg.Store.Append(r.id, "worktree_removed", s.cfg.Now(), b)
+	switch {
+	case err != nil:
+	case r.live != nil:
+		r.countLocked("worktree_removed")
+	default:
+		// The task has ended: its digest is the ledger's to count in.
+		_, err = s.cfg.Store.Update(r.id, ledger.CountEvent("worktree_removed"))
+	}
 	r.mu.Unlock()
 	if err != nil {
 		s.log.Error("recording a removed worktree", "task", r.id, "err", err)

@@ -132,7 +132,13 @@ func (r *taskRun) endWorktree() {
 		b, _ := json.Marshal(struct {
 			Message string `json:"message"`
 		}{err.Error()})
-		if _, aerr := s.cfg.Store.Append(r.id, "diff_failed", s.cfg.Now(), b); aerr != nil {
+		r.mu.Lock()
+		_, aerr := s.cfg.Store.Append(r.id, "diff_failed", s.cfg.Now(), b)
+		if aerr == nil {
+			r.countLocked("diff_failed")
+		}
+		r.mu.Unlock()
+		if aerr != nil {
 			s.log.Error("recording a diff that failed", "task", r.id, "diff_err", err, "err", aerr)
 		}
 		return

@@ -51,7 +51,7 @@ func (s *Service) Recover(now time.Time) (Recovered, error) {
 			}
 			rec.Tasks++
 			r := newTaskRun(s, sum.TaskID, nil)
-			r.ended = true
+			r.ended, r.live = true, nil
 			if !sum.Status.Terminal() {
 				err := s.endStopped(sum.TaskID, sum.Status, sum.SessionID, now)
 				switch {
@@ -105,7 +105,8 @@ func (s *Service) endStopped(id string, st ledger.Status, sessionID *string, now
 	if _, err := s.cfg.Store.Append(id, "error", now, fields); err != nil {
 		return fmt.Errorf("ending task %s, live when the server stopped: %w", id, err)
 	}
-	if _, err := s.cfg.Store.Transition(id, ledger.Failed, now, ledger.SetError(msg)); err != nil {
+	// The digest holds what the run before wrote last, and this error.
+	if _, err := s.cfg.Store.Transition(id, ledger.Failed, now, ledger.SetError(msg), ledger.CountEvent("error")); err != nil {
 		return fmt.Errorf("ending task %s, live when the server stopped: %w", id, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/digest"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
@@ -24,6 +25,11 @@ const (
 	FlushInterval = time.Second
 	MaxTextEvent  = 64 << 10
 )
+
+// DigestInterval bounds how often a running task's digest is written to
+// the ledger: at most once per interval, within an interval of a change;
+// its transitions write it too, the last one final (intent 0022).
+const DigestInterval = time.Second
 
 // MaxSessionIDBytes bounds the session id an agent may give: the task
 // record, and so every reply that carries it, holds the id whole.
@@ -82,6 +88,9 @@ type taskRun struct {
 	keep      time.Duration
 	fu        *followUp
 	turnEnded bool
+	// live is the digest of a task that runs, accumulated as its events
+	// are recorded; nil once its end is recorded (the ledger holds it).
+	live *liveDigest
 
 	lost     error // the first record the ledger refused; the task fails with it
 	lostMore int   // records refused after that one, logged in all at the end
@@ -91,10 +100,69 @@ type taskRun struct {
 	w   watch
 }
 
+// liveDigest is a running task's digest and its writing: the timer that
+// writes a change within DigestInterval.
+type liveDigest struct {
+	acc   digest.Acc
+	timer *time.Timer
+}
+
 func newTaskRun(s *Service, id string, cancelStart context.CancelFunc) *taskRun {
-	r := &taskRun{s: s, id: id, done: make(chan struct{}), cancelStart: cancelStart}
+	r := &taskRun{s: s, id: id, done: make(chan struct{}), cancelStart: cancelStart, live: new(liveDigest)}
 	r.chain = &chain{members: []*taskRun{r}}
 	return r
+}
+
+// countLocked counts an event the run recorded in its digest, and sees
+// that the change is written within DigestInterval. mu is held.
+func (r *taskRun) countLocked(typ string) {
+	if r.live == nil {
+		return
+	}
+	r.live.acc.Event(typ)
+	r.armDigestLocked()
+}
+
+// armDigestLocked starts the timer that writes the digest, unless it runs.
+// One timer per interval, not a write per event: a write re-encodes the
+// whole record. mu is held.
+func (r *taskRun) armDigestLocked() {
+	if r.live.timer == nil {
+		r.live.timer = time.AfterFunc(DigestInterval, r.writeDigest)
+	}
+}
+
+// writeDigest writes a running task's digest when it changed.
+func (r *taskRun) writeDigest() {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.live == nil || r.ended {
+		return
+	}
+	r.live.timer = nil
+	if !r.live.acc.Dirty() {
+		return
+	}
+	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetDigest(r.live.acc.Digest())); err != nil {
+		r.lostLocked("digest", err)
+	}
+}
+
+// digestEditLocked returns the edit that writes the digest with a
+// transition. final: the transition ends the task, and the run lets go of
+// its accumulator. mu is held.
+func (r *taskRun) digestEditLocked(final bool) []ledger.Edit {
+	if r.live == nil {
+		return nil
+	}
+	ed := ledger.SetDigest(r.live.acc.Digest())
+	if final {
+		if r.live.timer != nil {
+			r.live.timer.Stop()
+		}
+		r.live = nil
+	}
+	return []ledger.Edit{ed}
 }
 
 // failStart ends a task that never got a process: an error event, then
@@ -115,9 +183,9 @@ func (r *taskRun) endUnstarted(to ledger.Status, msg string) {
 	var err error
 	if to == ledger.Failed {
 		r.errorEventLocked(errorFields{Message: msg})
-		_, err = r.s.cfg.Store.Transition(r.id, to, r.s.cfg.Now(), ledger.SetError(msg))
+		_, err = r.s.cfg.Store.Transition(r.id, to, r.s.cfg.Now(), append(r.digestEditLocked(true), ledger.SetError(msg))...)
 	} else {
-		_, err = r.s.cfg.Store.Transition(r.id, to, r.s.cfg.Now())
+		_, err = r.s.cfg.Store.Transition(r.id, to, r.s.cfg.Now(), r.digestEditLocked(true)...)
 	}
 	// Finished tasks stay in the ledger: the start's cancel func holds the
 	// spawn request's context (and through it the request) for good.
@@ -233,10 +301,12 @@ func (r *taskRun) record(typ string, fields any) error {
 		}
 	}
 	seq, err := r.s.cfg.Store.Append(r.id, typ, r.s.cfg.Now(), b)
-	if err == nil {
-		r.touch(typ, seq)
+	if err != nil {
+		return err
 	}
-	return err
+	r.touch(typ, seq)
+	r.countLocked(typ)
+	return nil
 }
 
 // appendLocked records one event after any pending text. mu is held.
@@ -301,10 +371,13 @@ func (r *taskRun) flushLocked() {
 		if n == 0 {
 			n = min(len(p), MaxTextEvent)
 		}
+		text := string(p[:n])
 		if err := r.record(textType(r.kind), struct {
 			Text string `json:"text"`
-		}{string(p[:n])}); err != nil {
+		}{text}); err != nil {
 			r.lostLocked(textType(r.kind)+" event", err)
+		} else if r.kind == acpsession.Message && r.live != nil {
+			r.live.acc.Message(text)
 		}
 		p = p[n:]
 	}
@@ -345,10 +418,19 @@ func (r *taskRun) Flush() {
 
 // ToolCall implements acpsession.Sink.
 func (r *taskRun) ToolCall(update bool, fields json.RawMessage) error {
+	typ := acpsession.EventToolCall
 	if update {
-		return r.event(acpsession.EventToolCallUpdate, fields)
+		typ = acpsession.EventToolCallUpdate
 	}
-	return r.event(acpsession.EventToolCall, fields)
+	r.mu.Lock()
+	defer r.unlock()
+	if err := r.eventLocked(typ, fields); err != nil {
+		return err
+	}
+	if r.live != nil {
+		r.live.acc.ToolCall(update, fields)
+	}
+	return nil
 }
 
 // Plan implements acpsession.Sink.
@@ -366,6 +448,11 @@ func (r *taskRun) AgentUpdate(f acpsession.AgentUpdateFields) error {
 func (r *taskRun) event(typ string, fields any) error {
 	r.mu.Lock()
 	defer r.unlock()
+	return r.eventLocked(typ, fields)
+}
+
+// eventLocked is event with mu held.
+func (r *taskRun) eventLocked(typ string, fields any) error {
 	if r.ended {
 		return fmt.Errorf("task %s has ended", r.id)
 	}
@@ -393,6 +480,9 @@ func (r *taskRun) Permission(f acpsession.PermissionFields) (acpsession.Permissi
 	if err := r.appendLocked(acpsession.EventPermission, f); err != nil {
 		r.lostLocked("permission decision", err) // as the session says it
 		return f, err
+	}
+	if r.live != nil {
+		r.live.acc.Permission(f.Kind, f.Decision)
 	}
 	return f, nil
 }
@@ -497,7 +587,7 @@ func (r *taskRun) ProcessStarted(pid int, argv []string) {
 	}{pid, argv}); err != nil {
 		r.lostLocked("process_started event", err)
 	}
-	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, r.s.cfg.Now()); err != nil {
+	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, r.s.cfg.Now(), r.digestEditLocked(false)...); err != nil {
 		r.lostLocked("running status", err)
 	}
 	r.touch("", 0)
@@ -534,6 +624,9 @@ func (r *taskRun) Stderr(text string, part, parts int) {
 		return
 	}
 	r.touch("stderr", seq)
+	// Every line recorded counts, those the cap dropped since included:
+	// stderr_dropped says how many went.
+	r.countLocked("stderr")
 	if d.Lines == 0 {
 		return
 	}
@@ -618,6 +711,7 @@ func (r *taskRun) end(x supervisor.Exit, typ string, fields any, edits []ledger.
 	if r.lostMore > 0 {
 		r.s.log.Error("more records were lost after the first", "task", r.id, "count", r.lostMore)
 	}
+	edits = append(r.digestEditLocked(true), edits...)
 	if msg != "" {
 		edits = append(edits, ledger.SetError(msg))
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"UnfilteredPagesSkipDroppedEventsPastTheScanBound", unfilteredPagesSkipDropped},
 		{"EventsAreCappedAtMaxEventBytes", eventsAreCappedAtMaxEventBytes},
 		{"WorktreeFields", worktreeFields},
+		{"DigestFields", digestFields},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.test(t, open(t)) })
 	}
@@ -160,8 +162,9 @@ func transitionRecordsItsEdits(t *testing.T, l ledger.Ledger) {
 	require.NotNil(t, ended.EndedAt)
 	raw, err := l.TaskJSON("t")
 	require.NoError(t, err)
-	want, _ := json.Marshal(&ended)
-	assert.Equal(t, string(want), string(raw), "the returned task is the stored one")
+	want, err := ledger.EncodeRecord(&ended)
+	require.NoError(t, err)
+	assert.Equal(t, string(want.Record()), string(raw), "the returned task is the stored one")
 }
 
 func taskRecordShape(t *testing.T, l ledger.Ledger) {
@@ -210,12 +213,20 @@ func exactBytes(t *testing.T, l ledger.Ledger) {
 	_, err = l.Resolve("t", ledger.Accepted, "fine", T0.Add(3*time.Second))
 	require.NoError(t, err)
 
-	const summary = `{"task_id":"t","agent":"codex","workspace":"/w \u003c\u0026\u003e \"q\"","status":"failed","exit_code":3,"signal":null,` +
-		`"error":"bad ` + "\ufffd" + ` \u003cx\u003e \"quoted\"","session_id":"s-1","title":"a \u003ctitle\u003e",` +
-		`"usage":{"input_tokens":null,"output_tokens":null,"thought_tokens":null,"cached_read_tokens":null,"cached_write_tokens":null,"total_tokens":null,"cost":null,"context":{"used":3,"size":9}},` +
+	const errText = `"bad ` + "\ufffd" + ` \u003cx\u003e \"quoted\""`
+	const usage = `{"input_tokens":null,"output_tokens":null,"thought_tokens":null,"cached_read_tokens":null,"cached_write_tokens":null,"total_tokens":null,"cost":null,"context":{"used":3,"size":9}}`
+	const head = `{"task_id":"t","agent":"codex","workspace":"/w \u003c\u0026\u003e \"q\"","status":"failed","exit_code":3,"signal":null,` +
+		`"error":` + errText + `,"session_id":"s-1","title":"a \u003ctitle\u003e",` +
+		`"usage":` + usage + `,` +
 		`"resolution":"accepted","initiator_id":"i","executor_id":"x",` +
-		`"notify_path":"/n/t","created_at":"2026-11-30T05:00:00.123Z","started_at":"2026-11-30T05:00:00.124Z","ended_at":"2026-11-30T05:00:02.123Z"}`
-	record := summary[:len(summary)-1] + `,"resolution_note":"fine","resolved_at":"2026-11-30T05:00:03.123Z",` +
+		`"notify_path":"/n/t","created_at":"2026-11-30T05:00:00.123Z","started_at":"2026-11-30T05:00:00.124Z","ended_at":"2026-11-30T05:00:02.123Z"`
+	// The events the ledger records itself are its digest's counts; the
+	// others are counted by the task's run (SetDigest).
+	const summary = head + `,"digest":{"final":true,"last_message":{"text":"","truncated":false,"length":0},"error":` + errText + `}}`
+	record := head + `,"digest":{"final":true,"last_message":{"text":"","truncated":false,"length":0},` +
+		`"events":{"status_changed":3,"task_created":1,"task_resolved":1},` +
+		`"usage":` + usage + `,"error":` + errText + `}` +
+		`,"resolution_note":"fine","resolved_at":"2026-11-30T05:00:03.123Z",` +
 		`"prompt":"p\n\u2028 \u003cb\u003e","allow":["read","edit"],"model":"m","effort":"high",` +
 		`"stderr_dropped":{"lines":2,"bytes":7},"worktree":null,"diff":null,"overlaps":null}`
 	raw, err := l.TaskJSON("t")
@@ -917,8 +928,9 @@ func worktreeFields(t *testing.T, l ledger.Ledger) {
 	assert.LessOrEqual(t, n, ledger.MaxOverlapFiles+ledger.MaxOverlapTasks)
 	raw, err = l.TaskJSON("t")
 	require.NoError(t, err)
-	want, _ := json.Marshal(&ended)
-	assert.Equal(t, string(want), string(raw))
+	want, err := ledger.EncodeRecord(&ended)
+	require.NoError(t, err)
+	assert.Equal(t, string(want.Record()), string(raw))
 	assert.Contains(t, string(raw), `"files":[{"path":"new","old_path":"old","status":"renamed","insertions":0,"deletions":0,"binary":false},{"path":"f001"`)
 
 	long := ledger.FileChange{Path: strings.Repeat("p", 4096), Status: "added"}
@@ -929,4 +941,150 @@ func worktreeFields(t *testing.T, l ledger.Ledger) {
 	assert.Len(t, u.Diff.Files, ledger.MaxDiffPathBytes/4096, "the paths are bounded in bytes")
 	assert.True(t, u.Diff.Truncated)
 	assert.Equal(t, []ledger.Overlap{}, u.Overlaps)
+}
+
+// digestFields: the digest a run writes (SetDigest) is stored with the
+// record's own parts (final from the status, usage, error) and the counts
+// of the events the ledger records itself, which a run's digest cannot
+// replace; events recorded after the end are counted in (CountEvent, a
+// resolution); the summary carries the short digest; every part is cut to
+// its byte budget whatever the characters.
+func digestFields(t *testing.T, l ledger.Ledger) {
+	NewTask(t, l, "t")
+	digestOf := func(id string) (full, short map[string]any, fullLen, shortLen int) {
+		t.Helper()
+		raw, err := l.TaskJSON(id)
+		require.NoError(t, err)
+		var rec map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(raw, &rec))
+		sum, err := l.SummaryJSON(id)
+		require.NoError(t, err)
+		var s map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(sum, &s))
+		page, _ := l.ListMatching(ledger.Filter{}, 0, 100, 1<<20)
+		found := false
+		for _, p := range page {
+			if strings.Contains(string(p), `"task_id":"`+id+`"`) {
+				assert.Equal(t, string(sum), string(p), "lists serve the summary")
+				found = true
+			}
+		}
+		require.True(t, found)
+		return decode(t, rec["digest"]), decode(t, s["digest"]), len(rec["digest"]), len(s["digest"])
+	}
+
+	full, short, _, _ := digestOf("t")
+	assert.Equal(t, map[string]any{
+		"final": false, "last_message": map[string]any{"text": "", "truncated": false, "length": 0.0},
+		"events": map[string]any{"task_created": 1.0},
+	}, full, "empty parts are left out")
+	assert.Equal(t, map[string]any{"final": false, "last_message": map[string]any{"text": "", "truncated": false, "length": 0.0}, "error": nil}, short)
+
+	_, err := l.Transition("t", ledger.Starting, T0)
+	require.NoError(t, err)
+	_, err = l.Transition("t", ledger.Running, T0)
+	require.NoError(t, err)
+	d := ledger.Digest{
+		Final:       true, // the record's status says
+		LastMessage: ledger.LastMessage{Text: "fin ✓ <ok>", Length: 10},
+		Events:      map[string]int64{"agent_message": 2, "tool_call": 1, "status_changed": 99, "task_created": 5},
+		ToolCalls:   map[string]map[string]int64{"edit": {"completed": 1}},
+		Files:       []string{"/w/a.go"},
+		FilesMore:   1,
+		Permissions: map[string]map[string]int64{"rejected": {"execute": 2}},
+	}
+	_, err = l.Update("t", ledger.SetDigest(d), ledger.MergeUsage(ledger.Usage{TotalTokens: new(int64(9))}))
+	require.NoError(t, err)
+	full, short, _, _ = digestOf("t")
+	assert.Equal(t, false, full["final"], "final is the record's status")
+	assert.Equal(t, map[string]any{"agent_message": 2.0, "tool_call": 1.0, "status_changed": 2.0, "task_created": 1.0}, full["events"],
+		"the ledger's own counts are its")
+	assert.Equal(t, map[string]any{"edit": map[string]any{"completed": 1.0}}, full["tool_calls"])
+	assert.Equal(t, []any{"/w/a.go"}, full["files"])
+	assert.Equal(t, 1.0, full["files_more"])
+	assert.Equal(t, map[string]any{"rejected": map[string]any{"execute": 2.0}}, full["permissions"])
+	assert.Equal(t, 9.0, full["usage"].(map[string]any)["total_tokens"], "the usage is the record's")
+	assert.Equal(t, map[string]any{"text": "fin ✓ <ok>", "truncated": false, "length": 10.0}, short["last_message"])
+
+	code := 1
+	_, err = l.Transition("t", ledger.Failed, T0, ledger.SetExit(&code, ""), ledger.SetError("it broke"), ledger.SetDigest(d))
+	require.NoError(t, err)
+	_, err = l.Update("t", ledger.CountEvent("worktree_removed"))
+	require.NoError(t, err)
+	_, err = l.Resolve("t", ledger.Rejected, "", T0)
+	require.NoError(t, err)
+	full, short, _, _ = digestOf("t")
+	assert.Equal(t, true, full["final"])
+	assert.Equal(t, "it broke", full["error"])
+	assert.Equal(t, map[string]any{"agent_message": 2.0, "tool_call": 1.0, "status_changed": 3.0, "task_created": 1.0,
+		"task_resolved": 1.0, "worktree_removed": 1.0}, full["events"])
+	assert.Equal(t, map[string]any{"final": true, "last_message": map[string]any{"text": "fin ✓ <ok>", "truncated": false, "length": 10.0}, "error": "it broke"}, short)
+	raw, err := l.TaskJSON("t")
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"digest":{"final":true,"last_message":{"text":"fin ✓ \u003cok\u003e","truncated":false,"length":10},`+
+		`"events":{"agent_message":2,"status_changed":3,"task_created":1,"task_resolved":1,"tool_call":1,"worktree_removed":1},`+
+		`"tool_calls":{"edit":{"completed":1}},"files":["/w/a.go"],"files_more":1,"permissions":{"rejected":{"execute":2}},`+
+		`"usage":{"input_tokens":null,"output_tokens":null,"thought_tokens":null,"cached_read_tokens":null,"cached_write_tokens":null,"total_tokens":9,"cost":null,"context":null},`+
+		`"error":"it broke"},"resolution_note"`, "the exact bytes every ledger stores")
+
+	// Budgets: escapes count (\u0001 and < are six bytes each).
+	const unit = "é✓<\u0001"
+	var files []string
+	for i := range 100 {
+		files = append(files, fmt.Sprintf("/w/%s/%03d", strings.Repeat("\u0001", 20), i))
+	}
+	cases := []struct {
+		name string
+		text string
+		err  string
+	}{
+		{"files trimmed first", "short", ""},
+		{"then the message", strings.Repeat(unit, 1000), ""},
+		{"then the error", strings.Repeat(unit, 1000), strings.Repeat(unit, 300)},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := fmt.Sprintf("b%d", i)
+			NewTask(t, l, id)
+			n := utf8.RuneCountInString(c.text)
+			edits := []ledger.Edit{ledger.SetDigest(ledger.Digest{LastMessage: ledger.LastMessage{Text: c.text, Length: n + 7, Truncated: true}, Files: files, FilesMore: 5})}
+			if c.err != "" {
+				edits = append(edits, ledger.SetError(c.err))
+			}
+			_, err := l.Update(id, edits...)
+			require.NoError(t, err)
+			full, short, fullLen, shortLen := digestOf(id)
+			assert.LessOrEqual(t, fullLen, ledger.MaxDigestBytes)
+			assert.Greater(t, fullLen, ledger.MaxDigestBytes-256, "the budget is used")
+			assert.LessOrEqual(t, shortLen, ledger.MaxShortDigestBytes)
+			kept, _ := full["files"].([]any)
+			assert.Equal(t, 105.0, float64(len(kept))+full["files_more"].(float64))
+			for j, f := range kept {
+				assert.Equal(t, files[j], f)
+			}
+			lm := full["last_message"].(map[string]any)
+			assert.Equal(t, float64(n+7), lm["length"])
+			assert.Equal(t, true, lm["truncated"])
+			text := lm["text"].(string)
+			assert.True(t, strings.HasSuffix(c.text, text))
+			st := short["last_message"].(map[string]any)["text"].(string)
+			assert.True(t, strings.HasSuffix(c.text, st))
+			assert.LessOrEqual(t, utf8.RuneCountInString(st), ledger.ShortMessageChars)
+			switch i {
+			case 0:
+				assert.Equal(t, c.text, text)
+				assert.NotEmpty(t, kept)
+			case 1:
+				assert.Empty(t, kept)
+				assert.Less(t, len(text), len(c.text))
+				assert.NotEmpty(t, text)
+			case 2:
+				assert.Empty(t, kept)
+				assert.Empty(t, text)
+				e := full["error"].(string)
+				assert.True(t, strings.HasPrefix(c.err, e), "the error keeps its start")
+				assert.NotEmpty(t, e)
+			}
+		})
+	}
 }
