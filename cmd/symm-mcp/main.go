@@ -35,7 +35,28 @@ import (
 var version string
 
 func main() {
+	if pct, ok := gcPercent(os.LookupEnv); ok {
+		debug.SetGCPercent(pct)
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stderr))
+}
+
+// defaultGCPercent is the collector's target when GOGC is not set: the
+// heap may grow by half its live size between collections, not by all of
+// it. What a server holds for long is mostly the ledger's JSON bytes,
+// which the collector does not scan, so collecting twice as often costs
+// little: in make bench the CPU per update stayed at 2.4 µs while a
+// finished task's memory fell from 4.7 to 3.3 KiB and 100,000 finished
+// tasks from 549-600 to 493 MiB (intent 0029).
+const defaultGCPercent = 50
+
+// gcPercent is the collector's target to set, unless the user chose one
+// with GOGC (ok false: leave the runtime's).
+func gcPercent(lookupEnv func(string) (string, bool)) (pct int, ok bool) {
+	if _, set := lookupEnv("GOGC"); set {
+		return 0, false
+	}
+	return defaultGCPercent, true
 }
 
 func buildVersion() string {

@@ -164,3 +164,19 @@ func TestFlags(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 2, ee.ExitCode())
 }
+
+// TestGCPercent: the server sets the collector's target to 50 unless the
+// user chose one with GOGC (even GOGC=off, or an empty GOGC, which the
+// runtime reads as the default).
+func TestGCPercent(t *testing.T) {
+	env := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	pct, ok := gcPercent(env(nil))
+	assert.True(t, ok)
+	assert.Equal(t, 50, pct)
+	for _, v := range []string{"200", "off", ""} {
+		_, ok := gcPercent(env(map[string]string{"GOGC": v}))
+		assert.False(t, ok, "GOGC=%q is the user's", v)
+	}
+}

@@ -54,11 +54,33 @@ type chain struct {
 	live  *taskRun   // the task whose turn runs or whose process is ending; nil: none
 	queue []*taskRun // follow-ups waiting for live's turn to end
 	kept  *taskRun   // the task whose turn ended last on the kept process; nil: none
-	// session is the chain's latest ACP session, asked whether the agent
-	// can resume when no process is kept.
-	session *acpsession.Session
+	// session is the chain's latest ACP session while its process runs or
+	// is kept, asked whether the agent can resume; once no process is
+	// left the answer is kept in noResume and the session let go (it
+	// holds the whole ACP connection: a finished task must not).
+	session  *acpsession.Session
+	noResume bool
 	// members are the chain's tasks, for cleanup_worktrees.
 	members []*taskRun
+}
+
+// releaseSessionLocked lets go of the session once no process of the
+// chain is left, keeping whether the agent can resume. c.mu is held.
+func (c *chain) releaseSessionLocked() {
+	if c.session == nil || c.live != nil || c.kept != nil {
+		return
+	}
+	c.noResume = !c.session.CanResume()
+	c.session = nil
+}
+
+// cannotResumeLocked reports that the chain's agent is known not to
+// resume a session. c.mu is held.
+func (c *chain) cannotResumeLocked() bool {
+	if c.session != nil {
+		return !c.session.CanResume()
+	}
+	return c.noResume
 }
 
 // popLocked takes the next follow-up off the queue. c.mu is held.
@@ -176,7 +198,7 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 	c := parent.chain
 	c.mu.Lock()
 	onProcess := c.live != nil || c.kept != nil
-	sess := c.session
+	cannotResume := c.cannotResumeLocked()
 	c.mu.Unlock()
 	if req.Effort != "" && adapter.EffortFlag != "" && onProcess {
 		return nil, errorf(InvalidRequest, "agent %s takes effort as a launch flag (%s): a follow-up on its running process cannot change it", adapter.Name, adapter.EffortFlag)
@@ -185,7 +207,7 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 		if pt.SessionID == nil {
 			return nil, errorf(InvalidRequest, "task %s has no agent session to follow up", pt.TaskID)
 		}
-		if sess != nil && !sess.CanResume() {
+		if cannotResume {
 			return nil, errorf(InvalidRequest, "agent %s cannot resume a session (it offers neither session/resume nor session/load) and task %s has no kept process", adapter.Name, pt.TaskID)
 		}
 	}
@@ -460,6 +482,7 @@ func (r *taskRun) keptExited(x supervisor.Exit) {
 	c.mu.Lock()
 	if c.kept == r {
 		c.kept = nil
+		c.releaseSessionLocked()
 	}
 	c.mu.Unlock()
 	r.mu.Lock()
@@ -480,6 +503,7 @@ func (r *taskRun) advance() {
 		if next = c.popLocked(); next != nil {
 			c.live = next
 		}
+		c.releaseSessionLocked()
 	}
 	c.mu.Unlock()
 	if next != nil {
