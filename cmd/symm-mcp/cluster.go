@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,8 +43,11 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
 }
 
 // hostNameRE is what a host name may be: a key of the hosts bucket and a
-// label people read.
-var hostNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+// label people read. Compiled when a daemon joins a cluster, not at every
+// start: the bounded repetition costs a few hundred microseconds.
+var hostNameRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+})
 
 // hostIDName is the file in the state directory that holds the daemon's
 // host identity: made once, kept, so that a daemon started again takes
@@ -81,7 +85,7 @@ func (c *clusterFlags) check(ledgerKind string) error {
 		}
 		c.host, _, _ = strings.Cut(h, ".")
 	}
-	if !hostNameRE.MatchString(c.host) {
+	if !hostNameRE().MatchString(c.host) {
 		return fmt.Errorf("host name %q: want letters, digits, '-' and '_', at most 63, starting with a letter or digit (give --host)", c.host)
 	}
 	return nil

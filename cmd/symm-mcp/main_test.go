@@ -165,18 +165,21 @@ func TestFlags(t *testing.T) {
 	assert.Equal(t, 2, ee.ExitCode())
 }
 
-// TestGCPercent: the server sets the collector's target to 50 unless the
-// user chose one with GOGC (even GOGC=off, or an empty GOGC, which the
-// runtime reads as the default).
-func TestGCPercent(t *testing.T) {
-	env := func(vars map[string]string) func(string) (string, bool) {
-		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
-	}
-	pct, ok := gcPercent(env(nil))
-	assert.True(t, ok)
-	assert.Equal(t, 50, pct)
-	for _, v := range []string{"200", "off", ""} {
-		_, ok := gcPercent(env(map[string]string{"GOGC": v}))
-		assert.False(t, ok, "GOGC=%q is the user's", v)
+// TestGCTarget: the collector's target is 50 from a 16 MiB live heap, 100
+// again below 8 MiB, and between the two what it was.
+func TestGCTarget(t *testing.T) {
+	for _, tt := range []struct {
+		live    uint64
+		current int
+		want    int
+	}{
+		{2 << 20, 100, 100},
+		{16 << 20, 100, 50},
+		{12 << 20, 100, 100},
+		{12 << 20, 50, 50},
+		{8<<20 - 1, 50, 100},
+		{1 << 30, 50, 50},
+	} {
+		assert.Equal(t, tt.want, gcTarget(tt.live, tt.current), "live %d, current %d", tt.live, tt.current)
 	}
 }

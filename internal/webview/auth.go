@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -125,7 +126,11 @@ func (s *Server) csrf(next http.HandlerFunc) func(http.ResponseWriter, *http.Req
 	}
 }
 
-var loginTemplate = template.Must(template.ParseFS(staticFiles, "static/login.html"))
+// loginTemplate is parsed at the first login page, not at every start of
+// the server.
+var loginTemplate = sync.OnceValue(func() *template.Template {
+	return template.Must(template.ParseFS(staticFiles, "static/login.html"))
+})
 
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 	if s.session(r) != nil {
@@ -139,7 +144,7 @@ func (s *Server) renderLogin(w http.ResponseWriter, status int, msg, next string
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = loginTemplate.Execute(w, struct{ Message, Next string }{msg, next})
+	_ = loginTemplate().Execute(w, struct{ Message, Next string }{msg, next})
 }
 
 // nextPath is where a login goes on: one of the view's own pages (the list
