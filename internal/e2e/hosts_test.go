@@ -439,6 +439,12 @@ func (h *hostRig) checkLoop(t *testing.T, runErr error, stdout string) {
 				Completed []struct {
 					ID     string `json:"task_id"`
 					Status string `json:"status"`
+					Digest struct {
+						Final       bool `json:"final"`
+						LastMessage struct {
+							Text string `json:"text"`
+						} `json:"last_message"`
+					} `json:"digest"`
 				} `json:"completed"`
 				Reason string `json:"reason"`
 			}
@@ -448,6 +454,11 @@ func (h *hostRig) checkLoop(t *testing.T, runErr error, stdout string) {
 				require.Len(t, w.Completed, 1, "completed")
 				assert.Equal(t, taskID, w.Completed[0].ID)
 				assert.Equal(t, "succeeded", w.Completed[0].Status, "the inner task's status")
+				// The host read the short digest: how the task ended
+				// without paging its log.
+				d := w.Completed[0].Digest
+				assert.True(t, d.Final, "the digest of a finished task is final")
+				assert.Equal(t, "plain reply "+h.loop.id, d.LastMessage.Text, "the digest's last message")
 			}
 		}
 		assert.Equal(t, "terminal", reasons[len(reasons)-1], "the last wait's reason; reasons %v", reasons)

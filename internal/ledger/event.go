@@ -122,3 +122,21 @@ type Page struct {
 	HasMore bool
 	Status  Status
 }
+
+// JoinArray writes stored encodings (records, summaries, events) as one
+// JSON array, each as it is stored.
+func JoinArray(items []json.RawMessage) []byte {
+	n := 2
+	for _, it := range items {
+		n += len(it) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, it...)
+	}
+	return append(b, ']')
+}

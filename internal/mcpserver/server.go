@@ -194,22 +194,6 @@ type member struct {
 	value []byte
 }
 
-func array(items []json.RawMessage) []byte {
-	n := 2
-	for _, it := range items {
-		n += len(it) + 1
-	}
-	b := make([]byte, 0, n)
-	b = append(b, '[')
-	for i, it := range items {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, it...)
-	}
-	return append(b, ']')
-}
-
 func jsonValue(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {

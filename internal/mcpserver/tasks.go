@@ -183,7 +183,7 @@ func eventsReply(p ledger.Page) json.RawMessage {
 		member{"cursor", jsonValue(p.Cursor)},
 		member{"has_more", jsonValue(p.HasMore)},
 		member{"status", jsonValue(p.Status)},
-		member{"events", array(p.Events)},
+		member{"events", ledger.JoinArray(p.Events)},
 	)
 }
 
@@ -232,8 +232,8 @@ func (h handlers) waitTasks(ctx context.Context, req *mcp.CallToolRequest, a wai
 		return nil, err
 	}
 	return object(
-		member{"completed", array(res.Completed)},
-		member{"pending", array(res.Pending)},
+		member{"completed", ledger.JoinArray(res.Completed)},
+		member{"pending", ledger.JoinArray(res.Pending)},
 		member{"reason", jsonValue(res.Reason)},
 		member{"decisions", decisionsJSON(res.Decisions)},
 	), nil
@@ -284,7 +284,7 @@ func (h handlers) listTasks(_ context.Context, a listArgs) (json.RawMessage, err
 	if err != nil {
 		return nil, err
 	}
-	return object(member{"tasks", array(p.Tasks)}, member{"next_cursor", jsonValue(p.NextCursor)},
+	return object(member{"tasks", ledger.JoinArray(p.Tasks)}, member{"next_cursor", jsonValue(p.NextCursor)},
 		member{"usage_total", jsonValue(p.UsageTotal)}), nil
 }
 

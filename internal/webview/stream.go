@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -315,27 +316,11 @@ func (s *Server) sendEvents(st *sse, id string, after int64) int64 {
 			return after
 		}
 		if len(p.Events) > 0 {
-			st.event("events", strconv.FormatInt(p.Cursor, 10), joinArray(p.Events))
+			st.event("events", strconv.FormatInt(p.Cursor, 10), ledger.JoinArray(p.Events))
 			after = p.Cursor
 		}
 		if !p.HasMore || len(p.Events) == 0 {
 			return after
 		}
 	}
-}
-
-func joinArray(items []json.RawMessage) []byte {
-	n := 2
-	for _, it := range items {
-		n += len(it) + 1
-	}
-	b := make([]byte, 0, n)
-	b = append(b, '[')
-	for i, it := range items {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, it...)
-	}
-	return append(b, ']')
 }
