@@ -53,7 +53,32 @@ type Digest struct {
 	Permissions map[string]map[string]int64 `json:"permissions,omitempty"`
 	Usage       Usage                       `json:"usage,omitzero"`
 	Error       *string                     `json:"error,omitempty"`
+	// Diff and Overlaps sum up a worktree task's end (the record has the
+	// whole): how much it changed, and which other tasks changed the same
+	// files (at most MaxDigestOverlaps, OverlapsMore counting the rest).
+	Diff         *DigestDiff     `json:"diff,omitempty"`
+	Overlaps     []DigestOverlap `json:"overlaps,omitempty"`
+	OverlapsMore int             `json:"overlaps_more,omitempty"`
 }
+
+// DigestDiff is a worktree task's diff in counts.
+type DigestDiff struct {
+	Files      int  `json:"files"`
+	Insertions int  `json:"insertions"`
+	Deletions  int  `json:"deletions"`
+	Truncated  bool `json:"truncated"`
+}
+
+// DigestOverlap names another task that changed some of the same files,
+// and how many.
+type DigestOverlap struct {
+	TaskID string `json:"task_id"`
+	Files  int    `json:"files"`
+}
+
+// MaxDigestOverlaps bounds the overlaps a digest names (40 bytes or so
+// each, within MaxDigestBytes).
+const MaxDigestOverlaps = 16
 
 // LastMessage is the end of the agent's latest message.
 type LastMessage struct {
@@ -120,6 +145,11 @@ func (d Digest) clone() Digest {
 	d.Permissions = cloneTally(d.Permissions)
 	d.Files = slices.Clone(d.Files)
 	d.Usage = d.Usage.clone()
+	d.Overlaps = slices.Clone(d.Overlaps)
+	if d.Diff != nil {
+		dd := *d.Diff
+		d.Diff = &dd
+	}
 	if d.Error != nil {
 		e := *d.Error
 		d.Error = &e
@@ -146,6 +176,17 @@ func digestOf(t *Task) (Digest, []byte) {
 	d.Final = t.Status.Terminal()
 	d.Usage = t.Usage
 	d.Error = t.Error
+	d.Diff, d.Overlaps, d.OverlapsMore = nil, nil, 0
+	if t.Diff != nil {
+		d.Diff = &DigestDiff{Files: len(t.Diff.Files), Insertions: t.Diff.Insertions, Deletions: t.Diff.Deletions, Truncated: t.Diff.Truncated}
+	}
+	for i, o := range t.Overlaps {
+		if i == MaxDigestOverlaps {
+			d.OverlapsMore = len(t.Overlaps) - i
+			break
+		}
+		d.Overlaps = append(d.Overlaps, DigestOverlap{TaskID: o.TaskID, Files: len(o.Files)})
+	}
 	if d.Events[EventTaskCreated] == 0 {
 		// Every task has its task_created event (seq 1): counted here
 		// rather than in a map every new record would hold.

@@ -116,6 +116,14 @@ func TestWorktreeOverlaps(t *testing.T) {
 	assert.Equal(t, []any{map[string]any{"task_id": b, "files": []any{"shared.txt"}}}, recA["overlaps"])
 	assert.Equal(t, []any{map[string]any{"task_id": a, "files": []any{"shared.txt"}}}, recB["overlaps"])
 	assert.Equal(t, []any{}, recC["overlaps"])
+	// The digest sums them up.
+	digest := func(rec map[string]any) map[string]any { return rec["digest"].(map[string]any) }
+	oneFile := map[string]any{"files": 1.0, "insertions": 1.0, "deletions": 1.0, "truncated": false}
+	assert.Equal(t, oneFile, digest(recB)["diff"])
+	assert.Equal(t, []any{map[string]any{"task_id": a, "files": 1.0}}, digest(recB)["overlaps"])
+	assert.Equal(t, []any{map[string]any{"task_id": b, "files": 1.0}}, digest(recA)["overlaps"], "updated when b ended")
+	assert.Equal(t, oneFile, digest(recC)["diff"])
+	assert.NotContains(t, digest(recC), "overlaps", "left out when there is none")
 
 	// A resolved task is no longer compared.
 	call(t, r.cs, "resolve_task", map[string]any{"task_id": a, "resolution": "accepted"})
