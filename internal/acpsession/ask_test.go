@@ -91,7 +91,15 @@ func TestAskRouting(t *testing.T) {
 				defer tc.asker.mu.Unlock()
 				if tc.asked {
 					require.Len(t, tc.asker.asked, 1)
-					assert.Equal(t, permission.Question{ToolCallID: "t1", Title: "Run it", Kind: got.Kind, RawInput: `{"command":"ls"}`}, tc.asker.asked[0])
+					// A request without a kind shows the kind its tool
+					// call announced.
+					kind := got.Kind
+					for _, st := range tc.steps {
+						if call, ok := st["tool_call"].(obj); ok && kind == "" {
+							kind = call["kind"].(string)
+						}
+					}
+					assert.Equal(t, permission.Question{ToolCallID: "t1", Title: "Run it", Kind: kind, RawInput: `{"command":"ls"}`}, tc.asker.asked[0])
 				} else {
 					assert.Empty(t, tc.asker.asked)
 				}
@@ -117,6 +125,9 @@ func TestAskRawInputBound(t *testing.T) {
 	defer asker.mu.Unlock()
 	require.Len(t, asker.asked, 1)
 	in := asker.asked[0].RawInput
-	assert.Equal(t, permission.MaxQuestionInput, utf8.RuneCountInString(in))
-	assert.True(t, strings.HasPrefix(in, `{"command":"ééé`), in[:20])
+	shown, note, ok := strings.Cut(in, " … (cut: ")
+	require.True(t, ok, "a cut input says so: %s", in[len(in)-80:])
+	assert.Equal(t, permission.MaxQuestionInput, utf8.RuneCountInString(shown))
+	assert.True(t, strings.HasPrefix(shown, `{"command":"ééé`), in[:20])
+	assert.Equal(t, "5014 characters in all, the rest not shown)", note, "and how long the whole is")
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	acp "github.com/coder/acp-go-sdk"
 
@@ -35,7 +37,7 @@ func (c *client) RequestPermission(ctx context.Context, req acp.RequestPermissio
 		return cancelledOutcome, nil
 	}
 	defer s.apply(factPermissionDone{})
-	cancelled, modes, announced, allow, ask := e.cancelled, e.modes, e.announced, e.allow, e.ask
+	cancelled, modes, announced, allow, ask, turnCancel := e.cancelled, e.modes, e.announced, e.allow, e.ask, e.cancelCh
 	if !e.inTurn {
 		return cancelledOutcome, nil
 	}
@@ -56,7 +58,7 @@ func (c *client) RequestPermission(ctx context.Context, req acp.RequestPermissio
 	}
 	d, by := permission.Decision{Outcome: permission.Cancelled}, permission.ByRule
 	if !cancelled {
-		d, by = s.decide(ctx, f, modes, announced, tc.RawInput, allow, ask)
+		d, by = s.decide(ctx, f, modes, announced, tc.RawInput, allow, ask, turnCancel)
 	}
 	f.Decision, f.DecidedBy = d.Outcome, by
 	if d.Outcome != permission.Cancelled {
@@ -83,7 +85,7 @@ func (c *client) RequestPermission(ctx context.Context, req acp.RequestPermissio
 // decide answers a request in the turn: by the allow list, or, for a kind
 // in the task's ask list that allow does not approve, by the person the
 // Asker reaches. It returns who decided.
-func (s *Session) decide(ctx context.Context, f PermissionFields, modes []string, announced string, rawInput any, allow []string, ask permission.Ask) (permission.Decision, string) {
+func (s *Session) decide(ctx context.Context, f PermissionFields, modes []string, announced string, rawInput any, allow []string, ask permission.Ask, turnCancel <-chan struct{}) (permission.Decision, string) {
 	modeSwitch := f.Kind == permission.SwitchMode || switchesMode(f.Options, modes)
 	r := permission.Request{ToolKind: f.Kind, ModeSwitch: modeSwitch, Options: f.Options}
 	// A request without a kind counts as "other"; in ACP it may also mean
@@ -113,7 +115,7 @@ func (s *Session) decide(ctx context.Context, f PermissionFields, modes []string
 	if ask.Asker == nil {
 		return reject, permission.ByNoElicitation
 	}
-	yes, by := s.ask(ctx, f, rawInput, ask)
+	yes, by := s.ask(ctx, f, announced, rawInput, ask, turnCancel)
 	if yes {
 		return permission.Choose(permission.AllowOnce, f.Options), by
 	}
@@ -121,10 +123,11 @@ func (s *Session) decide(ctx context.Context, f PermissionFields, modes []string
 }
 
 // ask puts the request to the person, within the ask timeout; the question
-// ends early when the turn is cancelled or the agent's connection ends
-// (the task is ending). It reports whether the person allowed, and who
-// decided.
-func (s *Session) ask(ctx context.Context, f PermissionFields, rawInput any, ask permission.Ask) (bool, string) {
+// ends early when its turn is cancelled (turnCancel: the channel of the
+// turn the request came in, a follow-up's own) or the agent's connection
+// ends (the task is ending). It reports whether the person allowed, and
+// who decided.
+func (s *Session) ask(ctx context.Context, f PermissionFields, announced string, rawInput any, ask permission.Ask, turnCancel <-chan struct{}) (bool, string) {
 	timeout := ask.Timeout
 	if timeout <= 0 {
 		timeout = permission.DefaultAskTimeoutS * time.Second
@@ -135,14 +138,20 @@ func (s *Session) ask(ctx context.Context, f PermissionFields, rawInput any, ask
 	defer cancel() // runs before wg.Wait: the watcher below returns
 	wg.Go(func() {
 		select {
-		case <-s.cancelTurn:
+		case <-turnCancel:
 			cancel()
 		case <-s.conn.Done():
 			cancel()
 		case <-actx.Done():
 		}
 	})
-	q := permission.Question{ToolCallID: f.ToolCallID, Title: f.Title, Kind: f.Kind, RawInput: rawInputText(rawInput)}
+	kind := f.Kind
+	if kind == "" && announced != "" {
+		// The request names no kind; the person sees the one its tool
+		// call announced, which the rules weighed too.
+		kind = announced
+	}
+	q := permission.Question{ToolCallID: f.ToolCallID, Title: f.Title, Kind: kind, RawInput: rawInputText(rawInput)}
 	allow, err := ask.Asker.Ask(actx, q)
 	switch {
 	case err == nil:
@@ -163,7 +172,8 @@ func (s *Session) ask(ctx context.Context, f PermissionFields, rawInput any, ask
 var errAskTimedOut = errors.New("the permission question was not answered in time")
 
 // rawInputText is a tool call's raw input as JSON text, cut to what a
-// question shows.
+// question shows; a cut one says so, and how long the whole is, so that
+// padding cannot hide the end of a command from the person.
 func rawInputText(v any) string {
 	if v == nil {
 		return ""
@@ -172,7 +182,11 @@ func rawInputText(v any) string {
 	if err != nil {
 		return ""
 	}
-	return permission.Truncate(string(b), permission.MaxQuestionInput)
+	text := permission.Truncate(string(b), permission.MaxQuestionInput)
+	if len(text) < len(b) {
+		text += fmt.Sprintf(" … (cut: %d characters in all, the rest not shown)", utf8.RuneCount(b))
+	}
+	return text
 }
 
 // SessionUpdate is reached only by a session/update sent as a request: the

@@ -237,7 +237,7 @@ type effects struct {
 	usage    *UsageFields
 	sentTurn bool          // the prompt is on its way: close sentCh
 	sentCh   chan struct{} // the turn's, to close
-	cancelCh chan struct{} // factCancel: the turn's, to close on the first Cancel
+	cancelCh chan struct{} // factCancel: the turn's, to close on the first Cancel; factPermissionAsked: the turn's, to watch
 
 	refuse    error // Run may not go on
 	cancelled bool
@@ -407,7 +407,7 @@ func (s *Session) apply(f fact) (e effects) {
 		e.cancelled = st.cancelled
 		e.modes = st.offer.modeIDs()
 		e.announced = st.kinds[f.toolID]
-		e.allow, e.ask = st.allow, st.ask
+		e.allow, e.ask, e.cancelCh = st.allow, st.ask, st.cancelCh
 		st.inflight++
 	case factPermissionDone:
 		st.inflight--

@@ -456,3 +456,23 @@ func TestAskOnAFollowUp(t *testing.T) {
 		})
 	}
 }
+
+// TestAskAfterAnInterrupt: a follow-up's question watches its own turn. An
+// interrupt cancels the first turn for good; the interrupting turn's
+// question must still reach the person, not end at once as cancelled.
+func TestAskAfterAnInterrupt(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	h := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}, nil
+	}
+	cs, _ := connectEliciting(t, r.svc, "2025-11-25", h, false)
+	ws := workspace(t, nil)
+	parent := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": script(map[string]any{"wait_for_cancel": true}),
+		"workspace": ws})["task_id"].(string)
+	r.awaitRecord(t, parent, func(m map[string]any) bool { return m["status"] == "running" && m["session_id"] != nil })
+	urgent := call(t, cs, "send_task", map[string]any{"task_id": parent, "prompt": script(askStep("edit")), "interrupt": true,
+		"ask": []string{"edit"}})["task_id"].(string)
+	perm := finish(t, r, cs, urgent)
+	assert.Equal(t, "allow_once", perm["decision"])
+	assert.Equal(t, "human", perm["decided_by"], "asked, though the first turn's cancel had come")
+}
