@@ -96,11 +96,6 @@ func Dial(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	opts := []nats.Option{
 		nats.Name("symm-mcp " + o.Name), nats.MaxReconnects(-1), nats.Timeout(dialWait),
 		nats.ReconnectWait(250 * time.Millisecond),
-		// Only the URLs given are ever contacted: the servers a node
-		// advertises may be remote, and CheckURLs weighed only these
-		// (a loopback URL without TLS would otherwise reconnect in
-		// plaintext to a remote node the cluster told of).
-		nats.IgnoreDiscoveredServers(),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
 			if sub != nil {
