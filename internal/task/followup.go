@@ -310,15 +310,29 @@ func (s *Service) startFollowUp(ctx context.Context, r *taskRun) {
 	kept := c.kept
 	c.kept = nil
 	c.mu.Unlock()
+	// A start that fails before the kept process took the turn hands the
+	// process back to the chain first: it is still running, cancel_task
+	// and the chain's next follow-up must find it, and the chain must not
+	// let go of its session.
+	fail := func(msg string) {
+		if kept != nil {
+			c.mu.Lock()
+			if c.kept == nil {
+				c.kept = kept
+			}
+			c.mu.Unlock()
+		}
+		r.failStart(msg)
+	}
 	if _, err := s.cfg.Store.Transition(r.id, ledger.Starting, s.cfg.Now()); err != nil {
-		r.failStart(fmt.Sprintf("starting task: %v", err))
+		fail(fmt.Sprintf("starting task: %v", err))
 		return
 	}
 	s.mu.Lock()
 	shutting := s.shutting
 	s.mu.Unlock()
 	if shutting {
-		r.failStart("the server is shutting down; the task was not started")
+		fail("the server is shutting down; the task was not started")
 		return
 	}
 	if kept != nil {
@@ -327,7 +341,7 @@ func (s *Service) startFollowUp(ctx context.Context, r *taskRun) {
 		kept.mu.Unlock()
 		turn, err := r.turnOn(runID)
 		if err != nil {
-			r.failStart(err.Error())
+			fail(err.Error())
 			return
 		}
 		err = s.cfg.Supervisor.Send(context.WithoutCancel(ctx), runID, *turn)
@@ -335,7 +349,7 @@ func (s *Service) startFollowUp(ctx context.Context, r *taskRun) {
 			return
 		}
 		if !errors.Is(err, supervisor.ErrNotKept) {
-			r.failStart(err.Error())
+			fail(err.Error())
 			return
 		}
 		// The keep-alive ended meanwhile: resume in a new process.
@@ -443,13 +457,24 @@ func (r *taskRun) TurnEnded(end supervisor.TurnEnd) *supervisor.Turn {
 			r.endTurn(end.StopReason, end.KeptUntil)
 			return nil
 		}
+		// A follow-up that cannot take the turn gives it back to r, whose
+		// process still runs, before it ends: its end must not take the
+		// chain's next follow-up or let go of the session under r.
+		fail := func(msg string) {
+			c.mu.Lock()
+			if c.live == next {
+				c.live = r
+			}
+			c.mu.Unlock()
+			next.failStart(msg)
+		}
 		if _, err := r.s.cfg.Store.Transition(next.id, ledger.Starting, r.s.cfg.Now()); err != nil {
-			next.failStart(fmt.Sprintf("starting task: %v", err))
+			fail(fmt.Sprintf("starting task: %v", err))
 			continue
 		}
 		turn, err := next.turnOn(r.runIDNow())
 		if err != nil {
-			next.failStart(err.Error())
+			fail(err.Error())
 			continue
 		}
 		r.endTurn(end.StopReason, time.Time{})
