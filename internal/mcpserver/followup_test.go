@@ -157,7 +157,10 @@ func TestFollowUpsQueuedInOrder(t *testing.T) {
 		assert.Equal(t, "created", rec["status"], "queued behind the running turn")
 	}
 	require.NoError(t, os.WriteFile(gate, nil, 0o644))
-	sid := call(t, r.cs, "get_task", map[string]any{"task_id": parent})["session_id"]
+	// Read once the parent ended: its session may still be starting when
+	// the gate opens.
+	sid := r.wait(t, parent)["session_id"]
+	require.NotNil(t, sid)
 	for i, c := range children {
 		rec := r.wait(t, c)
 		assert.Equal(t, "succeeded", rec["status"], "%v", rec["error"])
