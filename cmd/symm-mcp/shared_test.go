@@ -194,6 +194,11 @@ func TestDaemonKilledMidCall(t *testing.T) {
 	require.Equal(t, 0, code)
 
 	s.send(t, `{"jsonrpc":"2.0","id":"in-flight","method":"tools/call","params":{"name":"wait_tasks","arguments":{"task_ids":["`+id+`"],"timeout_seconds":30}}}`)
+	// A ping sent after it and answered: the front relays in order over
+	// one connection, so the daemon has read the wait, which is in flight
+	// there when it is killed (not a line the front has yet to forward).
+	s.send(t, `{"jsonrpc":"2.0","id":"probe","method":"ping"}`)
+	require.Equal(t, "probe", s.server.next(t)["id"])
 	require.NoError(t, syscall.Kill(before.PID, syscall.SIGKILL))
 	m := s.server.next(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
