@@ -53,11 +53,51 @@ type follow struct {
 	mu      sync.Mutex
 	applied uint64        // the event stream's seq the follower applied last
 	moved   chan struct{} // closed and replaced when applied moves
+	// changes are the tasks to tell OnChange of, told by their own
+	// goroutine: OnChange may wait for a lock a caller of this ledger
+	// holds while it waits for the followers (a resolution waits for its
+	// batch to be applied), so the followers never call it themselves.
+	changes map[string]struct{}
+	kick    chan struct{} // a change is waiting to be told
 }
 
 func newFollow() *follow {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &follow{ctx: ctx, cancel: cancel, moved: make(chan struct{})}
+	return &follow{ctx: ctx, cancel: cancel, moved: make(chan struct{}),
+		changes: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+}
+
+// tell queues a change of task id for OnChange.
+func (f *follow) tell(id string) {
+	f.mu.Lock()
+	f.changes[id] = struct{}{}
+	f.mu.Unlock()
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// tellChanges calls onChange for each queued change until the follow
+// stops.
+func (f *follow) tellChanges(onChange func(id string)) {
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-f.kick:
+		}
+		f.mu.Lock()
+		ids := make([]string, 0, len(f.changes))
+		for id := range f.changes {
+			ids = append(ids, id)
+		}
+		clear(f.changes)
+		f.mu.Unlock()
+		for _, id := range ids {
+			onChange(id)
+		}
+	}
 }
 
 func (f *follow) stop() {
@@ -103,6 +143,9 @@ func (l *Ledger) startFollowing(ctx context.Context, ends streamEnds) error {
 		return fmt.Errorf("following the task bucket: %w", err)
 	}
 	l.shared.advance(ends.ev)
+	if l.opts.OnChange != nil {
+		l.shared.wg.Go(func() { l.shared.tellChanges(l.opts.OnChange) })
+	}
 	for _, c := range []struct {
 		stream jetstream.Stream
 		from   uint64
@@ -161,7 +204,7 @@ func idOf(key string) string {
 
 func (l *Ledger) changed(id string) {
 	if l.opts.OnChange != nil {
-		l.opts.OnChange(id)
+		l.shared.tell(id)
 	}
 }
 
