@@ -8,13 +8,7 @@ import (
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
-)
-
-// The fields of internal/store's benchmarks: a tool call update and a
-// coalesced message.
-var (
-	benchToolFields = []byte(`{"tool_call_id":"call_1","status":"completed","raw_output":{"stdout":"file1\nfile2\n","exit_code":0}}`)
-	benchTextFields = []byte(`{"text":"Here is the next part of the answer, streamed as a few short chunks of text that were coalesced into one event."}`)
+	"github.com/symm-mcp/symm-mcp/internal/ledger/ledgertest"
 )
 
 func benchLedger(b *testing.B) *Ledger {
@@ -37,8 +31,8 @@ func BenchmarkAppend(b *testing.B) {
 		typ    string
 		fields []byte
 	}{
-		{"tool_call_update", "tool_call_update", benchToolFields},
-		{"agent_message", "agent_message", benchTextFields},
+		{"tool_call_update", "tool_call_update", ledgertest.ToolFields},
+		{"agent_message", "agent_message", ledgertest.TextFields},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			l := benchLedger(b)
@@ -69,7 +63,7 @@ func BenchmarkTurn100k(b *testing.B) {
 	i := 0
 	cpu := cpuTime()
 	for b.Loop() {
-		benchTurn(b, l, fmt.Sprint("t", i), n)
+		ledgertest.Turn(b, l, fmt.Sprint("t", i), n)
 		i++
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/event")
@@ -85,44 +79,6 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func benchTurn(b *testing.B, l ledger.Ledger, id string, n int) {
-	if _, err := l.Create(ledger.NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
-		b.Fatal(err)
-	}
-	for _, st := range []ledger.Status{ledger.Starting, ledger.Running} {
-		if _, err := l.Transition(id, st, t0); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for i := range n {
-		typ, fields := "tool_call_update", benchToolFields
-		if i%10 == 0 {
-			typ, fields = "agent_message", benchTextFields
-		}
-		if _, err := l.Append(id, typ, t0, fields); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, err := l.Transition(id, ledger.Succeeded, t0); err != nil {
-		b.Fatal(err)
-	}
-	got := 0
-	for after := int64(0); ; {
-		p, err := l.Events(id, ledger.Query{After: after, Limit: 100, MaxBytes: 32 << 10})
-		if err != nil {
-			b.Fatal(err)
-		}
-		got += len(p.Events)
-		after = p.Cursor
-		if !p.HasMore {
-			break
-		}
-	}
-	if got != n+4 {
-		b.Fatalf("%d events paged, want %d", got, n+4)
-	}
 }
 
 // BenchmarkUpdate writes a task's record (a usage update): one

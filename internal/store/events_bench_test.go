@@ -6,13 +6,7 @@ import (
 	"testing"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
-)
-
-// Fields of the events a streaming turn records most: a tool call update
-// and a coalesced message.
-var (
-	benchToolFields = []byte(`{"tool_call_id":"call_1","status":"completed","raw_output":{"stdout":"file1\nfile2\n","exit_code":0}}`)
-	benchTextFields = []byte(`{"text":"Here is the next part of the answer, streamed as a few short chunks of text that were coalesced into one event."}`)
+	"github.com/symm-mcp/symm-mcp/internal/ledger/ledgertest"
 )
 
 // BenchmarkAppendOversize records a 9 MiB plan, which the event bound
@@ -39,8 +33,8 @@ func BenchmarkAppend(b *testing.B) {
 		typ    string
 		fields []byte
 	}{
-		{"tool_call_update", "tool_call_update", benchToolFields},
-		{"agent_message", "agent_message", benchTextFields},
+		{"tool_call_update", "tool_call_update", ledgertest.ToolFields},
+		{"agent_message", "agent_message", ledgertest.TextFields},
 		{"no_fields", "task_cancelled", nil},
 	} {
 		b.Run(c.name, func(b *testing.B) {
@@ -71,9 +65,9 @@ func benchLog(b *testing.B, n int) *Store {
 	s := New()
 	newBenchTask(b, s)
 	for i := 1; i < n; i++ {
-		typ, fields := "tool_call_update", benchToolFields
+		typ, fields := "tool_call_update", ledgertest.ToolFields
 		if i%10 == 0 {
-			typ, fields = "agent_message", benchTextFields
+			typ, fields = "agent_message", ledgertest.TextFields
 		}
 		if _, err := s.Append("t", typ, t0, fields); err != nil {
 			b.Fatal(err)
@@ -133,45 +127,7 @@ func BenchmarkTurn100k(b *testing.B) {
 	const n = 100_000
 	b.ReportAllocs()
 	for b.Loop() {
-		benchTurn(b, New(), "t", n)
+		ledgertest.Turn(b, New(), "t", n)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/event")
-}
-
-func benchTurn(b *testing.B, s *Store, id string, n int) {
-	if _, err := s.Create(ledger.NewTask{ID: id, Agent: "codex", Workspace: "/w", Prompt: "p"}, t0); err != nil {
-		b.Fatal(err)
-	}
-	for _, st := range []ledger.Status{ledger.Starting, ledger.Running} {
-		if _, err := s.Transition(id, st, t0); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for i := range n {
-		typ, fields := "tool_call_update", benchToolFields
-		if i%10 == 0 {
-			typ, fields = "agent_message", benchTextFields
-		}
-		if _, err := s.Append(id, typ, t0, fields); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, err := s.Transition(id, ledger.Succeeded, t0); err != nil {
-		b.Fatal(err)
-	}
-	got := 0
-	for after := int64(0); ; {
-		p, err := s.Events(id, ledger.Query{After: after, Limit: 100, MaxBytes: 32 << 10})
-		if err != nil {
-			b.Fatal(err)
-		}
-		got += len(p.Events)
-		after = p.Cursor
-		if !p.HasMore {
-			break
-		}
-	}
-	if got != n+4 {
-		b.Fatalf("%d events paged, want %d", got, n+4)
-	}
 }
