@@ -476,3 +476,28 @@ func TestAskAfterAnInterrupt(t *testing.T) {
 	assert.Equal(t, "allow_once", perm["decision"])
 	assert.Equal(t, "human", perm["decided_by"], "asked, though the first turn's cancel had come")
 }
+
+// TestAcceptedOnlyAllowOnce: of the answers a client may send, elicited
+// or carried in a retried call, only an accept with decision allow_once
+// allows; any other action, value, type or shape rejects once.
+func TestAcceptedOnlyAllowOnce(t *testing.T) {
+	res := func(action string, content map[string]any) *mcp.ElicitResult {
+		return &mcp.ElicitResult{Action: action, Content: content}
+	}
+	assert.True(t, accepted(res("accept", map[string]any{"decision": "allow_once"})))
+	for name, r := range map[string]*mcp.ElicitResult{
+		"nil":                  nil,
+		"no content":           res("accept", nil),
+		"reject_once":          res("accept", map[string]any{"decision": "reject_once"}),
+		"an always option":     res("accept", map[string]any{"decision": "allow_always"}),
+		"another case":         res("accept", map[string]any{"decision": "ALLOW_ONCE"}),
+		"a list":               res("accept", map[string]any{"decision": []any{"allow_once"}}),
+		"a number":             res("accept", map[string]any{"decision": 1.0}),
+		"another field":        res("accept", map[string]any{"allow": "allow_once"}),
+		"declined, allow_once": res("decline", map[string]any{"decision": "allow_once"}),
+		"cancelled":            res("cancel", map[string]any{"decision": "allow_once"}),
+		"unknown action":       res("ACCEPT", map[string]any{"decision": "allow_once"}),
+	} {
+		assert.False(t, accepted(r), name)
+	}
+}
