@@ -21,6 +21,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -232,14 +233,15 @@ func (x *clusterLedger) close() {
 // oneHost is list_hosts without a cluster: the machine this server runs
 // on.
 type oneHost struct {
-	name   string
-	agents []ledger.HostAgent
+	name string
+	// agents are looked up at the first list_hosts, not at every start.
+	agents func() []ledger.HostAgent
 	svc    atomic.Pointer[task.Service]
 }
 
 func newOneHost(env []string) *oneHost {
 	name, _ := os.Hostname()
-	return &oneHost{name: name, agents: agentsOnPath(env)}
+	return &oneHost{name: name, agents: sync.OnceValue(func() []ledger.HostAgent { return agentsOnPath(env) })}
 }
 
 func (h *oneHost) ListHosts(context.Context) ([]ledger.Host, error) {
@@ -247,27 +249,21 @@ func (h *oneHost) ListHosts(context.Context) ([]ledger.Host, error) {
 	if s := h.svc.Load(); s != nil {
 		live = s.LiveTasks()
 	}
-	return []ledger.Host{{Name: h.name, Version: buildVersion(), Agents: h.agents, LiveTasks: live, LastSeen: ledger.Time{Time: time.Now()}}}, nil
+	return []ledger.Host{{Name: h.name, Version: buildVersion(), Agents: h.agents(), LiveTasks: live, LastSeen: ledger.Time{Time: time.Now()}}}, nil
 }
 
 // agentsOnPath lists the registered agents whose executables are on the
-// agents' PATH, as doctor finds them. Their versions are not asked here
-// (doctor starts each agent for it): null.
+// agents' PATH, found as the supervisor finds them when it starts one
+// (absolute entries only). Their versions are not asked here (doctor
+// starts each agent for it): null.
 func agentsOnPath(env []string) []ledger.HostAgent {
-	path := envValue(env, "PATH")
+	look := supervisor.New(supervisor.Config{Env: env})
 	reg := agents.Default()
 	out := []ledger.HostAgent{}
 	for _, name := range reg.Names() {
 		a, _ := reg.Lookup(name)
-		for _, dir := range filepath.SplitList(path) {
-			if dir == "" {
-				continue
-			}
-			p := filepath.Join(dir, a.Executable)
-			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-				out = append(out, ledger.HostAgent{Agent: name, Path: p})
-				break
-			}
+		if p, err := look.LookPath(a.Executable); err == nil {
+			out = append(out, ledger.HostAgent{Agent: name, Path: p})
 		}
 	}
 	return out

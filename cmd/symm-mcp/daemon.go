@@ -196,20 +196,18 @@ func serveDaemon(args []string, stderr io.Writer) int {
 			log.Debug("MCP session ended", "reason", out2.Reason)
 		},
 		HTTP: *httpAddr,
+		// Both handlers are built at their first request: the service
+		// exists only once Listen holds the state directory's lock (which
+		// the ledger needs), and HTTP is served from Serve on, after it.
 		HTTPHandler: func(token string) http.Handler {
-			// Built at the first request: the service exists only once
-			// Listen holds the state directory's lock (which the ledger
-			// needs), and HTTP is served from Serve on, after it.
-			h := sync.OnceValue(func() http.Handler {
+			return lazyHandler(func() http.Handler {
 				return mcpserver.HTTPHandler(tasks.svc, version, token, log.With("http", true))
 			})
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) })
 		},
 		WebHandler: func(token string) http.Handler {
-			h := sync.OnceValue(func() http.Handler {
+			return lazyHandler(func() http.Handler {
 				return webview.New(webview.Config{Tasks: tasks.svc, Hub: hub, Token: token, Actions: *actions, Logger: log.With("view", true)})
 			})
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) })
 		},
 	})
 	if err != nil {
@@ -415,4 +413,10 @@ func shutdown(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "daemon (pid %d) stopped; every task ended\n", reply.PID)
 	return 0
+}
+
+// lazyHandler is the handler build returns, built at the first request.
+func lazyHandler(build func() http.Handler) http.Handler {
+	h := sync.OnceValue(build)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) })
 }

@@ -260,14 +260,3 @@ func allProcStats() []procStat {
 	}
 	return procs
 }
-
-// processStart reads pid's start time (/proc/<pid>/stat field 22); alive
-// is false when pid does not exist.
-func processStart(pid int) (start uint64, alive bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	st, _ := parseProcStat(b)
-	return st.start, true
-}

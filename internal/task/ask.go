@@ -1,7 +1,9 @@
 package task
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -155,7 +157,7 @@ func (s *Service) decisionsLocked(ids []string, seq uint64, report bool) ([]Deci
 			}
 		}
 	}
-	sortAsks(open)
+	slices.SortFunc(open, func(a, b *pendingAsk) int { return cmp.Compare(a.seq, b.seq) })
 	out := make([]Decision, 0, len(open))
 	fresh := false
 	for _, p := range open {
@@ -166,14 +168,6 @@ func (s *Service) decisionsLocked(ids []string, seq uint64, report bool) ([]Deci
 		out = append(out, p.d)
 	}
 	return out, fresh
-}
-
-func sortAsks(ps []*pendingAsk) {
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && ps[j].seq < ps[j-1].seq; j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
-	}
 }
 
 // wakeLocked wakes every Wait.

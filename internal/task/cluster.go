@@ -61,8 +61,7 @@ func (s *Service) cancelElsewhere(id string) (json.RawMessage, error) {
 // every write to it from now on.
 func (s *Service) LedgerChanged(id string) {
 	s.mu.Lock()
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.wakeLocked()
 	r := s.runs[id]
 	s.mu.Unlock()
 	if r == nil {

@@ -278,11 +278,11 @@ func (s *Service) taskRecord(id string) (ledger.Task, error) {
 	if err != nil {
 		return ledger.Task{}, err
 	}
-	var t ledger.Task
-	if err := json.Unmarshal(b, &t); err != nil {
+	t, err := ledger.DecodeRecord(b)
+	if err != nil {
 		return ledger.Task{}, fmt.Errorf("reading task %s: %w", id, err)
 	}
-	return t, nil
+	return *t, nil
 }
 
 // noteFollowUp records a follow-up of the task: in its record and as a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -83,7 +84,7 @@ func (m *Manager) lookGit() (*git, error) {
 	clean := make([]string, 0, len(env)+1)
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
-		if !isLocalEnv(name) && name != "GIT_TERMINAL_PROMPT" {
+		if !slices.Contains(localEnv, name) && name != "GIT_TERMINAL_PROMPT" {
 			clean = append(clean, kv)
 		}
 	}
@@ -91,15 +92,6 @@ func (m *Manager) lookGit() (*git, error) {
 	// wait for a password on a terminal the server does not have.
 	clean = append(clean, "GIT_TERMINAL_PROMPT=0")
 	return &git{path: p, env: clean, runCmd: m.Run}, nil
-}
-
-func isLocalEnv(name string) bool {
-	for _, v := range localEnv {
-		if name == v {
-			return true
-		}
-	}
-	return false
 }
 
 // run runs git in dir with args and returns its stdout. extraEnv is added
