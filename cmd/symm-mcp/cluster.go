@@ -109,15 +109,8 @@ func checkPrivateFile(flagName, path string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", flagName, err)
 	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s %s is not a regular file", flagName, path)
-	}
-	owner, ok := fsowner.Owner(fi)
-	if !ok || owner != os.Geteuid() {
-		return fmt.Errorf("%s %s is not owned by the user symm-mcp runs as (uid %d)", flagName, path, os.Geteuid())
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("%s %s is open to group or others (mode %04o); it holds credentials: chmod 600 it", flagName, path, perm)
+	if err := fsowner.CheckPrivateFile(fi, os.Geteuid()); err != nil {
+		return fmt.Errorf("%s %s %w", flagName, path, err)
 	}
 	return nil
 }

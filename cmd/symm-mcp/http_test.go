@@ -181,7 +181,7 @@ func TestServeHTTPRefusals(t *testing.T) {
 	require.NoError(t, os.WriteFile(daemon.TokenPath(d.state), []byte(strings.Repeat("a", 64)+"\n"), 0o644))
 	stderr, code := runBinary(t, "serve", "--socket", d.socket, "--state-dir", d.state, "--http", "127.0.0.1:0")
 	assert.Equal(t, 1, code, stderr)
-	assert.Contains(t, stderr, "readable by others")
+	assert.Contains(t, stderr, "the HTTP token is open to group or others (mode 0644)")
 }
 
 // TestServeHTTPLiveView: serve --http serves the live view at /: its

@@ -82,14 +82,8 @@ func loadToken(stateDir string, uid int) (string, error) {
 	if err != nil {
 		return "", &PathError{Path: path, Err: err}
 	}
-	owner, ok := fsowner.Owner(fi)
-	switch {
-	case !fi.Mode().IsRegular():
-		return "", &PathError{Path: path, Err: errors.New("the HTTP token is not a regular file")}
-	case !ok || owner != uid:
-		return "", &PathError{Path: path, Err: errors.New("the HTTP token is not yours")}
-	case fi.Mode().Perm()&0o077 != 0:
-		return "", &PathError{Path: path, Err: fmt.Errorf("the HTTP token is readable by others (mode %04o); remove it and a new one is made", fi.Mode().Perm())}
+	if err := fsowner.CheckPrivateFile(fi, uid); err != nil {
+		return "", &PathError{Path: path, Err: fmt.Errorf("the HTTP token %w; remove it and a new one is made", err)}
 	}
 	b := make([]byte, 256)
 	n, _ := f.Read(b)

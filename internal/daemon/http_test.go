@@ -42,7 +42,7 @@ func TestToken(t *testing.T) {
 	assert.Equal(t, tok, again)
 
 	_, err = loadToken(dir, uid+1)
-	assert.ErrorContains(t, err, "not yours")
+	assert.ErrorContains(t, err, "is owned by uid")
 
 	refused := func(name string, setup func(path string), want string) {
 		t.Run(name, func(t *testing.T) {
@@ -60,7 +60,7 @@ func TestToken(t *testing.T) {
 	}
 	refused("readable by group", func(p string) {
 		require.NoError(t, os.WriteFile(p, []byte(strings.Repeat("a", 64)), 0o640))
-	}, "readable by others")
+	}, "is open to group or others (mode 0640)")
 	refused("a link", func(p string) {
 		target := filepath.Join(filepath.Dir(p), "elsewhere")
 		require.NoError(t, os.WriteFile(target, []byte(strings.Repeat("a", 64)), 0o600))

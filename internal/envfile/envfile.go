@@ -76,22 +76,17 @@ func read(path string, uid int) ([]string, error) {
 	return parse(path, b)
 }
 
-// check refuses a file that is not a regular file, not owned by uid, or
-// open to group or others. Writable by others matters as much as readable:
-// whoever can write it chooses the agents' PATH.
+// check refuses a file that is not a regular file of uid's, private to
+// it: whoever can write it chooses the agents' PATH. Every refusal but
+// "not a regular file" is ErrInsecure.
 func check(path string, fi fs.FileInfo, uid int) error {
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("env file %s is not a regular file", path)
+	err := fsowner.CheckPrivateFile(fi, uid)
+	var pe *fsowner.PrivateFileError
+	if errors.As(err, &pe) && pe.Problem != fsowner.NotRegular {
+		return fmt.Errorf("env file %s %v: %w", path, err, ErrInsecure)
 	}
-	owner, ok := fsowner.Owner(fi)
-	if !ok {
-		return fmt.Errorf("env file %s: its owner cannot be read: %w", path, ErrInsecure)
-	}
-	if owner != uid {
-		return fmt.Errorf("env file %s is owned by uid %d, not by the user symm-mcp runs as (uid %d): %w", path, owner, uid, ErrInsecure)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("env file %s is open to group or others (mode %04o); it holds credentials: chmod 600 it: %w", path, perm, ErrInsecure)
+	if err != nil {
+		return fmt.Errorf("env file %s %v", path, err)
 	}
 	return nil
 }
