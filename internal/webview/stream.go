@@ -63,15 +63,23 @@ func (e *sse) comment(text string) {
 // flush sends what was written; false once the browser is gone.
 func (e *sse) flush() bool { return e.rc.Flush() == nil }
 
-// wait waits for wake, then PushInterval after the last push so that the
-// writes in between go together; heartbeats meanwhile. false when the
-// request ended or a heartbeat could not be sent.
-func (s *Server) wait(r *http.Request, st *sse, wake <-chan struct{}, lastPush time.Time) bool {
+// wait waits for wake or also (nil: none), then PushInterval after the
+// last push so that the writes in between go together; heartbeats
+// meanwhile. false when the request ended, a heartbeat could not be
+// sent, or the session ended (logout, eviction, expiry): a stream never
+// outlives its session.
+func (s *Server) wait(r *http.Request, sess *session, st *sse, wake, also <-chan struct{}, lastPush time.Time) bool {
 	beat := time.NewTicker(heartbeat)
 	defer beat.Stop()
+	expiry := time.NewTimer(sess.expires.Sub(s.cfg.Now()))
+	defer expiry.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
+			return false
+		case <-sess.done:
+			return false
+		case <-expiry.C:
 			return false
 		case <-beat.C:
 			st.comment("ping")
@@ -80,6 +88,7 @@ func (s *Server) wait(r *http.Request, st *sse, wake <-chan struct{}, lastPush t
 			}
 			continue
 		case <-wake:
+		case <-also:
 		}
 		break
 	}
@@ -89,10 +98,14 @@ func (s *Server) wait(r *http.Request, st *sse, wake <-chan struct{}, lastPush t
 		select {
 		case <-r.Context().Done():
 			return false
+		case <-sess.done:
+			return false
 		case <-t.C:
 		}
 	}
-	return true
+	// An expiry the clock shows before the timer fired (a clock of the
+	// view's own) ends the stream too.
+	return s.live(sessionID(r))
 }
 
 // listStream streams the list: on a fresh start a reset, the newest
@@ -100,7 +113,7 @@ func (s *Server) wait(r *http.Request, st *sse, wake <-chan struct{}, lastPush t
 // batch ended by a sync whose id ("<epoch>.<seq>") resumes the stream
 // after that batch. A Last-Event-ID of another epoch, or one the hub has
 // not reached, starts afresh.
-func (s *Server) listStream(w http.ResponseWriter, r *http.Request, _ *session) {
+func (s *Server) listStream(w http.ResponseWriter, r *http.Request, sess *session) {
 	hub := s.cfg.Hub
 	last, resumed := parseListID(r.Header.Get("Last-Event-ID"), hub.epoch)
 	cur, wake := hub.watch()
@@ -116,7 +129,7 @@ func (s *Server) listStream(w http.ResponseWriter, r *http.Request, _ *session) 
 		return
 	}
 	pushed := time.Now()
-	for s.wait(r, st, wake, pushed) {
+	for s.wait(r, sess, st, wake, nil, pushed) {
 		next, nextWake := hub.watch()
 		s.sendRows(st, hub.recordsSince(cur))
 		st.event("sync", listID(hub.epoch, next), nil)
@@ -266,7 +279,7 @@ func clipPtr(s *string, n int) *string {
 // page at a time ("events", a JSON array, whose id is the page's last
 // seq), then each change: the record when it changed, the events after
 // the last sent. Last-Event-ID resumes after that seq.
-func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, _ *session) {
+func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, sess *session) {
 	id := r.PathValue("id")
 	hub := s.cfg.Hub
 	cur, wake := hub.watch()
@@ -288,7 +301,7 @@ func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, _ *session) 
 		return
 	}
 	pushed := time.Now()
-	for s.wait(r, st, wake, pushed) {
+	for s.wait(r, sess, st, wake, nil, pushed) {
 		next, nextWake := hub.watch()
 		recChanged, evChanged := hub.taskSince(id, cur)
 		if recChanged {

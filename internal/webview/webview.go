@@ -110,7 +110,7 @@ func New(cfg Config) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.login)
-	mux.HandleFunc("POST /logout", s.authed(s.csrf(s.logout)))
+	mux.HandleFunc("POST /api/logout", s.authed(s.csrf(s.logout)))
 	mux.HandleFunc("GET /{$}", s.page("index.html"))
 	mux.HandleFunc("GET /tasks/{id}", s.page("task.html"))
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
@@ -129,7 +129,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.h.ServeHT
 // page serves one of the pages, to a session; without one, the login.
 func (s *Server) page(name string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.session(r) == nil {
+		if _, sess := s.session(r); sess == nil {
 			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.EscapedPath()), http.StatusSeeOther)
 			return
 		}

@@ -53,7 +53,8 @@ describe('live view in headless Chromium', () => {
     assert.equal(r.headers()['x-content-type-options'], 'nosniff');
     assert.match(r.headers()['content-security-policy'], /frame-ancestors 'none'/);
     assert.equal(await page.locator('input[name=token]').count(), 1);
-    assert.equal(await page.locator('#groups, #timeline, script').count(), 0, 'the login page holds no list and no script');
+    assert.equal(await page.locator('#groups, #timeline').count(), 0, 'the login page holds no list');
+    assert.deepEqual(await page.locator('script').evaluateAll((ss) => ss.map((s) => s.getAttribute('src'))), ['/static/login.js'], 'only its own script');
     const api = await page.evaluate(async () => (await fetch('/api/stream/tasks')).status);
     assert.equal(api, 401);
     await page.goto(`${d.base}/tasks/anything`);
@@ -74,11 +75,23 @@ describe('live view in headless Chromium', () => {
     await page.waitForSelector('body[data-status=missing]');
     assert.match(await page.locator('#title').textContent(), /No task anything/);
     await page.goto(`${d.base}/`);
-    const cookie = (await ctx.cookies()).find((c) => c.name === 'symm_session');
+    const port = new URL(d.base).port;
+    const cookie = (await ctx.cookies()).find((c) => c.name === `symm_session_${port}`);
+    assert.ok(cookie, 'the cookie names the port');
     assert.ok(cookie.httpOnly, 'HttpOnly');
     assert.equal(cookie.sameSite, 'Strict');
     assert.ok(cookie.expires > Date.now() / 1000, 'an expiring cookie');
     assert.equal(await page.evaluate(() => document.cookie), '', 'the page script cannot read the cookie');
+    // The cookie alone (what another loopback server could receive) opens
+    // nothing: the page's requests carry the key from sessionStorage.
+    assert.equal(await page.evaluate(async () => (await fetch('/api/session')).status), 401);
+    assert.equal(await page.evaluate(async () => (await fetch('/api/session', { headers: { 'X-Symm-Key': sessionStorage.getItem('symm-key') } })).status), 200);
+    // A tab opened afresh gets the key from an open tab of the view.
+    const other = await ctx.newPage();
+    await other.goto(`${d.base}/`);
+    await other.waitForSelector('body[data-ready=true]');
+    assert.equal(new URL(other.url()).pathname, '/');
+    await other.close();
     await page.waitForSelector('body[data-ready=true]');
     await page.waitForSelector('.conn.live');
   });

@@ -1,6 +1,6 @@
 // The list page: every task the stream sends, newest first, grouped by
 // initiator, filtered by status and agent (the filters live in the URL).
-import { el, taskLink, age, usageText, costText, badge, wireLogout, watchStream, TERMINAL } from './common.js';
+import { el, taskLink, age, usageText, costText, badge, wireLogout, openStream, TERMINAL } from './common.js';
 
 const rows = new Map(); // task id -> row
 const groupsEl = document.getElementById('groups');
@@ -111,17 +111,17 @@ for (const s of [fStatus, fAgent]) {
   });
 }
 
-const es = new EventSource('/api/stream/tasks');
-watchStream(es, document.getElementById('conn'));
-es.addEventListener('reset', () => { rows.clear(); });
-es.addEventListener('task', (e) => {
-  const r = JSON.parse(e.data);
-  rows.set(r.task_id, r);
-});
-es.addEventListener('sync', () => {
-  if (!synced) performance.mark('symm:list-synced');
-  synced = true;
-  schedule();
-});
+openStream('/api/stream/tasks', {
+  reset: () => { rows.clear(); },
+  task: (data) => {
+    const r = JSON.parse(data);
+    rows.set(r.task_id, r);
+  },
+  sync: () => {
+    if (!synced) performance.mark('symm:list-synced');
+    synced = true;
+    schedule();
+  },
+}, document.getElementById('conn'));
 setInterval(schedule, 30000); // ages move on
 wireLogout();

@@ -1,6 +1,6 @@
 // A task's page: its record, its worktree diff, and its events as a
 // timeline that follows the task live. The task is the URL's: /tasks/<id>.
-import { el, clippedText, preview, age, duration, usageText, costText, badge, getSession, act, wireLogout, watchStream, TERMINAL } from './common.js';
+import { el, clippedText, preview, age, duration, usageText, costText, badge, getSession, act, wireLogout, openStream, TERMINAL } from './common.js';
 
 const id = decodeURIComponent(location.pathname.slice('/tasks/'.length));
 const timeline = document.getElementById('timeline');
@@ -287,20 +287,19 @@ function scrollIfFollowing() {
 async function main() {
   wireLogout();
   try { actionsOn = (await getSession()).actions; } catch { return; }
-  const es = new EventSource('/api/stream/tasks/' + encodeURIComponent(id));
-  watchStream(es, document.getElementById('conn'));
-  es.addEventListener('error', () => {
+  openStream('/api/stream/tasks/' + encodeURIComponent(id), {
+    task: (data) => { renderRecord(JSON.parse(data)); document.body.dataset.status = record.status; },
+    events: (data) => {
+      const idle = backlog.length === 0;
+      for (const ev of JSON.parse(data)) backlog.push(ev);
+      if (idle) requestAnimationFrame(drain);
+    },
+  }, document.getElementById('conn'), () => {
     // A stream refused before any record came: no such task here.
-    if (es.readyState === EventSource.CLOSED && !record) {
+    if (!record) {
       document.getElementById('title').textContent = `No task ${id} in this daemon's ledger.`;
       document.body.dataset.status = 'missing';
     }
-  });
-  es.addEventListener('task', (e) => { renderRecord(JSON.parse(e.data)); document.body.dataset.status = record.status; });
-  es.addEventListener('events', (e) => {
-    const idle = backlog.length === 0;
-    for (const ev of JSON.parse(e.data)) backlog.push(ev);
-    if (idle) requestAnimationFrame(drain);
   });
 }
 main();
