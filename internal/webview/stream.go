@@ -275,14 +275,17 @@ func clipPtr(s *string, n int) *string {
 	return &c
 }
 
-// taskStream streams one task: its record ("task"), then its events a
+// taskStream streams one task: its record ("task"), its open permission
+// questions ("decisions", a JSON array, [] for none), then its events a
 // page at a time ("events", a JSON array, whose id is the page's last
-// seq), then each change: the record when it changed, the events after
-// the last sent. Last-Event-ID resumes after that seq.
+// seq), then each change: the record when it changed, the questions when
+// they changed, the events after the last sent. Last-Event-ID resumes
+// after that seq.
 func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, sess *session) {
 	id := r.PathValue("id")
 	hub := s.cfg.Hub
 	cur, wake := hub.watch()
+	asks := s.cfg.Tasks.DecisionsChanged()
 	rec, err := s.cfg.Tasks.Task(id)
 	if err != nil {
 		taskError(w, err)
@@ -296,19 +299,22 @@ func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, sess *sessio
 	}
 	st := startSSE(w)
 	st.event("task", "", rec)
+	sent := s.sendDecisions(st, id, nil)
 	after = s.sendEvents(st, id, after)
 	if !st.flush() {
 		return
 	}
 	pushed := time.Now()
-	for s.wait(r, sess, st, wake, nil, pushed) {
+	for s.wait(r, sess, st, wake, asks, pushed) {
 		next, nextWake := hub.watch()
+		asks = s.cfg.Tasks.DecisionsChanged()
 		recChanged, evChanged := hub.taskSince(id, cur)
 		if recChanged {
 			if rec, err := s.cfg.Tasks.Task(id); err == nil {
 				st.event("task", "", rec)
 			}
 		}
+		sent = s.sendDecisions(st, id, sent)
 		if evChanged {
 			after = s.sendEvents(st, id, after)
 		}
@@ -317,6 +323,32 @@ func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, sess *sessio
 		}
 		cur, wake, pushed = next, nextWake, time.Now()
 	}
+}
+
+// decisionJSON is an open permission question as the task page shows it.
+type decisionJSON struct {
+	Key        string `json:"key"`
+	ToolCallID string `json:"tool_call_id"`
+	Title      string `json:"title"`
+	Kind       string `json:"kind"`
+	RawInput   string `json:"raw_input"`
+}
+
+// sendDecisions sends the task's open questions when they are not those
+// sent last (last, nil at first: always), and returns what it sent.
+func (s *Server) sendDecisions(st *sse, id string, last []byte) []byte {
+	ds := s.cfg.Tasks.Decisions([]string{id})
+	out := make([]decisionJSON, len(ds))
+	for i, d := range ds {
+		q := d.Question
+		out[i] = decisionJSON{Key: d.Key, ToolCallID: q.ToolCallID, Title: q.Title, Kind: q.Kind, RawInput: q.RawInput}
+	}
+	b, _ := json.Marshal(out)
+	if last != nil && bytes.Equal(b, last) {
+		return last
+	}
+	st.event("decisions", "", b)
+	return b
 }
 
 // sendEvents sends the task's events after seq after, a page each, and

@@ -254,6 +254,48 @@ function renderActions(t) {
   box.replaceChildren(sel, note, b, msg);
 }
 
+// renderDecisions shows the permission questions open on the task: what
+// the agent asks to do, and, with actions on, allow once and reject once,
+// each behind a confirmation. The first answer wins: one given at the MCP
+// client first takes the question off this list (the stream says so), and
+// an answer that comes too late is refused (409) and said so.
+const decideMsg = document.getElementById('decide-msg');
+function renderDecisions(ds) {
+  const box = document.getElementById('decisions');
+  box.hidden = ds.length === 0;
+  document.body.dataset.decisions = String(ds.length);
+  const items = ds.map((d) => {
+    const li = el('li', { class: 'decision', data: { key: d.key } },
+      el('div', { class: 'tool-head' }, el('span', { class: 'tool-kind', text: d.kind || 'other' }), el('span', { class: 'tool-title', text: d.title || d.tool_call_id })),
+      d.raw_input ? clippedText('pre', 'raw', d.raw_input) : null);
+    if (!actionsOn) {
+      li.append(el('p', { class: 'sub', text: 'Answer it at the MCP client (the daemon serves no actions here without --dashboard-actions).' }));
+      return li;
+    }
+    const row = el('div', { class: 'actions' });
+    for (const [decision, label, cls] of [['allow_once', 'Allow once', ''], ['reject_once', 'Reject once', 'danger']]) {
+      const b = el('button', { text: label, class: cls || undefined, data: { decision } });
+      b.type = 'button';
+      b.addEventListener('click', async () => {
+        if (!(await confirmStep(`${label}: ${d.kind || 'other'} tool call "${d.title || d.tool_call_id}" of task ${id}?`))) return;
+        for (const x of row.querySelectorAll('button')) x.disabled = true;
+        decideMsg.textContent = 'sending…';
+        try {
+          await act(`/api/tasks/${encodeURIComponent(id)}/decide`, { key: d.key, decision });
+          decideMsg.textContent = `${label.toLowerCase()}: recorded`;
+        } catch (e) {
+          decideMsg.textContent = e.status === 409 ? 'Already decided elsewhere: this question is no longer open.' : e.message;
+          for (const x of row.querySelectorAll('button')) x.disabled = false;
+        }
+      });
+      row.append(b);
+    }
+    li.append(row);
+    return li;
+  });
+  document.getElementById('decision-list').replaceChildren(...items);
+}
+
 // Events are added to the page once per frame, at most PER_FRAME a frame,
 // so that one layout (and one scroll) covers many and the page answers
 // during a flood; of a backlog longer than the page keeps, only the newest
@@ -289,6 +331,7 @@ async function main() {
   try { actionsOn = (await getSession()).actions; } catch { return; }
   openStream('/api/stream/tasks/' + encodeURIComponent(id), {
     task: (data) => { renderRecord(JSON.parse(data)); document.body.dataset.status = record.status; },
+    decisions: (data) => renderDecisions(JSON.parse(data)),
     events: (data) => {
       const idle = backlog.length === 0;
       for (const ev of JSON.parse(data)) backlog.push(ev);
