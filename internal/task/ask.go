@@ -25,9 +25,9 @@ type Decision struct {
 // pendingAsk is a question in flight, under Service.mu.
 type pendingAsk struct {
 	d        Decision
-	seq      uint64    // when it was asked, in the order of asks
+	seq      uint64                 // when it was asked, in the order of asks
 	answer   chan permission.Answer // Answer's delivery; one slot
-	reported bool      // a Wait returned early for it
+	reported bool                   // a Wait returned early for it
 }
 
 // askPolicy is the spawn's ask policy for the ACP session: the asker
