@@ -207,6 +207,51 @@ describe('live view in headless Chromium', () => {
     await page.screenshot({ path: join(shots, 'list.png'), clip: { x: 0, y: 0, width: 1280, height: Math.ceil(box.y + box.height) } });
   });
 
+  test('a permission question answered from the page', async () => {
+    // A host that offers elicitation and is asked, but whose person does
+    // not answer there: the page's answer wins and withdraws its question.
+    const host = new MCP(d.base, d.token, { elicitation: {} });
+    await host.init();
+    await host.listen();
+    try {
+      const spawned = await host.call('spawn_task', {
+        agent: 'codex', workspace: d.ws, initiator_id: 'orchestrator-1', ask: ['execute'],
+        prompt: script([
+          { message: 'about to run the tests' },
+          { permission: { tool_call_id: 'run1', title: 'Run go test ./...', kind: 'execute', raw_input: { command: 'go test ./...' }, report: true } },
+          { message: 'the tests ran' },
+        ]),
+      });
+      const id = spawned.task_id;
+      const asked = await host.receivedMatching((m) => m.method === 'elicitation/create', 'elicitation/create');
+      assert.match(asked.params.message, /Run go test/);
+      await page.goto(`${d.base}/tasks/${id}`);
+      const q = page.locator('#decisions li.decision');
+      await q.waitFor();
+      assert.match(await q.textContent(), /Run go test \.\/\.\.\./);
+      assert.match(await q.textContent(), /execute/);
+      await page.screenshot({ path: join(shots, 'decision.png'), fullPage: false });
+      await q.locator('button[data-decision=allow_once]').click();
+      await page.waitForSelector('dialog#confirm[open]');
+      await page.click('#confirm-yes');
+      await page.waitForSelector('body[data-decisions="0"]');
+      await page.waitForSelector('body[data-status=succeeded]');
+      const perm = page.locator('#timeline .permission');
+      assert.match(await perm.textContent(), /allow_once/);
+      assert.match(await perm.textContent(), /by human via dashboard/);
+      await page.locator('#timeline .message', { hasText: 'the tests ran' }).waitFor();
+      // The host's question was withdrawn.
+      await host.receivedMatching((m) => m.method === 'notifications/cancelled' && m.params?.requestId === asked.id, 'notifications/cancelled for the elicitation');
+      const ev = await host.call('get_events', { task_id: id, limit: 100 });
+      const p = ev.events.filter((e) => e.type === 'permission');
+      assert.equal(p.length, 1, 'one decision');
+      assert.equal(p[0].decided_by, 'human');
+      assert.equal(p[0].via, 'dashboard');
+    } finally {
+      host.close();
+    }
+  });
+
   test('a hostile task renders inert and stays responsive', async () => {
     const long = 'A'.repeat(1 << 20);
     const spawned = await mcp.call('spawn_task', {
