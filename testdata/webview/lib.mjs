@@ -7,6 +7,9 @@ import { join, resolve } from 'node:path';
 
 export const server = requiredPath('SYMM_MCP');
 export const fakeAgent = requiredPath('FAKE_ACP_AGENT');
+// floodbase prints make bench's CPU baseline (testdata/webview/floodbase);
+// only the bench needs it.
+export const floodbase = resolve(process.env.FLOODBASE || 'bin/floodbase');
 export const browserPath = process.env.CHROMIUM || '/usr/bin/chromium';
 export const shots = resolve(process.env.SCREENSHOTS || 'screenshots');
 // Every wait is bounded by this; none sleeps.

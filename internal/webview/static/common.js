@@ -238,9 +238,12 @@ async function readEvents(body, emit) {
     let chunk;
     try { chunk = await reader.read(); } catch { return; }
     if (chunk.done) return;
+    // A page of events is one long line: look for its end only in what
+    // came since the last look.
+    const from = buf.length;
     buf += chunk.value;
     let start = 0;
-    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n', start)) {
+    for (let nl = buf.indexOf('\n', from); nl >= 0; nl = buf.indexOf('\n', start)) {
       const line = buf.slice(start, nl);
       start = nl + 1;
       if (line === '') {

@@ -334,7 +334,10 @@ async function main() {
     decisions: (data) => renderDecisions(JSON.parse(data)),
     events: (data) => {
       const idle = backlog.length === 0;
-      for (const ev of JSON.parse(data)) backlog.push(ev);
+      const page = JSON.parse(data);
+      for (const ev of page) backlog.push(ev);
+      // What the stream has delivered, drawn or not (make bench).
+      if (page.length) document.body.dataset.streamSeq = String(page[page.length - 1].seq);
       if (idle) requestAnimationFrame(drain);
     },
   }, document.getElementById('conn'), () => {
