@@ -1,7 +1,6 @@
 package webview
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -43,6 +42,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 type session struct {
+	id      string // the cookie's value
 	key     string // KeyHeader's value
 	csrf    string
 	expires time.Time
@@ -127,44 +127,38 @@ func cookieName(r *http.Request) string {
 // session returns the request's live session by its cookie alone, or
 // nil: enough for a page, which is a static file; the API needs the key
 // too (authed).
-func (s *Server) session(r *http.Request) (string, *session) {
+func (s *Server) session(r *http.Request) *session {
 	c, err := r.Cookie(cookieName(r))
 	if err != nil || len(c.Value) != 64 {
-		return "", nil
+		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess := s.sessions[c.Value]
-	if sess == nil {
-		return "", nil
-	}
-	if !s.cfg.Now().Before(sess.expires) {
-		s.endLocked(c.Value)
-		return "", nil
-	}
-	return c.Value, sess
+	return s.liveLocked(c.Value)
 }
 
-// live reports whether the session is still listed and not expired; one
-// that expired is ended.
-func (s *Server) live(id string) bool {
+// live reports whether the session is still listed and not expired.
+func (s *Server) live(sess *session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.liveLocked(sess.id) == sess
+}
+
+// liveLocked returns the listed session id unless it expired (then it is
+// ended), or nil.
+func (s *Server) liveLocked(id string) *session {
 	sess := s.sessions[id]
-	if sess == nil {
-		return false
-	}
-	if !s.cfg.Now().Before(sess.expires) {
+	if sess != nil && !s.cfg.Now().Before(sess.expires) {
 		s.endLocked(id)
-		return false
+		return nil
 	}
-	return true
+	return sess
 }
 
 // authed serves next only to a session whose request carries its key.
 func (s *Server) authed(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		id, sess := s.session(r)
+		sess := s.session(r)
 		if sess == nil {
 			writeError(w, http.StatusUnauthorized, "no session: log in at /login")
 			return
@@ -173,28 +167,19 @@ func (s *Server) authed(next func(http.ResponseWriter, *http.Request, *session))
 			writeError(w, http.StatusUnauthorized, "missing or wrong "+KeyHeader+": log in at /login")
 			return
 		}
-		next(w, r.WithContext(context.WithValue(r.Context(), sessionIDKey{}, id)), sess)
+		next(w, r, sess)
 	}
 }
 
-// sessionIDKey holds the session's id (its cookie value) in an authed
-// request's context.
-type sessionIDKey struct{}
-
-func sessionID(r *http.Request) string {
-	id, _ := r.Context().Value(sessionIDKey{}).(string)
-	return id
-}
-
 // csrf serves next only with the session's CSRF token in CSRFHeader.
-func (s *Server) csrf(next http.HandlerFunc) func(http.ResponseWriter, *http.Request, *session) {
+func (s *Server) csrf(next func(http.ResponseWriter, *http.Request, *session)) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, sess *session) {
 		got := r.Header.Get(CSRFHeader)
 		if subtle.ConstantTimeCompare([]byte(got), []byte(sess.csrf)) != 1 {
 			writeError(w, http.StatusForbidden, "missing or wrong "+CSRFHeader)
 			return
 		}
-		next(w, r)
+		next(w, r, sess)
 	}
 }
 
@@ -270,7 +255,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	id, now := randomHex(), s.cfg.Now()
 	expires := now.Add(s.cfg.SessionTTL)
-	sess := &session{key: randomHex(), csrf: randomHex(), expires: expires, done: make(chan struct{})}
+	sess := &session{id: id, key: randomHex(), csrf: randomHex(), expires: expires, done: make(chan struct{})}
 	s.mu.Lock()
 	for k, v := range s.sessions {
 		if !now.Before(v.expires) {
@@ -301,9 +286,9 @@ func (s *Server) evictOldestLocked() {
 	s.endLocked(oldest)
 }
 
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+func (s *Server) logout(w http.ResponseWriter, r *http.Request, sess *session) {
 	s.mu.Lock()
-	s.endLocked(sessionID(r))
+	s.endLocked(sess.id)
 	s.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.WriteHeader(http.StatusNoContent)

@@ -105,7 +105,7 @@ func (s *Server) wait(r *http.Request, sess *session, st *sse, wake, also <-chan
 	}
 	// An expiry the clock shows before the timer fired (a clock of the
 	// view's own) ends the stream too.
-	return s.live(sessionID(r))
+	return s.live(sess)
 }
 
 // listStream streams the list: on a fresh start a reset, the newest

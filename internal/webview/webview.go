@@ -137,7 +137,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.h.ServeHT
 // page serves one of the pages, to a session; without one, the login.
 func (s *Server) page(name string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if _, sess := s.session(r); sess == nil {
+		if s.session(r) == nil {
 			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.EscapedPath()), http.StatusSeeOther)
 			return
 		}
@@ -147,8 +147,8 @@ func (s *Server) page(name string) http.HandlerFunc {
 }
 
 // action refuses actions unless the daemon serves them.
-func (s *Server) action(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) action(next http.HandlerFunc) func(http.ResponseWriter, *http.Request, *session) {
+	return func(w http.ResponseWriter, r *http.Request, _ *session) {
 		if !s.cfg.Actions {
 			writeError(w, http.StatusForbidden, "actions are off: the daemon runs without --dashboard-actions")
 			return

@@ -198,8 +198,8 @@ export function wireLogout() {
 // unlike EventSource, sends the session's key in a header. As EventSource
 // does, it reconnects after a drop with the last id it saw in
 // Last-Event-ID. on maps event types to handlers of their data; refused
-// is called, and the stream given up, when it is refused other than for
-// the session (a task that is not there). conn shows the state.
+// is called, and the stream given up, when what it follows is not there
+// (404); a session refused goes to the login. conn shows the state.
 export function openStream(path, on, conn, refused = () => {}) {
   let lastId = '';
   const state = (text, cls) => { conn.textContent = text; conn.className = `conn ${cls}`; };
@@ -211,12 +211,12 @@ export function openStream(path, on, conn, refused = () => {}) {
       } catch (e) {
         if (e.message === 'no session') return;
       }
-      if (r && !r.ok) {
+      if (r && r.status === 404) {
         state('not found', 'down');
         refused(r.status);
         return;
       }
-      if (r) {
+      if (r && r.ok) {
         state('live', 'live');
         failures = 0;
         await readEvents(r.body, (typ, id, data) => {
