@@ -120,6 +120,20 @@ func (r *agentRig) spawnAsking(t *testing.T, asker permission.Asker) string {
 	return rec.TaskID
 }
 
+// asked spawns a task that asks host, follows its stream with c, and
+// returns the task, the stream and the one question it shows.
+func (r *agentRig) asked(t *testing.T, c *cred, host *hostAsker) (string, *stream, shownDecision) {
+	t.Helper()
+	id := r.spawnAsking(t, host)
+	s := r.stream(t, "/api/stream/tasks/"+id, c, "")
+	var ds []shownDecision
+	for len(ds) == 0 {
+		ds = s.decisions(t)
+	}
+	require.Len(t, ds, 1)
+	return id, s, ds[0]
+}
+
 type shownDecision struct {
 	Key, ToolCallID, Title, Kind, RawInput string
 }
@@ -183,14 +197,7 @@ func TestDecideFromTheDashboard(t *testing.T) {
 	r := newAgentRig(t)
 	c, csrf := r.login(t)
 	host := newHostAsker()
-	id := r.spawnAsking(t, host)
-	s := r.stream(t, "/api/stream/tasks/"+id, c, "")
-	var ds []shownDecision
-	for len(ds) == 0 {
-		ds = s.decisions(t)
-	}
-	require.Len(t, ds, 1)
-	d := ds[0]
+	id, s, d := r.asked(t, c, host)
 	assert.Equal(t, shownDecision{Key: d.Key, ToolCallID: "t1", Title: "Edit main.go", Kind: "edit", RawInput: `{"path":"main.go"}`}, d)
 	path := "/api/tasks/" + id + "/decide"
 
@@ -239,15 +246,10 @@ func TestTheClientAnswersFirst(t *testing.T) {
 	r := newAgentRig(t)
 	c, csrf := r.login(t)
 	host := newHostAsker()
-	id := r.spawnAsking(t, host)
-	s := r.stream(t, "/api/stream/tasks/"+id, c, "")
-	var ds []shownDecision
-	for len(ds) == 0 {
-		ds = s.decisions(t)
-	}
+	id, s, d := r.asked(t, c, host)
 	host.answer <- permission.Answer{Allow: false, Via: permission.ViaMCP}
 	assert.Empty(t, s.decisions(t), "the question leaves the page live")
-	resp := r.action(t, "/api/tasks/"+id+"/decide", c, csrf, decideBody(ds[0].Key, "allow_once"))
+	resp := r.action(t, "/api/tasks/"+id+"/decide", c, csrf, decideBody(d.Key, "allow_once"))
 	assert.Equal(t, http.StatusConflict, resp.StatusCode)
 	assert.True(t, strings.Contains(body(t, resp), "answered"), "the refusal says why")
 	perm := r.permissionEvent(t, id)
