@@ -411,7 +411,7 @@ func TestStreamsEndWithTheirSession(t *testing.T) {
 		ended(t, s)
 	})
 	t.Run("expired while idle", func(t *testing.T) {
-		r := newRigWith(t, rigConfig{ttl: 500 * time.Millisecond, realClock: true})
+		r := newRigWith(t, rigConfig{ttl: 3 * time.Second, realClock: true})
 		c, _ := r.login(t)
 		s := r.stream(t, "/api/stream/tasks", c, "")
 		s.untilSync(t)
