@@ -10,3 +10,6 @@ func RecordsSince(h *Hub, seq uint64) []string { return h.recordsSince(seq) }
 
 // Changed tells the hub of a write to the task's record.
 func Changed(h *Hub, id string) { h.changed(id, true) }
+
+// ChangedEvents tells the hub of an event written for the task.
+func ChangedEvents(h *Hub, id string) { h.changed(id, false) }
