@@ -157,6 +157,17 @@ func (s *Service) DecisionsChanged() <-chan struct{} {
 	return s.changed
 }
 
+// OpenDecisions counts the questions open on each task that has one.
+func (s *Service) OpenDecisions() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int)
+	for _, p := range s.asks {
+		out[p.d.Question.TaskID]++
+	}
+	return out
+}
+
 // Decisions lists the questions open on the given tasks, oldest first.
 func (s *Service) Decisions(ids []string) []Decision {
 	s.mu.Lock()

@@ -239,6 +239,46 @@ func TestDecideFromTheDashboard(t *testing.T) {
 	assert.Contains(t, string(rec), `"status":"succeeded"`, "the task went on")
 }
 
+// TestTheListShowsWhoWaits: the list stream names the tasks waiting for a
+// decision, at its start (a resumed one too) and whenever that changes.
+func TestTheListShowsWhoWaits(t *testing.T) {
+	r := newAgentRig(t)
+	c, csrf := r.login(t)
+	list := r.stream(t, "/api/stream/tasks", c, "")
+	waiting := func(s *stream) (map[string]int, event) {
+		t.Helper()
+		for {
+			evs, sync := s.untilSync(t)
+			for _, e := range evs {
+				if e.typ == "waiting" {
+					var m map[string]int
+					require.NoError(t, json.Unmarshal([]byte(e.data), &m))
+					return m, sync
+				}
+			}
+		}
+	}
+	m, _ := waiting(list)
+	assert.Empty(t, m)
+	host := newHostAsker()
+	id, _, d := r.asked(t, c, host)
+	for len(m) == 0 {
+		m, _ = waiting(list)
+	}
+	assert.Equal(t, map[string]int{id: 1}, m)
+	// A stream resumed after the question opened says so first.
+	_, sync := waiting(r.stream(t, "/api/stream/tasks", c, ""))
+	resumed := r.stream(t, "/api/stream/tasks", c, sync.id)
+	m, _ = waiting(resumed)
+	assert.Equal(t, map[string]int{id: 1}, m)
+
+	require.Equal(t, http.StatusOK, r.action(t, "/api/tasks/"+id+"/decide", c, csrf, decideBody(d.Key, "reject_once")).StatusCode)
+	for len(m) > 0 {
+		m, _ = waiting(list)
+	}
+	r.permissionEvent(t, id)
+}
+
 // TestTheClientAnswersFirst: an answer at the MCP client takes the
 // question off the page live, and the page's late answer is refused with
 // 409: one decision, the client's.

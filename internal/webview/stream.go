@@ -109,14 +109,17 @@ func (s *Server) wait(r *http.Request, sess *session, st *sse, wake, also <-chan
 }
 
 // listStream streams the list: on a fresh start a reset, the newest
-// MaxListed tasks' rows and a sync; then each changed task's row, each
-// batch ended by a sync whose id ("<epoch>.<seq>") resumes the stream
-// after that batch. A Last-Event-ID of another epoch, or one the hub has
+// MaxListed tasks' rows, the tasks waiting for a decision ("waiting") and
+// a sync; then each changed task's row and the waiting tasks when they
+// changed, each batch ended by a sync whose id ("<epoch>.<seq>") resumes
+// the stream after that batch (a resumed stream starts with "waiting"
+// too). A Last-Event-ID of another epoch, or one the hub has
 // not reached, starts afresh.
 func (s *Server) listStream(w http.ResponseWriter, r *http.Request, sess *session) {
 	hub := s.cfg.Hub
 	last, resumed := parseListID(r.Header.Get("Last-Event-ID"), hub.epoch)
 	cur, wake := hub.watch()
+	asks := s.cfg.Tasks.DecisionsChanged()
 	st := startSSE(w)
 	if resumed && last <= cur {
 		s.sendRows(st, hub.recordsSince(last))
@@ -124,20 +127,36 @@ func (s *Server) listStream(w http.ResponseWriter, r *http.Request, sess *sessio
 		st.event("reset", "", nil)
 		s.sendRows(st, s.newest())
 	}
+	waiting := s.sendWaiting(st, nil)
 	st.event("sync", listID(hub.epoch, cur), nil)
 	if !st.flush() {
 		return
 	}
 	pushed := time.Now()
-	for s.wait(r, sess, st, wake, nil, pushed) {
+	for s.wait(r, sess, st, wake, asks, pushed) {
 		next, nextWake := hub.watch()
+		asks = s.cfg.Tasks.DecisionsChanged()
 		s.sendRows(st, hub.recordsSince(cur))
+		waiting = s.sendWaiting(st, waiting)
 		st.event("sync", listID(hub.epoch, next), nil)
 		if !st.flush() {
 			return
 		}
 		cur, wake, pushed = next, nextWake, time.Now()
 	}
+}
+
+// sendWaiting sends the tasks that wait for a person's decision, as a
+// "waiting" event of {task_id: open questions}, when they are not those
+// sent last (last, nil at first: always; a resumed stream too, since the
+// page may have missed a change); it returns what it sent.
+func (s *Server) sendWaiting(st *sse, last []byte) []byte {
+	b, _ := json.Marshal(s.cfg.Tasks.OpenDecisions()) // sorted keys: equal maps, equal bytes
+	if last != nil && bytes.Equal(b, last) {
+		return last
+	}
+	st.event("waiting", "", b)
+	return b
 }
 
 func listID(epoch string, seq uint64) string {

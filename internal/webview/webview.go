@@ -37,9 +37,11 @@ type Tasks interface {
 	Events(req task.EventsRequest) (ledger.Page, error)
 	Cancel(ctx context.Context, id string) (json.RawMessage, error)
 	Resolve(id string, r ledger.Resolution, note string) (json.RawMessage, error)
-	// The permission questions open on tasks (intent 0024), a channel
-	// closed at their next change, and the answer to one.
+	// The permission questions open on tasks (intent 0024): of some
+	// tasks, how many on each, a channel closed at their next change, and
+	// the answer to one.
 	Decisions(ids []string) []task.Decision
+	OpenDecisions() map[string]int
 	DecisionsChanged() <-chan struct{}
 	Answer(key string, a permission.Answer) bool
 }

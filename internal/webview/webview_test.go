@@ -633,6 +633,8 @@ func rowIDs(t *testing.T, evs []event) (reset bool, ids []string) {
 			}
 			require.NoError(t, json.Unmarshal([]byte(e.data), &row))
 			ids = append(ids, row.TaskID)
+		case "waiting":
+			assert.Equal(t, "{}", e.data, "no task waits for a decision")
 		default:
 			t.Fatalf("unexpected event %q", e.typ)
 		}

@@ -225,7 +225,12 @@ describe('live view in headless Chromium', () => {
       const id = spawned.task_id;
       const asked = await host.receivedMatching((m) => m.method === 'elicitation/create', 'elicitation/create');
       assert.match(asked.params.message, /Run go test/);
-      await page.goto(`${d.base}/tasks/${id}`);
+      // The list says which task waits for the person.
+      await page.goto(`${d.base}/`);
+      await page.locator(`tr[data-task="${id}"] .badge.waiting`).waitFor();
+      await page.screenshot({ path: join(shots, 'list-waiting.png'), fullPage: false });
+      await page.click(`tr[data-task="${id}"] td.name a`);
+      await page.waitForURL(`${d.base}/tasks/${id}`);
       const q = page.locator('#decisions li.decision');
       await q.waitFor();
       assert.match(await q.textContent(), /Run go test \.\/\.\.\./);
@@ -240,6 +245,9 @@ describe('live view in headless Chromium', () => {
       assert.match(await perm.textContent(), /allow_once/);
       assert.match(await perm.textContent(), /by human via dashboard/);
       await page.locator('#timeline .message', { hasText: 'the tests ran' }).waitFor();
+      await page.goto(`${d.base}/`);
+      await page.locator(`tr[data-task="${id}"][data-status=succeeded]`).waitFor();
+      assert.equal(await page.locator(`tr[data-task="${id}"] .badge.waiting`).count(), 0, 'no longer waiting');
       // The host's question was withdrawn.
       await host.receivedMatching((m) => m.method === 'notifications/cancelled' && m.params?.requestId === asked.id, 'notifications/cancelled for the elicitation');
       const ev = await host.call('get_events', { task_id: id, limit: 100 });
