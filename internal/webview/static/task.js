@@ -318,7 +318,7 @@ function drain() {
   hiddenNote.textContent = `${dropped} earlier events are not shown.`;
   document.body.dataset.lastSeq = String(lastSeq);
   scrollIfFollowing();
-  performance.measure('symm:drain', { start: t0 });
+  performance.measure('symm:drain', { start: t0, detail: lastSeq });
   if (backlog.length) requestAnimationFrame(drain);
 }
 
@@ -336,8 +336,11 @@ async function main() {
       const idle = backlog.length === 0;
       const page = JSON.parse(data);
       for (const ev of page) backlog.push(ev);
-      // What the stream has delivered, drawn or not (make bench).
-      if (page.length) document.body.dataset.streamSeq = String(page[page.length - 1].seq);
+      // What the stream has delivered, drawn or not, and when (make bench).
+      if (page.length) {
+        document.body.dataset.streamSeq = String(page[page.length - 1].seq);
+        performance.mark('symm:events-page', { detail: page[page.length - 1].seq });
+      }
       if (idle) requestAnimationFrame(drain);
     },
   }, document.getElementById('conn'), () => {
