@@ -185,8 +185,8 @@ func TestServeHTTPRefusals(t *testing.T) {
 }
 
 // TestServeHTTPLiveView: serve --http serves the live view at /: its
-// login exchanges the token (in the body) for a session cookie, which
-// opens the view's stream and never /mcp, where only the bearer token
+// login exchanges the token (in the body) for a session cookie and key,
+// which open the view and never /mcp, where only the bearer token
 // counts; --dashboard-actions needs --http.
 func TestServeHTTPLiveView(t *testing.T) {
 	d := newShared(t, agentPath(t))
@@ -203,26 +203,36 @@ func TestServeHTTPLiveView(t *testing.T) {
 	req, err := http.NewRequest(http.MethodPost, base+"/login", strings.NewReader("token="+token))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
 	resp, err = noFollow.Do(req)
 	require.NoError(t, err)
+	var login struct {
+		Key string `json:"key"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&login))
 	resp.Body.Close()
-	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == webview.CookieName {
+		if c.Name == webview.CookieName(base[strings.LastIndex(base, ":")+1:]) {
 			cookie = c
 		}
 	}
-	require.NotNil(t, cookie)
+	require.NotNil(t, cookie, "the cookie names the listener's port")
 
 	req, err = http.NewRequest(http.MethodGet, base+"/api/session", nil)
 	require.NoError(t, err)
 	req.AddCookie(cookie)
 	resp, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the cookie alone opens nothing")
+	req.Header.Set(webview.KeyHeader, login.Key)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "the cookie opens the view")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the cookie and the key open the view")
 	assert.Contains(t, string(b), `"actions":false`, "read-only by default")
 
 	code, body := post(t, mcpURL, map[string]string{"Cookie": cookie.Name + "=" + cookie.Value})

@@ -23,11 +23,11 @@ type recAsker struct {
 	asked []permission.Question
 }
 
-func (a *recAsker) Ask(_ context.Context, q permission.Question) (bool, error) {
+func (a *recAsker) Ask(_ context.Context, q permission.Question) (permission.Answer, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.asked = append(a.asked, q)
-	return a.allow, a.err
+	return permission.Answer{Allow: a.allow, Via: permission.ViaMCP}, a.err
 }
 
 // TestAskRouting: which requests are put to the person, and how the
@@ -86,6 +86,11 @@ func TestAskRouting(t *testing.T) {
 			require.NoError(t, json.Unmarshal(events[0], &got))
 			assert.Equal(t, tc.decision, got.Decision)
 			assert.Equal(t, tc.decidedBy, got.DecidedBy)
+			if tc.decidedBy == permission.ByHuman {
+				assert.Equal(t, permission.ViaMCP, got.Via, "the channel of the answer")
+			} else {
+				assert.Empty(t, got.Via, "only a person's answer has a channel")
+			}
 			if tc.asker != nil {
 				tc.asker.mu.Lock()
 				defer tc.asker.mu.Unlock()

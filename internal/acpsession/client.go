@@ -56,11 +56,11 @@ func (c *client) RequestPermission(ctx context.Context, req acp.RequestPermissio
 	for _, o := range req.Options {
 		f.Options = append(f.Options, permission.Option{ID: string(o.OptionId), Kind: string(o.Kind)})
 	}
-	d, by := permission.Decision{Outcome: permission.Cancelled}, permission.ByRule
+	d, by, via := permission.Decision{Outcome: permission.Cancelled}, permission.ByRule, ""
 	if !cancelled {
-		d, by = s.decide(ctx, f, modes, announced, tc.RawInput, allow, ask, turnCancel)
+		d, by, via = s.decide(ctx, f, modes, announced, tc.RawInput, allow, ask, turnCancel)
 	}
-	f.Decision, f.DecidedBy = d.Outcome, by
+	f.Decision, f.DecidedBy, f.Via = d.Outcome, by, via
 	if d.Outcome != permission.Cancelled {
 		id := d.OptionID
 		f.OptionID = &id
@@ -84,8 +84,9 @@ func (c *client) RequestPermission(ctx context.Context, req acp.RequestPermissio
 
 // decide answers a request in the turn: by the allow list, or, for a kind
 // in the task's ask list that allow does not approve, by the person the
-// Asker reaches. It returns who decided.
-func (s *Session) decide(ctx context.Context, f PermissionFields, modes []string, announced string, rawInput any, allow []string, ask permission.Ask, turnCancel <-chan struct{}) (permission.Decision, string) {
+// Asker reaches. It returns who decided and, for a person, through which
+// channel.
+func (s *Session) decide(ctx context.Context, f PermissionFields, modes []string, announced string, rawInput any, allow []string, ask permission.Ask, turnCancel <-chan struct{}) (permission.Decision, string, string) {
 	modeSwitch := f.Kind == permission.SwitchMode || switchesMode(f.Options, modes)
 	r := permission.Request{ToolKind: f.Kind, ModeSwitch: modeSwitch, Options: f.Options}
 	// A request without a kind counts as "other"; in ACP it may also mean
@@ -104,30 +105,30 @@ func (s *Session) decide(ctx context.Context, f PermissionFields, modes []string
 		askable = askable && (g || permission.Askable(allow, ask.Kinds, k, ms))
 	}
 	if granted {
-		return permission.Decide(allow, r), permission.ByRule
+		return permission.Decide(allow, r), permission.ByRule, ""
 	}
 	reject := permission.Choose(permission.RejectOnce, f.Options)
 	// No question when the answer could not be applied: without a one-time
 	// allow option a "yes" would be answered cancelled.
 	if !askable || permission.Choose(permission.AllowOnce, f.Options).Outcome == permission.Cancelled {
-		return reject, permission.ByRule
+		return reject, permission.ByRule, ""
 	}
 	if ask.Asker == nil {
-		return reject, permission.ByNoElicitation
+		return reject, permission.ByNoElicitation, ""
 	}
-	yes, by := s.ask(ctx, f, announced, rawInput, ask, turnCancel)
-	if yes {
-		return permission.Choose(permission.AllowOnce, f.Options), by
+	ans, by := s.ask(ctx, f, announced, rawInput, ask, turnCancel)
+	if ans.Allow {
+		return permission.Choose(permission.AllowOnce, f.Options), by, ans.Via
 	}
-	return reject, by
+	return reject, by, ans.Via
 }
 
 // ask puts the request to the person, within the ask timeout; the question
 // ends early when its turn is cancelled (turnCancel: the channel of the
 // turn the request came in, a follow-up's own) or the agent's connection
-// ends (the task is ending). It reports whether the person allowed, and
-// who decided.
-func (s *Session) ask(ctx context.Context, f PermissionFields, announced string, rawInput any, ask permission.Ask, turnCancel <-chan struct{}) (bool, string) {
+// ends (the task is ending). It returns the person's answer (the zero
+// Answer, a rejection, when there is none) and who decided.
+func (s *Session) ask(ctx context.Context, f PermissionFields, announced string, rawInput any, ask permission.Ask, turnCancel <-chan struct{}) (permission.Answer, string) {
 	timeout := ask.Timeout
 	if timeout <= 0 {
 		timeout = permission.DefaultAskTimeoutS * time.Second
@@ -152,19 +153,19 @@ func (s *Session) ask(ctx context.Context, f PermissionFields, announced string,
 		kind = announced
 	}
 	q := permission.Question{ToolCallID: f.ToolCallID, Title: f.Title, Kind: kind, RawInput: rawInputText(rawInput)}
-	allow, err := ask.Asker.Ask(actx, q)
+	ans, err := ask.Asker.Ask(actx, q)
 	switch {
 	case err == nil:
-		return allow, permission.ByHuman
+		return ans, permission.ByHuman
 	case errors.Is(context.Cause(actx), errAskTimedOut):
-		return false, permission.ByTimeout
+		return permission.Answer{}, permission.ByTimeout
 	case actx.Err() != nil:
 		// The task is stopping: the request is answered cancelled by the
 		// stop's rule.
-		return false, permission.ByRule
+		return permission.Answer{}, permission.ByRule
 	default:
 		s.log.Debug("permission question not put", "tool_call_id", f.ToolCallID, "err", err)
-		return false, permission.ByNoElicitation
+		return permission.Answer{}, permission.ByNoElicitation
 	}
 }
 

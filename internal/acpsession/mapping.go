@@ -69,6 +69,9 @@ type PermissionFields struct {
 	// DecidedBy is permission.ByRule, ByHuman, ByTimeout or
 	// ByNoElicitation.
 	DecidedBy string `json:"decided_by"`
+	// Via is the channel of a person's answer (permission.ViaMCP or
+	// ViaDashboard), only when DecidedBy is permission.ByHuman.
+	Via string `json:"via,omitempty"`
 }
 
 // Mapped is what one session update becomes.

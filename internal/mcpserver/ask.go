@@ -54,31 +54,36 @@ func (h handlers) asker(ctx context.Context) permission.Asker {
 // Ask sends the question as elicitation/create, or, for a 2026-07-28
 // session, waits while the session's calls carry it (task.Service.Answer
 // delivers the answer; this only notices the session's end).
-func (e *elicitor) Ask(ctx context.Context, q permission.Question) (bool, error) {
+//
+// When ctx ends first (the question answered on the live view, timed out,
+// or its task stopping), the SDK retires the elicitation/create request
+// and sends the client notifications/cancelled for it: the client's form
+// is withdrawn, and a reply that still comes is dropped.
+func (e *elicitor) Ask(ctx context.Context, q permission.Question) (permission.Answer, error) {
 	if e.deferred {
 		if e.gone == nil {
 			// Over HTTP a 2026-07-28 request has a session of its own,
 			// which ended with the spawn: no later call is "that
 			// session's".
-			return false, permission.ErrSessionGone
+			return permission.Answer{}, permission.ErrSessionGone
 		}
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return permission.Answer{}, ctx.Err()
 		case <-e.gone:
-			return false, permission.ErrSessionGone
+			return permission.Answer{}, permission.ErrSessionGone
 		}
 	}
 	res, err := e.ss.Elicit(ctx, elicitParams(q))
 	switch {
 	case err == nil:
-		return accepted(res), nil
+		return answerOf(res), nil
 	case ctx.Err() != nil:
-		return false, ctx.Err()
+		return permission.Answer{}, ctx.Err()
 	case errors.Is(err, mcp.ErrConnectionClosed) || closed(e.gone):
-		return false, fmt.Errorf("%w: %w", permission.ErrSessionGone, err)
+		return permission.Answer{}, fmt.Errorf("%w: %w", permission.ErrSessionGone, err)
 	default:
-		return false, fmt.Errorf("elicitation/create: %w", err)
+		return permission.Answer{}, fmt.Errorf("elicitation/create: %w", err)
 	}
 }
 
@@ -130,10 +135,12 @@ func kindOf(kind string) string {
 	return kind
 }
 
-// accepted reports whether the answer allows once: accepted with decision
-// allow_once. A decline, a cancel or anything else rejects once.
-func accepted(res *mcp.ElicitResult) bool {
-	return res != nil && res.Action == "accept" && res.Content[decisionField] == permission.AllowOnce
+// answerOf is the client's answer through MCP: allowed once when accepted
+// with decision allow_once; a decline, a cancel or anything else rejects
+// once.
+func answerOf(res *mcp.ElicitResult) permission.Answer {
+	allow := res != nil && res.Action == "accept" && res.Content[decisionField] == permission.AllowOnce
+	return permission.Answer{Allow: allow, Via: permission.ViaMCP}
 }
 
 // inputRequired is a handler's answer that the call needs the person
@@ -157,7 +164,7 @@ func (h handlers) questions(ctx context.Context, ids []string) error {
 		for _, d := range h.svc.Decisions(ids) {
 			r, ok := req.Params.InputResponses[d.Key].(*mcp.ElicitResult)
 			if ok && h.carries(req, d) {
-				h.svc.Answer(d.Key, accepted(r))
+				h.svc.Answer(d.Key, answerOf(r))
 			}
 		}
 	}

@@ -484,7 +484,9 @@ func TestAcceptedOnlyAllowOnce(t *testing.T) {
 	res := func(action string, content map[string]any) *mcp.ElicitResult {
 		return &mcp.ElicitResult{Action: action, Content: content}
 	}
-	assert.True(t, accepted(res("accept", map[string]any{"decision": "allow_once"})))
+	yes := answerOf(res("accept", map[string]any{"decision": "allow_once"}))
+	assert.True(t, yes.Allow)
+	assert.Equal(t, "mcp", yes.Via)
 	for name, r := range map[string]*mcp.ElicitResult{
 		"nil":                  nil,
 		"no content":           res("accept", nil),
@@ -498,6 +500,6 @@ func TestAcceptedOnlyAllowOnce(t *testing.T) {
 		"cancelled":            res("cancel", map[string]any{"decision": "allow_once"}),
 		"unknown action":       res("ACCEPT", map[string]any{"decision": "allow_once"}),
 	} {
-		assert.False(t, accepted(r), name)
+		assert.False(t, answerOf(r).Allow, name)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -46,7 +47,7 @@ type Service interface {
 	// Decisions and Answer are the permission questions open on tasks and
 	// the delivery of a person's answer (ask.go).
 	Decisions(ids []string) []task.Decision
-	Answer(key string, allow bool) bool
+	Answer(key string, a permission.Answer) bool
 	// Shutdown stops every task; Serve calls it when the session ends.
 	Shutdown(ctx context.Context) error
 }

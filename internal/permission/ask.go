@@ -21,6 +21,23 @@ const (
 	ByNoElicitation = "no_elicitation"
 )
 
+// Via values: the channel a person's answer came through (a permission
+// event decided by ByHuman names it).
+const (
+	// ViaMCP: the MCP session that spawned the task (an
+	// elicitation/create request, or an input-required result).
+	ViaMCP = "mcp"
+	// ViaDashboard: the live view of the daemon (--dashboard-actions).
+	ViaDashboard = "dashboard"
+)
+
+// Answer is a person's answer to a Question: Allow once or not, and the
+// channel it came through (ViaMCP, ViaDashboard).
+type Answer struct {
+	Allow bool
+	Via   string
+}
+
 // Ask timeouts, in seconds, as spawn_task's ask_timeout_s takes them.
 const (
 	MinAskTimeoutS     = 1
@@ -43,12 +60,13 @@ type Ask struct {
 	Asker Asker
 }
 
-// Asker puts a question to a person and returns their answer: true to
-// allow once, false to reject once (a decline or a cancel is false, with
-// no error). It returns ctx's error when ctx ends first, and an error
-// wrapping ErrSessionGone or ErrNoElicitation when nobody can answer.
+// Asker puts a question to a person and returns their answer: Allow true
+// to allow once, false to reject once (a decline or a cancel is false,
+// with no error), and the channel it came through. It returns ctx's error
+// when ctx ends first, and an error wrapping ErrSessionGone or
+// ErrNoElicitation when nobody can answer.
 type Asker interface {
-	Ask(ctx context.Context, q Question) (bool, error)
+	Ask(ctx context.Context, q Question) (Answer, error)
 }
 
 // Errors an Asker returns when the question cannot be put.

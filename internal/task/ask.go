@@ -25,9 +25,9 @@ type Decision struct {
 // pendingAsk is a question in flight, under Service.mu.
 type pendingAsk struct {
 	d        Decision
-	seq      uint64    // when it was asked, in the order of asks
-	answer   chan bool // Answer's delivery; one slot
-	reported bool      // a Wait returned early for it
+	seq      uint64                 // when it was asked, in the order of asks
+	answer   chan permission.Answer // Answer's delivery; one slot
+	reported bool                   // a Wait returned early for it
 }
 
 // askPolicy is the spawn's ask policy for the ACP session: the asker
@@ -61,7 +61,11 @@ func checkAsk(req SpawnRequest) error {
 // taskAsker is a task's Asker: it names the task and its agent in each
 // question and keeps the question listed (Decisions, Wait) while it is
 // open. The answer comes from the spawn's Asker itself (an elicitation it
-// sends) or through Answer (one a later call carries), whichever first.
+// sends) or through Answer (one a later call carries, or the live view's),
+// whichever is first: the first takes the question off the list under
+// Service.mu, so the other finds it closed, and the spawn's Asker is
+// cancelled, which withdraws its question (the SDK sends
+// notifications/cancelled for an elicitation/create in flight).
 type taskAsker struct {
 	s      *Service
 	taskID string
@@ -69,29 +73,33 @@ type taskAsker struct {
 	inner  permission.Asker
 }
 
-func (a taskAsker) Ask(ctx context.Context, q permission.Question) (bool, error) {
+func (a taskAsker) Ask(ctx context.Context, q permission.Question) (permission.Answer, error) {
 	q.TaskID, q.Agent = a.taskID, a.agent
 	p := a.s.openAsk(q, a.inner)
-	defer a.s.closeAsk(p.d.Key)
 
 	ictx, cancel := context.WithCancel(ctx)
 	type result struct {
-		allow bool
-		err   error
+		ans permission.Answer
+		err error
 	}
 	res := make(chan result, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	wg.Go(func() {
-		allow, err := a.inner.Ask(ictx, q)
-		res <- result{allow, err}
+		ans, err := a.inner.Ask(ictx, q)
+		res <- result{ans, err}
 	})
 	select {
 	case r := <-res:
-		return r.allow, r.err
-	case allow := <-p.answer:
-		return allow, nil
+		if a.s.closeAsk(p.d.Key) {
+			return r.ans, r.err
+		}
+		// Answer took the question between the two: its answer is the
+		// one, already in the slot.
+		return <-p.answer, nil
+	case ans := <-p.answer:
+		return ans, nil
 	}
 }
 
@@ -104,26 +112,30 @@ func (s *Service) openAsk(q permission.Question, asker permission.Asker) *pendin
 	}
 	s.askSeq++
 	key := q.TaskID + "/" + strconv.FormatUint(s.askSeq, 10)
-	p := &pendingAsk{d: Decision{Key: key, Question: q, Asker: asker}, seq: s.askSeq, answer: make(chan bool, 1)}
+	p := &pendingAsk{d: Decision{Key: key, Question: q, Asker: asker}, seq: s.askSeq, answer: make(chan permission.Answer, 1)}
 	s.asks[key] = p
 	s.wakeLocked()
 	return p
 }
 
-// closeAsk unlists a question (already gone when Answer took it).
-func (s *Service) closeAsk(key string) {
+// closeAsk unlists a question and reports whether it was still listed
+// (false: Answer took it first).
+func (s *Service) closeAsk(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.asks[key]; ok {
-		delete(s.asks, key)
-		s.wakeLocked()
+	if _, ok := s.asks[key]; !ok {
+		return false
 	}
+	delete(s.asks, key)
+	s.wakeLocked()
+	return true
 }
 
-// Answer delivers a person's answer to the open question key. It reports
-// whether the question was still open: one answered, timed out or ended
-// with its task takes no answer.
-func (s *Service) Answer(key string, allow bool) bool {
+// Answer delivers a person's answer to the open question key, through the
+// channel a.Via names. It reports whether the question was still open: one
+// answered (through either channel), timed out or ended with its task
+// takes no answer, so a question is decided once.
+func (s *Service) Answer(key string, a permission.Answer) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.asks[key]
@@ -131,9 +143,29 @@ func (s *Service) Answer(key string, allow bool) bool {
 		return false
 	}
 	delete(s.asks, key)
-	p.answer <- allow
+	p.answer <- a
 	s.wakeLocked()
 	return true
+}
+
+// DecisionsChanged returns a channel closed when a question opens or
+// closes (or a task ends): read Decisions after calling it, so that no
+// change falls between the read and the wait.
+func (s *Service) DecisionsChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// OpenDecisions counts the questions open on each task that has one.
+func (s *Service) OpenDecisions() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int)
+	for _, p := range s.asks {
+		out[p.d.Question.TaskID]++
+	}
+	return out
 }
 
 // Decisions lists the questions open on the given tasks, oldest first.

@@ -13,11 +13,24 @@ import (
 	"time"
 )
 
-// CookieName is the session cookie's name.
-const CookieName = "symm_session"
+// CookiePrefix begins the session cookie's name, which ends with the
+// listener's port: a browser sends a cookie of localhost to every port of
+// it, so two daemons on two ports would otherwise overwrite each other's
+// session (CookieName).
+const CookiePrefix = "symm_session_"
+
+// KeyHeader carries the session's key on every /api request and stream:
+// the page holds it in its origin's sessionStorage, which a page of
+// another port cannot read, so a session cookie that reached another
+// loopback server (a browser's cookies are not scoped by port) opens
+// nothing by itself.
+const KeyHeader = "X-Symm-Key"
 
 // CSRFHeader carries the session's CSRF token on every action.
 const CSRFHeader = "X-CSRF-Token"
+
+// CookieName is the session cookie's name on the listener's port.
+func CookieName(port string) string { return CookiePrefix + port }
 
 // maxLoginBody bounds a login request's body: a token and a field name.
 const maxLoginBody = 4 << 10
@@ -29,8 +42,21 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 type session struct {
+	id      string // the cookie's value
+	key     string // KeyHeader's value
 	csrf    string
 	expires time.Time
+	// done is closed when the session ends (logout, eviction, expiry
+	// seen): its streams end with it.
+	done chan struct{}
+}
+
+// endLocked ends a listed session: it leaves the map and its streams end.
+func (s *Server) endLocked(id string) {
+	if sess, ok := s.sessions[id]; ok {
+		delete(s.sessions, id)
+		close(sess.done)
+	}
 }
 
 func randomHex() string {
@@ -83,26 +109,53 @@ func loopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// session returns the request's live session, or nil.
+// cookieName is the session cookie's name for r's listener: its port, read
+// from the connection's local address (the Host header's when there is
+// none, as in a handler test).
+func cookieName(r *http.Request) string {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if _, port, err := net.SplitHostPort(a.String()); err == nil {
+			return CookieName(port)
+		}
+	}
+	if _, port, err := net.SplitHostPort(r.Host); err == nil {
+		return CookieName(port)
+	}
+	return CookieName("80")
+}
+
+// session returns the request's live session by its cookie alone, or
+// nil: enough for a page, which is a static file; the API needs the key
+// too (authed).
 func (s *Server) session(r *http.Request) *session {
-	c, err := r.Cookie(CookieName)
+	c, err := r.Cookie(cookieName(r))
 	if err != nil || len(c.Value) != 64 {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess := s.sessions[c.Value]
-	if sess == nil {
-		return nil
-	}
-	if !s.cfg.Now().Before(sess.expires) {
-		delete(s.sessions, c.Value)
+	return s.liveLocked(c.Value)
+}
+
+// live reports whether the session is still listed and not expired.
+func (s *Server) live(sess *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.liveLocked(sess.id) == sess
+}
+
+// liveLocked returns the listed session id unless it expired (then it is
+// ended), or nil.
+func (s *Server) liveLocked(id string) *session {
+	sess := s.sessions[id]
+	if sess != nil && !s.cfg.Now().Before(sess.expires) {
+		s.endLocked(id)
 		return nil
 	}
 	return sess
 }
 
-// authed serves next only to a session.
+// authed serves next only to a session whose request carries its key.
 func (s *Server) authed(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sess := s.session(r)
@@ -110,19 +163,23 @@ func (s *Server) authed(next func(http.ResponseWriter, *http.Request, *session))
 			writeError(w, http.StatusUnauthorized, "no session: log in at /login")
 			return
 		}
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get(KeyHeader)), []byte(sess.key)) != 1 {
+			writeError(w, http.StatusUnauthorized, "missing or wrong "+KeyHeader+": log in at /login")
+			return
+		}
 		next(w, r, sess)
 	}
 }
 
 // csrf serves next only with the session's CSRF token in CSRFHeader.
-func (s *Server) csrf(next http.HandlerFunc) func(http.ResponseWriter, *http.Request, *session) {
+func (s *Server) csrf(next func(http.ResponseWriter, *http.Request, *session)) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, sess *session) {
 		got := r.Header.Get(CSRFHeader)
 		if subtle.ConstantTimeCompare([]byte(got), []byte(sess.csrf)) != 1 {
 			writeError(w, http.StatusForbidden, "missing or wrong "+CSRFHeader)
 			return
 		}
-		next(w, r)
+		next(w, r, sess)
 	}
 }
 
@@ -132,11 +189,10 @@ var loginTemplate = sync.OnceValue(func() *template.Template {
 	return template.Must(template.ParseFS(staticFiles, "static/login.html"))
 })
 
+// loginPage is the login form, with or without a session: a tab that
+// lacks the session's key (a new tab, whose sessionStorage is empty) logs
+// in again.
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	if s.session(r) != nil {
-		http.Redirect(w, r, "/", http.StatusSeeOther)
-		return
-	}
 	s.renderLogin(w, http.StatusOK, "", nextPath(r.URL.Query().Get("next")))
 }
 
@@ -156,43 +212,67 @@ func nextPath(p string) string {
 	return "/"
 }
 
-// login exchanges the token, posted in the body, for a session cookie. A
-// token in the URL is refused, so that none ends up in a history or a log.
+// loginReply is what the login script gets: the session's key, which it
+// keeps in sessionStorage, and where to go on.
+type loginReply struct {
+	Key  string `json:"key"`
+	Next string `json:"next"`
+}
+
+// login exchanges the token, posted in the body by the login page's
+// script, for a session: a cookie and, in the body, its key. A token in
+// the URL is refused, so that none ends up in a history or a log; a form
+// posted without the script is told that the view needs it (the key could
+// reach the page no other way).
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	script := strings.Contains(r.Header.Get("Accept"), "application/json")
+	fail := func(status int, msg, next string) {
+		if script {
+			writeError(w, status, msg)
+			return
+		}
+		s.renderLogin(w, status, msg, next)
+	}
 	if r.URL.RawQuery != "" {
-		s.renderLogin(w, http.StatusBadRequest, "The token goes in the form, never in the address.", "/")
+		fail(http.StatusBadRequest, "The token goes in the form, never in the address.", "/")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil {
-		s.renderLogin(w, http.StatusBadRequest, "The login form could not be read.", "/")
+		fail(http.StatusBadRequest, "The login form could not be read.", "/")
 		return
 	}
 	got := strings.TrimSpace(r.PostForm.Get("token"))
 	next := nextPath(r.PostForm.Get("next"))
 	if s.cfg.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
 		s.log.Warn("live view: a login with a wrong token")
-		s.renderLogin(w, http.StatusUnauthorized, "That is not this daemon's token.", next)
+		fail(http.StatusUnauthorized, "That is not this daemon's token.", next)
+		return
+	}
+	if !script {
+		fail(http.StatusBadRequest, "The live view needs JavaScript: its login script keeps the session's key.", next)
 		return
 	}
 	id, now := randomHex(), s.cfg.Now()
 	expires := now.Add(s.cfg.SessionTTL)
+	sess := &session{id: id, key: randomHex(), csrf: randomHex(), expires: expires, done: make(chan struct{})}
 	s.mu.Lock()
 	for k, v := range s.sessions {
 		if !now.Before(v.expires) {
-			delete(s.sessions, k)
+			s.endLocked(k)
 		}
 	}
 	if len(s.sessions) >= maxSessions {
 		s.evictOldestLocked()
 	}
-	s.sessions[id] = &session{csrf: randomHex(), expires: expires}
+	s.sessions[id] = sess
 	s.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{
-		Name: CookieName, Value: id, Path: "/", Expires: expires, MaxAge: int(s.cfg.SessionTTL / time.Second),
+		Name: cookieName(r), Value: id, Path: "/", Expires: expires, MaxAge: int(s.cfg.SessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
 	})
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	b, _ := json.Marshal(loginReply{Key: sess.key, Next: next})
+	writeJSON(w, b)
 }
 
 func (s *Server) evictOldestLocked() {
@@ -203,16 +283,14 @@ func (s *Server) evictOldestLocked() {
 			oldest, at = k, v.expires
 		}
 	}
-	delete(s.sessions, oldest)
+	s.endLocked(oldest)
 }
 
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	if c, err := r.Cookie(CookieName); err == nil {
-		s.mu.Lock()
-		delete(s.sessions, c.Value)
-		s.mu.Unlock()
-	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+func (s *Server) logout(w http.ResponseWriter, r *http.Request, sess *session) {
+	s.mu.Lock()
+	s.endLocked(sess.id)
+	s.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: cookieName(r), Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -22,38 +22,69 @@ type Hub struct {
 	// epoch's id (a daemon restarted in between) starts over.
 	epoch string
 
-	mu     sync.Mutex
-	seq    uint64
-	tasks  map[string]change
-	wake   chan struct{}
-	handed bool // wake was handed out since it was made
+	mu    sync.Mutex
+	seq   uint64
+	tasks map[string]*change
+	// byRecord lists the tasks by their last record write, the latest
+	// first, so that a push reads only the tasks written since the last
+	// one, however many the hub knows.
+	byRecord *change
+	wake     chan struct{}
+	handed   bool // wake was handed out since it was made
 }
 
-// change is the hub sequence of a task's last record and event writes.
-type change struct{ record, event uint64 }
+// change is the hub sequence of a task's last record and event writes,
+// and its place in Hub.byRecord.
+type change struct {
+	id            string
+	record, event uint64
+	newer, older  *change
+}
 
 // NewHub returns a hub with a random epoch.
 func NewHub() *Hub {
 	raw := make([]byte, 6)
 	_, _ = rand.Read(raw) // never fails (crypto/rand)
-	return &Hub{epoch: hex.EncodeToString(raw), tasks: make(map[string]change), wake: make(chan struct{})}
+	return &Hub{epoch: hex.EncodeToString(raw), tasks: make(map[string]*change), wake: make(chan struct{})}
 }
 
 func (h *Hub) changed(id string, record bool) {
 	h.mu.Lock()
 	h.seq++
 	c := h.tasks[id]
+	if c == nil {
+		c = &change{id: id}
+		h.tasks[id] = c
+	}
 	if record {
 		c.record = h.seq
+		h.frontLocked(c)
 	} else {
 		c.event = h.seq
 	}
-	h.tasks[id] = c
 	if h.handed {
 		close(h.wake)
 		h.wake, h.handed = make(chan struct{}), false
 	}
 	h.mu.Unlock()
+}
+
+// frontLocked moves c to the front of byRecord.
+func (h *Hub) frontLocked(c *change) {
+	if h.byRecord == c {
+		return
+	}
+	if c.newer != nil {
+		c.newer.older = c.older
+	}
+	if c.older != nil {
+		c.older.newer = c.newer
+	}
+	c.newer, c.older = nil, h.byRecord
+	if h.byRecord != nil {
+		h.byRecord.newer = c
+	}
+	h.byRecord = c
 }
 
 // watch returns the current sequence and a channel closed at the next
@@ -65,15 +96,14 @@ func (h *Hub) watch() (uint64, <-chan struct{}) {
 	return h.seq, h.wake
 }
 
-// recordsSince returns the tasks whose records changed after seq.
+// recordsSince returns the tasks whose records changed after seq, the
+// latest first: it walks byRecord only as far as those.
 func (h *Hub) recordsSince(seq uint64) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var ids []string
-	for id, c := range h.tasks {
-		if c.record > seq {
-			ids = append(ids, id)
-		}
+	for c := h.byRecord; c != nil && c.record > seq; c = c.older {
+		ids = append(ids, c.id)
 	}
 	return ids
 }
@@ -84,6 +114,9 @@ func (h *Hub) taskSince(id string, seq uint64) (record, events bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.tasks[id]
+	if c == nil {
+		return false, false
+	}
 	return c.record > seq, c.event > seq
 }
 

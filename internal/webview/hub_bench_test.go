@@ -1,6 +1,7 @@
 package webview_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -36,5 +37,29 @@ func BenchmarkAppend(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkPushOf10000 is what one push of the list stream reads of the
+// hub when 10,000 tasks are known and 4 records changed since the last
+// push (the writes are the hub's part of them only).
+func BenchmarkPushOf10000(b *testing.B) {
+	h := webview.NewHub()
+	ids := make([]string, 10000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%05d", i)
+		webview.Changed(h, ids[i])
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		seq := webview.HubSeq(h)
+		for range 4 {
+			webview.Changed(h, ids[i%len(ids)])
+			i++
+		}
+		if got := webview.RecordsSince(h, seq); len(got) != 4 {
+			b.Fatalf("%d changed, want 4", len(got))
+		}
 	}
 }

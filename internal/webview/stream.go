@@ -63,15 +63,23 @@ func (e *sse) comment(text string) {
 // flush sends what was written; false once the browser is gone.
 func (e *sse) flush() bool { return e.rc.Flush() == nil }
 
-// wait waits for wake, then PushInterval after the last push so that the
-// writes in between go together; heartbeats meanwhile. false when the
-// request ended or a heartbeat could not be sent.
-func (s *Server) wait(r *http.Request, st *sse, wake <-chan struct{}, lastPush time.Time) bool {
+// wait waits for wake or also (nil: none), then PushInterval after the
+// last push so that the writes in between go together; heartbeats
+// meanwhile. false when the request ended, a heartbeat could not be
+// sent, or the session ended (logout, eviction, expiry): a stream never
+// outlives its session.
+func (s *Server) wait(r *http.Request, sess *session, st *sse, wake, also <-chan struct{}, lastPush time.Time) bool {
 	beat := time.NewTicker(heartbeat)
 	defer beat.Stop()
+	expiry := time.NewTimer(sess.expires.Sub(s.cfg.Now()))
+	defer expiry.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
+			return false
+		case <-sess.done:
+			return false
+		case <-expiry.C:
 			return false
 		case <-beat.C:
 			st.comment("ping")
@@ -80,6 +88,7 @@ func (s *Server) wait(r *http.Request, st *sse, wake <-chan struct{}, lastPush t
 			}
 			continue
 		case <-wake:
+		case <-also:
 		}
 		break
 	}
@@ -89,21 +98,28 @@ func (s *Server) wait(r *http.Request, st *sse, wake <-chan struct{}, lastPush t
 		select {
 		case <-r.Context().Done():
 			return false
+		case <-sess.done:
+			return false
 		case <-t.C:
 		}
 	}
-	return true
+	// An expiry the clock shows before the timer fired (a clock of the
+	// view's own) ends the stream too.
+	return s.live(sess)
 }
 
 // listStream streams the list: on a fresh start a reset, the newest
-// MaxListed tasks' rows and a sync; then each changed task's row, each
-// batch ended by a sync whose id ("<epoch>.<seq>") resumes the stream
-// after that batch. A Last-Event-ID of another epoch, or one the hub has
+// MaxListed tasks' rows, the tasks waiting for a decision ("waiting") and
+// a sync; then each changed task's row and the waiting tasks when they
+// changed, each batch ended by a sync whose id ("<epoch>.<seq>") resumes
+// the stream after that batch (a resumed stream starts with "waiting"
+// too). A Last-Event-ID of another epoch, or one the hub has
 // not reached, starts afresh.
-func (s *Server) listStream(w http.ResponseWriter, r *http.Request, _ *session) {
+func (s *Server) listStream(w http.ResponseWriter, r *http.Request, sess *session) {
 	hub := s.cfg.Hub
 	last, resumed := parseListID(r.Header.Get("Last-Event-ID"), hub.epoch)
 	cur, wake := hub.watch()
+	asks := s.cfg.Tasks.DecisionsChanged()
 	st := startSSE(w)
 	if resumed && last <= cur {
 		s.sendRows(st, hub.recordsSince(last))
@@ -111,20 +127,36 @@ func (s *Server) listStream(w http.ResponseWriter, r *http.Request, _ *session) 
 		st.event("reset", "", nil)
 		s.sendRows(st, s.newest())
 	}
+	waiting := s.sendWaiting(st, nil)
 	st.event("sync", listID(hub.epoch, cur), nil)
 	if !st.flush() {
 		return
 	}
 	pushed := time.Now()
-	for s.wait(r, st, wake, pushed) {
+	for s.wait(r, sess, st, wake, asks, pushed) {
 		next, nextWake := hub.watch()
+		asks = s.cfg.Tasks.DecisionsChanged()
 		s.sendRows(st, hub.recordsSince(cur))
+		waiting = s.sendWaiting(st, waiting)
 		st.event("sync", listID(hub.epoch, next), nil)
 		if !st.flush() {
 			return
 		}
 		cur, wake, pushed = next, nextWake, time.Now()
 	}
+}
+
+// sendWaiting sends the tasks that wait for a person's decision, as a
+// "waiting" event of {task_id: open questions}, when they are not those
+// sent last (last, nil at first: always; a resumed stream too, since the
+// page may have missed a change); it returns what it sent.
+func (s *Server) sendWaiting(st *sse, last []byte) []byte {
+	b, _ := json.Marshal(s.cfg.Tasks.OpenDecisions()) // sorted keys: equal maps, equal bytes
+	if last != nil && bytes.Equal(b, last) {
+		return last
+	}
+	st.event("waiting", "", b)
+	return b
 }
 
 func listID(epoch string, seq uint64) string {
@@ -262,14 +294,17 @@ func clipPtr(s *string, n int) *string {
 	return &c
 }
 
-// taskStream streams one task: its record ("task"), then its events a
+// taskStream streams one task: its record ("task"), its open permission
+// questions ("decisions", a JSON array, [] for none), then its events a
 // page at a time ("events", a JSON array, whose id is the page's last
-// seq), then each change: the record when it changed, the events after
-// the last sent. Last-Event-ID resumes after that seq.
-func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, _ *session) {
+// seq), then each change: the record when it changed, the questions when
+// they changed, the events after the last sent. Last-Event-ID resumes
+// after that seq.
+func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, sess *session) {
 	id := r.PathValue("id")
 	hub := s.cfg.Hub
 	cur, wake := hub.watch()
+	asks := s.cfg.Tasks.DecisionsChanged()
 	rec, err := s.cfg.Tasks.Task(id)
 	if err != nil {
 		taskError(w, err)
@@ -283,19 +318,22 @@ func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, _ *session) 
 	}
 	st := startSSE(w)
 	st.event("task", "", rec)
+	sent := s.sendDecisions(st, id, nil)
 	after = s.sendEvents(st, id, after)
 	if !st.flush() {
 		return
 	}
 	pushed := time.Now()
-	for s.wait(r, st, wake, pushed) {
+	for s.wait(r, sess, st, wake, asks, pushed) {
 		next, nextWake := hub.watch()
+		asks = s.cfg.Tasks.DecisionsChanged()
 		recChanged, evChanged := hub.taskSince(id, cur)
 		if recChanged {
 			if rec, err := s.cfg.Tasks.Task(id); err == nil {
 				st.event("task", "", rec)
 			}
 		}
+		sent = s.sendDecisions(st, id, sent)
 		if evChanged {
 			after = s.sendEvents(st, id, after)
 		}
@@ -304,6 +342,32 @@ func (s *Server) taskStream(w http.ResponseWriter, r *http.Request, _ *session) 
 		}
 		cur, wake, pushed = next, nextWake, time.Now()
 	}
+}
+
+// decisionJSON is an open permission question as the task page shows it.
+type decisionJSON struct {
+	Key        string `json:"key"`
+	ToolCallID string `json:"tool_call_id"`
+	Title      string `json:"title"`
+	Kind       string `json:"kind"`
+	RawInput   string `json:"raw_input"`
+}
+
+// sendDecisions sends the task's open questions when they are not those
+// sent last (last, nil at first: always), and returns what it sent.
+func (s *Server) sendDecisions(st *sse, id string, last []byte) []byte {
+	ds := s.cfg.Tasks.Decisions([]string{id})
+	out := make([]decisionJSON, len(ds))
+	for i, d := range ds {
+		q := d.Question
+		out[i] = decisionJSON{Key: d.Key, ToolCallID: q.ToolCallID, Title: q.Title, Kind: q.Kind, RawInput: q.RawInput}
+	}
+	b, _ := json.Marshal(out)
+	if last != nil && bytes.Equal(b, last) {
+		return last
+	}
+	st.event("decisions", "", b)
+	return b
 }
 
 // sendEvents sends the task's events after seq after, a page each, and

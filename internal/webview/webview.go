@@ -3,9 +3,10 @@
 // the agents do. It reads through the task service and learns of changes
 // from the Hub that wraps the service's ledger, never through the MCP
 // tools. Every request needs a session, got by posting the daemon's
-// bearer token once (login); actions (cancel, resolve) are served only
-// when Config.Actions is set and each needs the session's CSRF token
-// (intent 0027).
+// bearer token once (login): a cookie, and a key the page sends on every
+// API request; actions (cancel, resolve, answering a permission
+// question) are served only when Config.Actions is set and each needs the
+// session's CSRF token (intent 0027).
 //
 // Lock order: Server.mu, then nothing (the Hub's lock is a leaf too).
 package webview
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -35,6 +37,13 @@ type Tasks interface {
 	Events(req task.EventsRequest) (ledger.Page, error)
 	Cancel(ctx context.Context, id string) (json.RawMessage, error)
 	Resolve(id string, r ledger.Resolution, note string) (json.RawMessage, error)
+	// The permission questions open on tasks (intent 0024): of some
+	// tasks, how many on each, a channel closed at their next change, and
+	// the answer to one.
+	Decisions(ids []string) []task.Decision
+	OpenDecisions() map[string]int
+	DecisionsChanged() <-chan struct{}
+	Answer(key string, a permission.Answer) bool
 }
 
 var _ Tasks = (*task.Service)(nil)
@@ -110,7 +119,7 @@ func New(cfg Config) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.login)
-	mux.HandleFunc("POST /logout", s.authed(s.csrf(s.logout)))
+	mux.HandleFunc("POST /api/logout", s.authed(s.csrf(s.logout)))
 	mux.HandleFunc("GET /{$}", s.page("index.html"))
 	mux.HandleFunc("GET /tasks/{id}", s.page("task.html"))
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
@@ -120,6 +129,7 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /api/stream/tasks/{id}", s.authed(s.taskStream))
 	mux.HandleFunc("POST /api/tasks/{id}/cancel", s.authed(s.csrf(s.action(s.cancel))))
 	mux.HandleFunc("POST /api/tasks/{id}/resolve", s.authed(s.csrf(s.action(s.resolve))))
+	mux.HandleFunc("POST /api/tasks/{id}/decide", s.authed(s.csrf(s.action(s.decide))))
 	s.h = secure(http.NewCrossOriginProtection().Handler(mux))
 	return s
 }
@@ -139,8 +149,8 @@ func (s *Server) page(name string) http.HandlerFunc {
 }
 
 // action refuses actions unless the daemon serves them.
-func (s *Server) action(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) action(next http.HandlerFunc) func(http.ResponseWriter, *http.Request, *session) {
+	return func(w http.ResponseWriter, r *http.Request, _ *session) {
 		if !s.cfg.Actions {
 			writeError(w, http.StatusForbidden, "actions are off: the daemon runs without --dashboard-actions")
 			return
@@ -186,6 +196,48 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("task resolved from the live view", "task", r.PathValue("id"), "resolution", req.Resolution)
 	writeJSON(w, rec)
+}
+
+// decideRequest is the body of a decide action: the question's key (as
+// the task stream's decisions name it) and allow_once or reject_once.
+type decideRequest struct {
+	Key      string `json:"key"`
+	Decision string `json:"decision"`
+}
+
+// decide answers an open permission question of the task, recorded as the
+// person's through the dashboard. The first answer wins: a question
+// answered already (at the MCP client, or by another page), timed out or
+// ended with its task is 409, and nothing is decided again.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req decideRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "the body is not a decision: "+err.Error())
+		return
+	}
+	if req.Decision != permission.AllowOnce && req.Decision != permission.RejectOnce {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("decision %q is not %s or %s", req.Decision, permission.AllowOnce, permission.RejectOnce))
+		return
+	}
+	if _, err := s.cfg.Tasks.Task(id); err != nil {
+		taskError(w, err)
+		return
+	}
+	open := slices.ContainsFunc(s.cfg.Tasks.Decisions([]string{id}), func(d task.Decision) bool { return d.Key == req.Key })
+	if !open || !s.cfg.Tasks.Answer(req.Key, permission.Answer{Allow: req.Decision == permission.AllowOnce, Via: permission.ViaDashboard}) {
+		writeError(w, http.StatusConflict, "this question is no longer open: it was answered (perhaps at the MCP client), timed out, or its task ended")
+		return
+	}
+	s.log.Info("permission decided from the live view", "task", id, "decision", req.Decision)
+	b, _ := json.Marshal(struct {
+		Key      string `json:"key"`
+		Decision string `json:"decision"`
+		Via      string `json:"via"`
+	}{req.Key, req.Decision, permission.ViaDashboard})
+	writeJSON(w, b)
 }
 
 // taskError answers a task service error: its code, or 500.

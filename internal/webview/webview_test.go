@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -46,13 +47,30 @@ type rig struct {
 
 func newRig(t *testing.T, actions bool) *rig {
 	t.Helper()
+	return newRigWith(t, rigConfig{actions: actions})
+}
+
+// rigConfig varies a rig: actions on, a session lifetime, the real clock
+// instead of the test's.
+type rigConfig struct {
+	actions   bool
+	ttl       time.Duration
+	realClock bool
+}
+
+func newRigWith(t *testing.T, cfg rigConfig) *rig {
+	t.Helper()
 	r := &rig{sup: tasktest.New(), ws: t.TempDir(), runs: map[string]*tasktest.Run{}}
 	r.now.Store(time.Now().UnixNano())
 	hub := webview.NewHub()
 	r.svc = task.New(task.Config{Store: hub.Watch(store.New()), Agents: agents.Default(), Supervisor: r.sup, Workspace: r.ws})
+	now := func() time.Time { return time.Unix(0, r.now.Load()) }
+	if cfg.realClock {
+		now = time.Now
+	}
 	view := webview.New(webview.Config{
-		Tasks: r.svc, Hub: hub, Token: token, Actions: actions, PushInterval: time.Millisecond,
-		Now: func() time.Time { return time.Unix(0, r.now.Load()) },
+		Tasks: r.svc, Hub: hub, Token: token, Actions: cfg.actions, PushInterval: time.Millisecond,
+		Now: now, SessionTTL: cfg.ttl,
 	})
 	r.srv = httptest.NewServer(view)
 	t.Cleanup(func() {
@@ -103,54 +121,93 @@ func (r *rig) do(t *testing.T, req *http.Request) *http.Response {
 
 func (r *rig) postLogin(t *testing.T, path, tok string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, r.srv.URL+path, strings.NewReader(url.Values{"token": {tok}}.Encode()))
+	return r.postLoginForm(t, path, url.Values{"token": {tok}}, true)
+}
+
+// postLoginForm posts the login form as the login page's script does
+// (script: it asks for JSON) or as a browser without script would.
+func (r *rig) postLoginForm(t *testing.T, path string, form url.Values, script bool) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, r.srv.URL+path, strings.NewReader(form.Encode()))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", r.srv.URL)
+	if script {
+		req.Header.Set("Accept", "application/json")
+	}
 	return r.do(t, req)
 }
 
-// login returns the session cookie and its CSRF token.
-func (r *rig) login(t *testing.T) (*http.Cookie, string) {
-	t.Helper()
-	resp := r.postLogin(t, "/login", token)
-	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	var c *http.Cookie
+// cred is what a logged-in page holds: the session cookie (the browser's)
+// and the session's key (the page's sessionStorage).
+type cred struct {
+	cookie *http.Cookie
+	key    string
+}
+
+// sessionCookie is the response's session cookie, or nil.
+func sessionCookie(resp *http.Response) *http.Cookie {
 	for _, k := range resp.Cookies() {
-		if k.Name == webview.CookieName {
-			c = k
+		if strings.HasPrefix(k.Name, webview.CookiePrefix) {
+			return k
 		}
 	}
+	return nil
+}
+
+// login returns the session's credentials and its CSRF token.
+func (r *rig) login(t *testing.T) (*cred, string) {
+	t.Helper()
+	resp := r.postLogin(t, "/login", token)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	c := sessionCookie(resp)
 	require.NotNil(t, c, "a session cookie")
-	info := r.get(t, "/api/session", c)
+	var reply struct {
+		Key  string `json:"key"`
+		Next string `json:"next"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&reply))
+	require.Len(t, reply.Key, 64)
+	cr := &cred{cookie: c, key: reply.Key}
+	info := r.get(t, "/api/session", cr)
 	require.Equal(t, http.StatusOK, info.StatusCode)
 	var s struct {
 		CSRF string `json:"csrf"`
 	}
 	require.NoError(t, json.NewDecoder(info.Body).Decode(&s))
 	require.Len(t, s.CSRF, 64)
-	return c, s.CSRF
+	return cr, s.CSRF
 }
 
-func (r *rig) get(t *testing.T, path string, c *http.Cookie) *http.Response {
+// add puts the credentials on a request: the cookie, and the key unless
+// it is empty.
+func (c *cred) add(req *http.Request) {
+	if c == nil {
+		return
+	}
+	if c.cookie != nil {
+		req.AddCookie(c.cookie)
+	}
+	if c.key != "" {
+		req.Header.Set(webview.KeyHeader, c.key)
+	}
+}
+
+func (r *rig) get(t *testing.T, path string, c *cred) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, r.srv.URL+path, nil)
 	require.NoError(t, err)
-	if c != nil {
-		req.AddCookie(c)
-	}
+	c.add(req)
 	return r.do(t, req)
 }
 
-func (r *rig) action(t *testing.T, path string, c *http.Cookie, csrf, body string) *http.Response {
+func (r *rig) action(t *testing.T, path string, c *cred, csrf, body string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, r.srv.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Origin", r.srv.URL)
-	if c != nil {
-		req.AddCookie(c)
-	}
+	c.add(req)
 	if csrf != "" {
 		req.Header.Set(webview.CSRFHeader, csrf)
 	}
@@ -164,7 +221,7 @@ func body(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
-func TestLoginExchangesTheTokenForASessionCookie(t *testing.T) {
+func TestLoginExchangesTheTokenForASessionCookieAndKey(t *testing.T) {
 	r := newRig(t, false)
 
 	t.Run("without a session every page is the login", func(t *testing.T) {
@@ -180,13 +237,16 @@ func TestLoginExchangesTheTokenForASessionCookie(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		page := body(t, resp)
 		assert.Contains(t, page, `name="token"`)
-		assert.NotContains(t, page, "<script", "the login page runs no script")
+		scripts := regexp.MustCompile(`<script[^>]*>`).FindAllString(page, -1)
+		assert.Equal(t, []string{`<script type="module" src="/static/login.js">`}, scripts, "the login page runs its own script only")
 	})
 
 	t.Run("a wrong token gets no cookie", func(t *testing.T) {
-		resp := r.postLogin(t, "/login", strings.Repeat("f", 64))
-		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-		assert.Empty(t, resp.Cookies())
+		for _, script := range []bool{true, false} {
+			resp := r.postLoginForm(t, "/login", url.Values{"token": {strings.Repeat("f", 64)}}, script)
+			assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+			assert.Empty(t, resp.Cookies())
+		}
 	})
 
 	t.Run("the token in the URL is refused, even the right one", func(t *testing.T) {
@@ -197,41 +257,166 @@ func TestLoginExchangesTheTokenForASessionCookie(t *testing.T) {
 		assert.Empty(t, resp.Cookies(), "a GET never logs in")
 	})
 
+	t.Run("a form posted without the script opens no session", func(t *testing.T) {
+		resp := r.postLoginForm(t, "/login", url.Values{"token": {token}}, false)
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		assert.Empty(t, resp.Cookies(), "no cookie without the key")
+		assert.Contains(t, body(t, resp), "needs JavaScript")
+	})
+
 	t.Run("a login goes on to the page asked for, and only to one of ours", func(t *testing.T) {
 		for next, want := range map[string]string{
 			"/tasks/abc": "/tasks/abc", "/": "/", "": "/", "//evil.example": "/", "https://evil.example/": "/",
 			"/tasks/a/../../x": "/", "/tasks/\\evil": "/", "/api/session": "/",
 		} {
-			req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/login", strings.NewReader(url.Values{"token": {token}, "next": {next}}.Encode()))
-			require.NoError(t, err)
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			resp := r.do(t, req)
-			require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-			assert.Equal(t, want, resp.Header.Get("Location"), "next %q", next)
+			resp := r.postLoginForm(t, "/login", url.Values{"token": {token}, "next": {next}}, true)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			var reply struct {
+				Next string `json:"next"`
+			}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&reply))
+			assert.Equal(t, want, reply.Next, "next %q", next)
 		}
 	})
 
 	t.Run("the right token in the body opens a session", func(t *testing.T) {
 		resp := r.postLogin(t, "/login", token)
-		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-		assert.Equal(t, "/", resp.Header.Get("Location"))
+		require.Equal(t, http.StatusOK, resp.StatusCode)
 		cookies := resp.Cookies()
 		require.Len(t, cookies, 1)
 		c := cookies[0]
-		assert.Equal(t, webview.CookieName, c.Name)
+		port := r.srv.URL[strings.LastIndex(r.srv.URL, ":")+1:]
+		assert.Equal(t, webview.CookieName(port), c.Name, "the cookie names the listener's port")
 		assert.True(t, c.HttpOnly)
 		assert.Equal(t, http.SameSiteStrictMode, c.SameSite)
 		assert.Equal(t, int(webview.DefaultSessionTTL/time.Second), c.MaxAge, "the cookie expires")
 		assert.Equal(t, "/", c.Path)
 		assert.NotContains(t, c.Value, token, "the cookie is not the token")
+		var reply struct {
+			Key string `json:"key"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&reply))
+		require.Len(t, reply.Key, 64)
+		assert.NotEqual(t, c.Value, reply.Key)
+		cr := &cred{cookie: c, key: reply.Key}
 
-		page := r.get(t, "/", c)
-		assert.Equal(t, http.StatusOK, page.StatusCode)
+		assert.Equal(t, http.StatusOK, r.get(t, "/", cr).StatusCode)
+		assert.Equal(t, http.StatusOK, r.get(t, "/api/session", cr).StatusCode)
 
 		// Past its lifetime the session is gone.
 		r.now.Add(int64(webview.DefaultSessionTTL))
+		assert.Equal(t, http.StatusUnauthorized, r.get(t, "/api/session", cr).StatusCode)
+		assert.Equal(t, http.StatusSeeOther, r.get(t, "/", cr).StatusCode)
+	})
+}
+
+// TestALeakedCookieAloneOpensNothing: a browser sends the cookies of
+// localhost to every port, so another loopback server may receive ours;
+// without the key the page keeps (sessionStorage, scoped by port) the
+// cookie reads nothing and does nothing.
+func TestALeakedCookieAloneOpensNothing(t *testing.T) {
+	r := newRig(t, true)
+	c, csrf := r.login(t)
+	id := r.spawn(t, "")
+	for name, cr := range map[string]*cred{
+		"the cookie alone":        {cookie: c.cookie},
+		"the cookie, another key": {cookie: c.cookie, key: strings.Repeat("0", 64)},
+		"the key alone":           {key: c.key},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, p := range []string{"/api/session", "/api/stream/tasks", "/api/stream/tasks/" + id} {
+				assert.Equal(t, http.StatusUnauthorized, r.get(t, p, cr).StatusCode, p)
+			}
+			assert.Equal(t, http.StatusUnauthorized, r.action(t, "/api/tasks/"+id+"/cancel", cr, csrf, "").StatusCode)
+			assert.Equal(t, http.StatusUnauthorized, r.action(t, "/api/logout", cr, csrf, "").StatusCode)
+		})
+	}
+	st, err := r.svc.Task(id)
+	require.NoError(t, err)
+	assert.Contains(t, string(st), `"status":"running"`, "nothing was done")
+	assert.Equal(t, http.StatusOK, r.get(t, "/api/session", c).StatusCode, "the session lives on")
+}
+
+// TestTwoDaemonsKeepTheirCookies: the cookies of two daemons on two ports
+// of one host have two names, so a browser (whose jar, like Go's, does not
+// scope cookies by port) keeps both sessions.
+func TestTwoDaemonsKeepTheirCookies(t *testing.T) {
+	a, b := newRig(t, false), newRig(t, false)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	browser := &http.Client{Jar: jar}
+	keys := map[*rig]string{}
+	for _, r := range []*rig{a, b} {
+		req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Accept", "application/json")
+		resp, err := browser.Do(req)
+		require.NoError(t, err)
+		var reply struct {
+			Key string `json:"key"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&reply))
+		resp.Body.Close()
+		keys[r] = reply.Key
+	}
+	u, err := url.Parse(a.srv.URL)
+	require.NoError(t, err)
+	assert.Len(t, jar.Cookies(u), 2, "one cookie per daemon, both kept")
+	for _, r := range []*rig{a, b} {
+		req, err := http.NewRequest(http.MethodGet, r.srv.URL+"/api/session", nil)
+		require.NoError(t, err)
+		req.Header.Set(webview.KeyHeader, keys[r])
+		resp, err := browser.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "each daemon's session lives")
+	}
+}
+
+// TestStreamsEndWithTheirSession: a stream ends when its session logs
+// out, expires by the view's clock, or reaches its expiry while idle.
+func TestStreamsEndWithTheirSession(t *testing.T) {
+	ended := func(t *testing.T, s *stream) {
+		t.Helper()
+		for {
+			if _, err := s.rd.ReadString('\n'); err != nil {
+				assert.ErrorIs(t, err, io.EOF, "the server ended the stream")
+				return
+			}
+		}
+	}
+	t.Run("logout", func(t *testing.T) {
+		r := newRig(t, true)
+		c, csrf := r.login(t)
+		id := r.spawn(t, "")
+		list, task := r.stream(t, "/api/stream/tasks", c, ""), r.stream(t, "/api/stream/tasks/"+id, c, "")
+		list.untilSync(t)
+		require.Equal(t, "task", task.next(t).typ)
+		require.Equal(t, http.StatusNoContent, r.action(t, "/api/logout", c, csrf, "").StatusCode)
+		ended(t, list)
+		ended(t, task)
 		assert.Equal(t, http.StatusUnauthorized, r.get(t, "/api/session", c).StatusCode)
-		assert.Equal(t, http.StatusSeeOther, r.get(t, "/", c).StatusCode)
+	})
+	t.Run("expired by the clock, seen at a push", func(t *testing.T) {
+		r := newRig(t, false)
+		c, _ := r.login(t)
+		id := r.spawn(t, "")
+		s := r.stream(t, "/api/stream/tasks", c, "")
+		s.untilSync(t)
+		r.now.Add(int64(webview.DefaultSessionTTL))
+		r.agent(id).Text(acpsession.Message, "a write that wakes the stream")
+		r.agent(id).Flush()
+		r.end(id)
+		ended(t, s)
+	})
+	t.Run("expired while idle", func(t *testing.T) {
+		r := newRigWith(t, rigConfig{ttl: 3 * time.Second, realClock: true})
+		c, _ := r.login(t)
+		s := r.stream(t, "/api/stream/tasks", c, "")
+		s.untilSync(t)
+		ended(t, s)
+		assert.Equal(t, http.StatusUnauthorized, r.get(t, "/api/session", c).StatusCode)
 	})
 }
 
@@ -270,7 +455,7 @@ func TestOriginAndHostAreChecked(t *testing.T) {
 	t.Run("an action from a cross-site page is refused, CSRF token or not", func(t *testing.T) {
 		req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/api/tasks/"+id+"/cancel", nil)
 		require.NoError(t, err)
-		req.AddCookie(c)
+		c.add(req)
 		req.Header.Set(webview.CSRFHeader, csrf)
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
 		assert.Equal(t, http.StatusForbidden, r.do(t, req).StatusCode)
@@ -284,7 +469,7 @@ func TestOriginAndHostAreChecked(t *testing.T) {
 	t.Run("a read from a cross-site page is refused", func(t *testing.T) {
 		req, err := http.NewRequest(http.MethodGet, r.srv.URL+"/api/stream/tasks", nil)
 		require.NoError(t, err)
-		req.AddCookie(c)
+		c.add(req)
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
 		assert.Equal(t, http.StatusForbidden, r.do(t, req).StatusCode)
 		// A link followed from another site is a navigation: it gets the
@@ -329,7 +514,7 @@ func TestActionsNeedTheFlagASessionAndTheCSRFToken(t *testing.T) {
 	id := r.spawn(t, "")
 	for _, tc := range []struct {
 		name   string
-		cookie *http.Cookie
+		cookie *cred
 		csrf   string
 		want   int
 	}{
@@ -376,13 +561,13 @@ type stream struct {
 	rd   *bufio.Reader
 }
 
-func (r *rig) stream(t *testing.T, path string, c *http.Cookie, lastID string) *stream {
+func (r *rig) stream(t *testing.T, path string, c *cred, lastID string) *stream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.srv.URL+path, nil)
 	require.NoError(t, err)
-	req.AddCookie(c)
+	c.add(req)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
@@ -448,6 +633,8 @@ func rowIDs(t *testing.T, evs []event) (reset bool, ids []string) {
 			}
 			require.NoError(t, json.Unmarshal([]byte(e.data), &row))
 			ids = append(ids, row.TaskID)
+		case "waiting":
+			assert.Equal(t, "{}", e.data, "no task waits for a decision")
 		default:
 			t.Fatalf("unexpected event %q", e.typ)
 		}
@@ -509,6 +696,9 @@ func TestTaskStreamResumesAfterTheLastEventID(t *testing.T) {
 	rec := s.next(t)
 	require.Equal(t, "task", rec.typ)
 	assert.Contains(t, rec.data, `"task_id":"`+id+`"`)
+	asks := s.next(t)
+	require.Equal(t, "decisions", asks.typ)
+	assert.Equal(t, "[]", asks.data, "no question open")
 	page := s.next(t)
 	require.Equal(t, "events", page.typ)
 	seqs := eventSeqs(t, page.data)
@@ -537,6 +727,7 @@ func TestTaskStreamResumesAfterTheLastEventID(t *testing.T) {
 	r.end(id)
 	s = r.stream(t, "/api/stream/tasks/"+id, c, page.id)
 	require.Equal(t, "task", s.next(t).typ)
+	require.Equal(t, "decisions", s.next(t).typ)
 	e := s.next(t)
 	require.Equal(t, "events", e.typ)
 	got := eventSeqs(t, e.data)

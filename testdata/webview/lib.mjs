@@ -7,6 +7,9 @@ import { join, resolve } from 'node:path';
 
 export const server = requiredPath('SYMM_MCP');
 export const fakeAgent = requiredPath('FAKE_ACP_AGENT');
+// floodbase prints make bench's CPU baseline (testdata/webview/floodbase);
+// only the bench needs it.
+export const floodbase = resolve(process.env.FLOODBASE || 'bin/floodbase');
 export const browserPath = process.env.CHROMIUM || '/usr/bin/chromium';
 export const shots = resolve(process.env.SCREENSHOTS || 'screenshots');
 // Every wait is bounded by this; none sleeps.
@@ -56,9 +59,57 @@ export async function startDaemon(dir, extraArgs = ['--dashboard-actions']) {
   return { child, base, token, ws, dir };
 }
 
-// mcp is a minimal Streamable HTTP client: initialize, then tool calls.
+// mcp is a minimal Streamable HTTP client: initialize, then tool calls;
+// with capabilities, what it declares (elicitation: the server may ask it
+// questions, which listen() receives and never answers).
 export class MCP {
-  constructor(base, token) { this.url = `${base}/mcp`; this.token = token; this.id = 0; this.session = null; }
+  constructor(base, token, capabilities = {}) {
+    this.url = `${base}/mcp`; this.token = token; this.id = 0; this.session = null; this.capabilities = capabilities;
+    this.received = []; // the server's requests and notifications on the listening stream
+    this.waiters = [];
+  }
+
+  // listen opens the session's stream for the server's own messages
+  // (elicitation/create, notifications/cancelled) and keeps them.
+  async listen() {
+    this.listening = new AbortController();
+    const r = await fetch(this.url, {
+      headers: { Authorization: `Bearer ${this.token}`, Accept: 'text/event-stream', 'Mcp-Session-Id': this.session, 'MCP-Protocol-Version': '2025-06-18' },
+      signal: this.listening.signal,
+    });
+    if (!r.ok) throw new Error(`MCP listen ${r.status}: ${await r.text()}`);
+    (async () => {
+      const dec = new TextDecoder();
+      let buf = '';
+      try {
+        for await (const chunk of r.body) {
+          buf += dec.decode(chunk, { stream: true });
+          let nl;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const line = buf.slice(0, nl);
+            buf = buf.slice(nl + 1);
+            if (!line.startsWith('data:')) continue;
+            this.received.push(JSON.parse(line.slice(5)));
+            for (const w of this.waiters.splice(0)) w();
+          }
+        }
+      } catch { /* closed */ }
+    })();
+  }
+
+  close() { this.listening?.abort(); }
+
+  // receivedMatching waits until a message kept by listen() matches.
+  async receivedMatching(pred, what) {
+    const deadline = Date.now() + WAIT;
+    for (;;) {
+      const m = this.received.find(pred);
+      if (m) return m;
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no ${what} from the server; received ${JSON.stringify(this.received)}`);
+      await new Promise((ok) => { const t = setTimeout(ok, left); this.waiters.push(() => { clearTimeout(t); ok(); }); });
+    }
+  }
 
   async post(body) {
     const headers = {
@@ -85,7 +136,7 @@ export class MCP {
   }
 
   async init() {
-    await this.post({ jsonrpc: '2.0', id: ++this.id, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'webview-e2e', version: '1' } } });
+    await this.post({ jsonrpc: '2.0', id: ++this.id, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: this.capabilities, clientInfo: { name: 'webview-e2e', version: '1' } } });
     await this.post({ jsonrpc: '2.0', method: 'notifications/initialized' });
   }
 

@@ -53,7 +53,8 @@ describe('live view in headless Chromium', () => {
     assert.equal(r.headers()['x-content-type-options'], 'nosniff');
     assert.match(r.headers()['content-security-policy'], /frame-ancestors 'none'/);
     assert.equal(await page.locator('input[name=token]').count(), 1);
-    assert.equal(await page.locator('#groups, #timeline, script').count(), 0, 'the login page holds no list and no script');
+    assert.equal(await page.locator('#groups, #timeline').count(), 0, 'the login page holds no list');
+    assert.deepEqual(await page.locator('script').evaluateAll((ss) => ss.map((s) => s.getAttribute('src'))), ['/static/login.js'], 'only its own script');
     const api = await page.evaluate(async () => (await fetch('/api/stream/tasks')).status);
     assert.equal(api, 401);
     await page.goto(`${d.base}/tasks/anything`);
@@ -74,11 +75,23 @@ describe('live view in headless Chromium', () => {
     await page.waitForSelector('body[data-status=missing]');
     assert.match(await page.locator('#title').textContent(), /No task anything/);
     await page.goto(`${d.base}/`);
-    const cookie = (await ctx.cookies()).find((c) => c.name === 'symm_session');
+    const port = new URL(d.base).port;
+    const cookie = (await ctx.cookies()).find((c) => c.name === `symm_session_${port}`);
+    assert.ok(cookie, 'the cookie names the port');
     assert.ok(cookie.httpOnly, 'HttpOnly');
     assert.equal(cookie.sameSite, 'Strict');
     assert.ok(cookie.expires > Date.now() / 1000, 'an expiring cookie');
     assert.equal(await page.evaluate(() => document.cookie), '', 'the page script cannot read the cookie');
+    // The cookie alone (what another loopback server could receive) opens
+    // nothing: the page's requests carry the key from sessionStorage.
+    assert.equal(await page.evaluate(async () => (await fetch('/api/session')).status), 401);
+    assert.equal(await page.evaluate(async () => (await fetch('/api/session', { headers: { 'X-Symm-Key': sessionStorage.getItem('symm-key') } })).status), 200);
+    // A tab opened afresh gets the key from an open tab of the view.
+    const other = await ctx.newPage();
+    await other.goto(`${d.base}/`);
+    await other.waitForSelector('body[data-ready=true]');
+    assert.equal(new URL(other.url()).pathname, '/');
+    await other.close();
     await page.waitForSelector('body[data-ready=true]');
     await page.waitForSelector('.conn.live');
   });
@@ -192,6 +205,59 @@ describe('live view in headless Chromium', () => {
     await page.locator(`tr[data-task="${live.task_id}"][data-status=running]`).waitFor();
     const box = await page.locator('#list').boundingBox();
     await page.screenshot({ path: join(shots, 'list.png'), clip: { x: 0, y: 0, width: 1280, height: Math.ceil(box.y + box.height) } });
+  });
+
+  test('a permission question answered from the page', async () => {
+    // A host that offers elicitation and is asked, but whose person does
+    // not answer there: the page's answer wins and withdraws its question.
+    const host = new MCP(d.base, d.token, { elicitation: {} });
+    await host.init();
+    await host.listen();
+    try {
+      const spawned = await host.call('spawn_task', {
+        agent: 'codex', workspace: d.ws, initiator_id: 'orchestrator-1', ask: ['execute'],
+        prompt: script([
+          { message: 'about to run the tests' },
+          { permission: { tool_call_id: 'run1', title: 'Run go test ./...', kind: 'execute', raw_input: { command: 'go test ./...' }, report: true } },
+          { message: 'the tests ran' },
+        ]),
+      });
+      const id = spawned.task_id;
+      const asked = await host.receivedMatching((m) => m.method === 'elicitation/create', 'elicitation/create');
+      assert.match(asked.params.message, /Run go test/);
+      // The list says which task waits for the person.
+      await page.goto(`${d.base}/`);
+      await page.locator(`tr[data-task="${id}"] .badge.waiting`).waitFor();
+      await page.screenshot({ path: join(shots, 'list-waiting.png'), fullPage: false });
+      await page.click(`tr[data-task="${id}"] td.name a`);
+      await page.waitForURL(`${d.base}/tasks/${id}`);
+      const q = page.locator('#decisions li.decision');
+      await q.waitFor();
+      assert.match(await q.textContent(), /Run go test \.\/\.\.\./);
+      assert.match(await q.textContent(), /execute/);
+      await page.screenshot({ path: join(shots, 'decision.png'), fullPage: false });
+      await q.locator('button[data-decision=allow_once]').click();
+      await page.waitForSelector('dialog#confirm[open]');
+      await page.click('#confirm-yes');
+      await page.waitForSelector('body[data-decisions="0"]');
+      await page.waitForSelector('body[data-status=succeeded]');
+      const perm = page.locator('#timeline .permission');
+      assert.match(await perm.textContent(), /allow_once/);
+      assert.match(await perm.textContent(), /by human via dashboard/);
+      await page.locator('#timeline .message', { hasText: 'the tests ran' }).waitFor();
+      await page.goto(`${d.base}/`);
+      await page.locator(`tr[data-task="${id}"][data-status=succeeded]`).waitFor();
+      assert.equal(await page.locator(`tr[data-task="${id}"] .badge.waiting`).count(), 0, 'no longer waiting');
+      // The host's question was withdrawn.
+      await host.receivedMatching((m) => m.method === 'notifications/cancelled' && m.params?.requestId === asked.id, 'notifications/cancelled for the elicitation');
+      const ev = await host.call('get_events', { task_id: id, limit: 100 });
+      const p = ev.events.filter((e) => e.type === 'permission');
+      assert.equal(p.length, 1, 'one decision');
+      assert.equal(p[0].decided_by, 'human');
+      assert.equal(p[0].via, 'dashboard');
+    } finally {
+      host.close();
+    }
   });
 
   test('a hostile task renders inert and stays responsive', async () => {

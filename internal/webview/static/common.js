@@ -115,51 +115,151 @@ export function badge(status) {
   return el('span', { class: `badge s-${String(status).replace(/[^a-z_]/g, '')}`, text: status });
 }
 
+// The session's key: the login put it in this origin's sessionStorage,
+// and every /api request and stream carries it in KEY_HEADER (a cookie
+// alone opens nothing). A tab opened afresh has none: it asks the view's
+// other tabs (a BroadcastChannel, of this origin only) and, when none
+// answers, logs in again.
+export const KEY_STORE = 'symm-key';
+const KEY_HEADER = 'X-Symm-Key';
+const keys = new BroadcastChannel('symm-key');
+keys.addEventListener('message', (e) => {
+  const k = sessionStorage.getItem(KEY_STORE);
+  if (e.data === 'ask' && k) keys.postMessage({ key: k });
+});
+
+function toLogin() {
+  sessionStorage.removeItem(KEY_STORE);
+  location.assign('/login?next=' + encodeURIComponent(location.pathname));
+}
+
+let keyAsked = null;
+function sessionKey() {
+  const k = sessionStorage.getItem(KEY_STORE);
+  if (k) return Promise.resolve(k);
+  keyAsked ??= new Promise((resolve) => {
+    const timer = setTimeout(() => { toLogin(); resolve(null); }, 500);
+    keys.addEventListener('message', (e) => {
+      if (!e.data?.key || sessionStorage.getItem(KEY_STORE)) return;
+      clearTimeout(timer);
+      sessionStorage.setItem(KEY_STORE, e.data.key);
+      resolve(e.data.key);
+    });
+    keys.postMessage('ask');
+  });
+  return keyAsked;
+}
+
+// api fetches an /api path with the session's key; a refusal of the
+// session (401) goes to the login.
+async function api(path, init = {}) {
+  const key = await sessionKey();
+  if (!key) throw new Error('no session');
+  const r = await fetch(path, { credentials: 'same-origin', cache: 'no-store', ...init, headers: { ...init.headers, [KEY_HEADER]: key } });
+  if (r.status === 401) {
+    toLogin();
+    throw new Error('no session');
+  }
+  return r;
+}
+
 let session = null;
 
 // getSession reads the page's CSRF token and whether actions are on; a
 // page whose session ended goes to the login.
 export async function getSession() {
   if (session) return session;
-  const r = await fetch('/api/session', { credentials: 'same-origin', cache: 'no-store' });
-  if (r.status === 401) {
-    location.assign('/login');
-    throw new Error('no session');
-  }
-  session = await r.json();
+  session = await (await api('/api/session')).json();
   return session;
 }
 
-// act posts an action with the session's CSRF token.
+// act posts an action with the session's CSRF token; a refusal throws an
+// Error whose status is the answer's.
 export async function act(path, body) {
   const s = await getSession();
-  const r = await fetch(path, {
-    method: 'POST', credentials: 'same-origin', cache: 'no-store',
+  const r = await api(path, {
+    method: 'POST',
     headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': s.csrf },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const data = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(data.error || `HTTP ${r.status}`);
+  if (!r.ok) throw Object.assign(new Error(data.error || `HTTP ${r.status}`), { status: r.status });
   return data;
 }
 
 export function wireLogout() {
   document.getElementById('logout').addEventListener('click', async () => {
-    try { await act('/logout'); } catch { /* gone already */ }
-    location.assign('/login');
+    try { await act('/api/logout'); } catch { /* gone already */ }
+    toLogin();
   });
 }
 
-// connState shows the stream's state; a stream refused (the session
-// ended) goes to the login.
-export function watchStream(es, conn) {
-  es.addEventListener('open', () => { conn.textContent = 'live'; conn.className = 'conn live'; });
-  es.addEventListener('error', async () => {
-    conn.textContent = 'reconnecting…';
-    conn.className = 'conn down';
-    if (es.readyState === EventSource.CLOSED) {
-      const r = await fetch('/api/session', { credentials: 'same-origin', cache: 'no-store' }).catch(() => null);
-      if (r && r.status === 401) location.assign('/login');
+// openStream follows a server-sent event stream through fetch, which,
+// unlike EventSource, sends the session's key in a header. As EventSource
+// does, it reconnects after a drop with the last id it saw in
+// Last-Event-ID. on maps event types to handlers of their data; refused
+// is called, and the stream given up, when what it follows is not there
+// (404); a session refused goes to the login. conn shows the state.
+export function openStream(path, on, conn, refused = () => {}) {
+  let lastId = '';
+  const state = (text, cls) => { conn.textContent = text; conn.className = `conn ${cls}`; };
+  (async () => {
+    for (let failures = 0; ; failures++) {
+      let r = null;
+      try {
+        r = await api(path, { headers: lastId ? { 'Last-Event-ID': lastId, Accept: 'text/event-stream' } : { Accept: 'text/event-stream' } });
+      } catch (e) {
+        if (e.message === 'no session') return;
+      }
+      if (r && r.status === 404) {
+        state('not found', 'down');
+        refused(r.status);
+        return;
+      }
+      if (r && r.ok) {
+        state('live', 'live');
+        failures = 0;
+        await readEvents(r.body, (typ, id, data) => {
+          if (id) lastId = id;
+          on[typ]?.(data);
+        });
+      }
+      state('reconnecting…', 'down');
+      await new Promise((ok) => setTimeout(ok, Math.min(1000 * (failures + 1), 5000)));
     }
-  });
+  })();
+}
+
+// readEvents parses a text/event-stream body until it ends.
+async function readEvents(body, emit) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '', typ = '', id = '', data = [];
+  for (;;) {
+    let chunk;
+    try { chunk = await reader.read(); } catch { return; }
+    if (chunk.done) return;
+    // A page of events is one long line: look for its end only in what
+    // came since the last look.
+    const from = buf.length;
+    buf += chunk.value;
+    let start = 0;
+    for (let nl = buf.indexOf('\n', from); nl >= 0; nl = buf.indexOf('\n', start)) {
+      const line = buf.slice(start, nl);
+      start = nl + 1;
+      if (line === '') {
+        if (typ || data.length) emit(typ || 'message', id, data.join('\n'));
+        typ = ''; id = ''; data = [];
+        continue;
+      }
+      if (line.startsWith(':')) continue;
+      const c = line.indexOf(':');
+      const field = c < 0 ? line : line.slice(0, c);
+      let v = c < 0 ? '' : line.slice(c + 1);
+      if (v.startsWith(' ')) v = v.slice(1);
+      if (field === 'event') typ = v;
+      else if (field === 'data') data.push(v);
+      else if (field === 'id') id = v;
+    }
+    buf = buf.slice(start);
+  }
 }

@@ -1,8 +1,9 @@
 // The list page: every task the stream sends, newest first, grouped by
 // initiator, filtered by status and agent (the filters live in the URL).
-import { el, taskLink, age, usageText, costText, badge, wireLogout, watchStream, TERMINAL } from './common.js';
+import { el, taskLink, age, usageText, costText, badge, wireLogout, openStream, TERMINAL } from './common.js';
 
 const rows = new Map(); // task id -> row
+let waiting = {}; // task id -> permission questions open on it
 const groupsEl = document.getElementById('groups');
 const emptyEl = document.getElementById('empty');
 const countEl = document.getElementById('count');
@@ -29,7 +30,7 @@ function rowEl(r, now) {
   tr.append(
     el('td', { class: 'name' }, taskLink(r.task_id, name), r.title ? el('div', { class: 'sub', text: r.task_id }) : null),
     el('td', { text: r.agent }),
-    el('td', {}, badge(r.status)),
+    el('td', {}, badge(r.status), waiting[r.task_id] ? el('span', { class: 'badge waiting', text: 'decision', title: 'waits for a permission decision: open the task' }) : null),
     el('td', { class: 'res', text: r.resolution === 'unresolved' ? '' : r.resolution }),
     el('td', { class: 'age', text: age(r.created_at, now), title: r.created_at }),
     el('td', { class: 'usage', text: usageText(r.usage) }),
@@ -69,8 +70,9 @@ function render() {
   const frag = document.createDocumentFragment();
   for (const [initiator, list] of groups) {
     const live = list.filter((r) => !TERMINAL.has(r.status)).length;
+    const asking = list.filter((r) => waiting[r.task_id]).length;
     const section = el('section', { class: 'group', data: { initiator } },
-      el('h2', {}, el('span', { text: initiator || '(no initiator)' }), el('span', { class: 'count', text: ` ${list.length} task${list.length === 1 ? '' : 's'}${live ? `, ${live} live` : ''}` })));
+      el('h2', {}, el('span', { text: initiator || '(no initiator)' }), el('span', { class: 'count', text: ` ${list.length} task${list.length === 1 ? '' : 's'}${live ? `, ${live} live` : ''}${asking ? `, ${asking} waiting for a decision` : ''}` })));
     // Tables of CHUNK rows, each laid out only once scrolled near
     // (content-visibility), so that a thousand rows paint as fast as a few.
     for (let i = 0; i < list.length; i += CHUNK) {
@@ -111,17 +113,18 @@ for (const s of [fStatus, fAgent]) {
   });
 }
 
-const es = new EventSource('/api/stream/tasks');
-watchStream(es, document.getElementById('conn'));
-es.addEventListener('reset', () => { rows.clear(); });
-es.addEventListener('task', (e) => {
-  const r = JSON.parse(e.data);
-  rows.set(r.task_id, r);
-});
-es.addEventListener('sync', () => {
-  if (!synced) performance.mark('symm:list-synced');
-  synced = true;
-  schedule();
-});
+openStream('/api/stream/tasks', {
+  reset: () => { rows.clear(); },
+  task: (data) => {
+    const r = JSON.parse(data);
+    rows.set(r.task_id, r);
+  },
+  waiting: (data) => { waiting = JSON.parse(data); },
+  sync: () => {
+    if (!synced) performance.mark('symm:list-synced');
+    synced = true;
+    schedule();
+  },
+}, document.getElementById('conn'));
 setInterval(schedule, 30000); // ages move on
 wireLogout();

@@ -1,6 +1,6 @@
 // A task's page: its record, its worktree diff, and its events as a
 // timeline that follows the task live. The task is the URL's: /tasks/<id>.
-import { el, clippedText, preview, age, duration, usageText, costText, badge, getSession, act, wireLogout, watchStream, TERMINAL } from './common.js';
+import { el, clippedText, preview, age, duration, usageText, costText, badge, getSession, act, wireLogout, openStream, TERMINAL } from './common.js';
 
 const id = decodeURIComponent(location.pathname.slice('/tasks/'.length));
 const timeline = document.getElementById('timeline');
@@ -254,6 +254,48 @@ function renderActions(t) {
   box.replaceChildren(sel, note, b, msg);
 }
 
+// renderDecisions shows the permission questions open on the task: what
+// the agent asks to do, and, with actions on, allow once and reject once,
+// each behind a confirmation. The first answer wins: one given at the MCP
+// client first takes the question off this list (the stream says so), and
+// an answer that comes too late is refused (409) and said so.
+const decideMsg = document.getElementById('decide-msg');
+function renderDecisions(ds) {
+  const box = document.getElementById('decisions');
+  box.hidden = ds.length === 0;
+  document.body.dataset.decisions = String(ds.length);
+  const items = ds.map((d) => {
+    const li = el('li', { class: 'decision', data: { key: d.key } },
+      el('div', { class: 'tool-head' }, el('span', { class: 'tool-kind', text: d.kind || 'other' }), el('span', { class: 'tool-title', text: d.title || d.tool_call_id })),
+      d.raw_input ? clippedText('pre', 'raw', d.raw_input) : null);
+    if (!actionsOn) {
+      li.append(el('p', { class: 'sub', text: 'Answer it at the MCP client (the daemon serves no actions here without --dashboard-actions).' }));
+      return li;
+    }
+    const row = el('div', { class: 'actions' });
+    for (const [decision, label, cls] of [['allow_once', 'Allow once', ''], ['reject_once', 'Reject once', 'danger']]) {
+      const b = el('button', { text: label, class: cls || undefined, data: { decision } });
+      b.type = 'button';
+      b.addEventListener('click', async () => {
+        if (!(await confirmStep(`${label}: ${d.kind || 'other'} tool call "${d.title || d.tool_call_id}" of task ${id}?`))) return;
+        for (const x of row.querySelectorAll('button')) x.disabled = true;
+        decideMsg.textContent = 'sending…';
+        try {
+          await act(`/api/tasks/${encodeURIComponent(id)}/decide`, { key: d.key, decision });
+          decideMsg.textContent = `${label.toLowerCase()}: recorded`;
+        } catch (e) {
+          decideMsg.textContent = e.status === 409 ? 'Already decided elsewhere: this question is no longer open.' : e.message;
+          for (const x of row.querySelectorAll('button')) x.disabled = false;
+        }
+      });
+      row.append(b);
+    }
+    li.append(row);
+    return li;
+  });
+  document.getElementById('decision-list').replaceChildren(...items);
+}
+
 // Events are added to the page once per frame, at most PER_FRAME a frame,
 // so that one layout (and one scroll) covers many and the page answers
 // during a flood; of a backlog longer than the page keeps, only the newest
@@ -276,7 +318,7 @@ function drain() {
   hiddenNote.textContent = `${dropped} earlier events are not shown.`;
   document.body.dataset.lastSeq = String(lastSeq);
   scrollIfFollowing();
-  performance.measure('symm:drain', { start: t0 });
+  performance.measure('symm:drain', { start: t0, detail: lastSeq });
   if (backlog.length) requestAnimationFrame(drain);
 }
 
@@ -287,20 +329,26 @@ function scrollIfFollowing() {
 async function main() {
   wireLogout();
   try { actionsOn = (await getSession()).actions; } catch { return; }
-  const es = new EventSource('/api/stream/tasks/' + encodeURIComponent(id));
-  watchStream(es, document.getElementById('conn'));
-  es.addEventListener('error', () => {
+  openStream('/api/stream/tasks/' + encodeURIComponent(id), {
+    task: (data) => { renderRecord(JSON.parse(data)); document.body.dataset.status = record.status; },
+    decisions: (data) => renderDecisions(JSON.parse(data)),
+    events: (data) => {
+      const idle = backlog.length === 0;
+      const page = JSON.parse(data);
+      for (const ev of page) backlog.push(ev);
+      // What the stream has delivered, drawn or not, and when (make bench).
+      if (page.length) {
+        document.body.dataset.streamSeq = String(page[page.length - 1].seq);
+        performance.mark('symm:events-page', { detail: page[page.length - 1].seq });
+      }
+      if (idle) requestAnimationFrame(drain);
+    },
+  }, document.getElementById('conn'), () => {
     // A stream refused before any record came: no such task here.
-    if (es.readyState === EventSource.CLOSED && !record) {
+    if (!record) {
       document.getElementById('title').textContent = `No task ${id} in this daemon's ledger.`;
       document.body.dataset.status = 'missing';
     }
-  });
-  es.addEventListener('task', (e) => { renderRecord(JSON.parse(e.data)); document.body.dataset.status = record.status; });
-  es.addEventListener('events', (e) => {
-    const idle = backlog.length === 0;
-    for (const ev of JSON.parse(e.data)) backlog.push(ev);
-    if (idle) requestAnimationFrame(drain);
   });
 }
 main();
