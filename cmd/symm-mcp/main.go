@@ -64,7 +64,7 @@ const (
 	largeGCPercent   = 50
 	largeHeap        = 16 << 20 // live heap from which the target is 50
 	smallHeap        = 8 << 20  // and below which it is 100 again
-	minHeadroom      = 64 << 20  // the least room a large heap is given
+	minHeadroom      = 64 << 20 // the least room a large heap is given
 )
 
 // gcTarget is the collector's band for a live heap of live bytes, given
