@@ -84,7 +84,7 @@ func measurePeer(ctx context.Context, e *env, t *table) error {
 	how := fmt.Sprintf("%d pairs, interleaved", len(wall))
 	w := median(wall)
 	t.check(label+": wall, acpx / symm-mcp", ratio(w),
-		fmt.Sprintf("exec → every update delivered: acpx %s, symm-mcp %s (spawn, wait, paged in); %s",
+		fmt.Sprintf("exec → every update delivered: acpx %s, symm-mcp %s (spawn, paged in as the turn runs); %s",
 			ms(pick(peers, func(r peerRun) time.Duration { return r.wall })), ms(pick(ours, func(r peerRun) time.Duration { return r.wall })), how),
 		"≥ 20×", w >= 20)
 	c := median(cpu)
