@@ -317,10 +317,7 @@ func turnOn(ctx context.Context, e *env, s *server) (r turnRun, err error) {
 func (s *server) pageAll(ctx context.Context, id string) ([]json.RawMessage, error) {
 	var raws []json.RawMessage
 	for after := int64(0); ; {
-		var p rawPage
-		err := s.call(ctx, "get_events", map[string]any{
-			"task_id": id, "after_seq": after, "limit": task.MaxPageLimit, "max_bytes": task.MaxPageBytes,
-		}, &p)
+		p, err := s.largePage(ctx, id, after)
 		if err != nil {
 			return nil, err
 		}
@@ -330,6 +327,15 @@ func (s *server) pageAll(ctx context.Context, id string) ([]json.RawMessage, err
 			return raws, nil
 		}
 	}
+}
+
+// largePage is one page of the largest size after seq after.
+func (s *server) largePage(ctx context.Context, id string, after int64) (rawPage, error) {
+	var p rawPage
+	err := s.call(ctx, "get_events", map[string]any{
+		"task_id": id, "after_seq": after, "limit": task.MaxPageLimit, "max_bytes": task.MaxPageBytes,
+	}, &p)
+	return p, err
 }
 
 // follow pages a task's events in while it runs, as an orchestrator that
@@ -342,10 +348,7 @@ func (s *server) follow(ctx context.Context, id string) ([]json.RawMessage, stri
 	var raws []json.RawMessage
 	final := ""
 	for after := int64(0); ; {
-		var p rawPage
-		err := s.call(ctx, "get_events", map[string]any{
-			"task_id": id, "after_seq": after, "limit": task.MaxPageLimit, "max_bytes": task.MaxPageBytes,
-		}, &p)
+		p, err := s.largePage(ctx, id, after)
 		if err != nil {
 			return nil, "", err
 		}
