@@ -165,7 +165,7 @@ func TestFlags(t *testing.T) {
 	assert.Equal(t, 2, ee.ExitCode())
 }
 
-// TestGCTarget: the collector's target is 50 from a 16 MiB live heap, 100
+// TestGCTarget: the collector's band is 50 from a 16 MiB live heap, 100
 // again below 8 MiB, and between the two what it was.
 func TestGCTarget(t *testing.T) {
 	for _, tt := range []struct {
@@ -181,5 +181,33 @@ func TestGCTarget(t *testing.T) {
 		{1 << 30, 50, 50},
 	} {
 		assert.Equal(t, tt.want, gcTarget(tt.live, tt.current), "live %d, current %d", tt.live, tt.current)
+	}
+}
+
+// TestGCPercent: a large heap's room is half of what the collector scans,
+// not less than 64 MiB and not more than half the live heap; the band of a
+// small heap stands.
+func TestGCPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, tt := range []struct {
+		name string
+		band int
+		h    heapSample
+		want int
+	}{
+		{"small heap", 100, heapSample{live: 4 * mib, scan: 4 * mib}, 100},
+		{"all pointers", 50, heapSample{live: 400 * mib, scan: 400 * mib, roots: 10 * mib}, 50},
+		{"mostly bytes", 50, heapSample{live: 1190 * mib, scan: 390 * mib, roots: 10 * mib}, 17},
+		{"room at least 64 MiB", 50, heapSample{live: 1190 * mib, scan: 30 * mib, roots: 10 * mib}, 6},
+		{"never above the band", 50, heapSample{live: 100 * mib, scan: 10 * mib}, 50},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := gcPercent(tt.band, tt.h)
+			assert.Equal(t, tt.want, got)
+			if tt.band == largeGCPercent {
+				room := (tt.h.live + tt.h.roots) * uint64(got) / 100
+				assert.GreaterOrEqual(t, room, min(uint64(minHeadroom), (tt.h.live+tt.h.roots)/2), "room %d", room)
+			}
+		})
 	}
 }

@@ -38,12 +38,13 @@
 // cancelled, Cancel's request, whose meaning the phase decides (abort the
 // setup, cancel the turn, or nothing).
 //
-// Concurrency: a Session has two goroutines of its own, the stdout reader
-// (which also finishes the session and closes Done) and a worker that sends
-// session/cancel; the SDK adds its own, and runs each agent request on a
-// goroutine. Sink calls come from the reader, from Run and from permission
-// handlers, one at a time under sinkMu. Lock order: sinkMu before mu; the
-// wire's lock of requests in flight is a leaf, taken under neither. sinkMu
+// Concurrency: a Session has the stdout reader (which also finishes the
+// session and closes Done) and, once the first turn is cancelled, a worker
+// that sends session/cancel; the SDK adds its own, and runs each agent
+// request on a goroutine. Sink calls come from the reader, from Run and from
+// permission handlers, one at a time under sinkMu. Lock order: sinkMu before
+// mu; the wire's lock of requests in flight and workMu are leaves, taken
+// under neither. sinkMu
 // is held around a fact that may reach the sink and the sink calls that
 // fact asks for, so that sink calls keep the facts' order; mu is held by
 // apply and by short reads of the state, with no I/O and no call out.

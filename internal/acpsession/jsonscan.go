@@ -2,6 +2,7 @@ package acpsession
 
 import (
 	"bytes"
+	"encoding/binary"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -187,6 +188,14 @@ func (sc *jscan) str() (tok []byte, class strClass, ok bool) {
 	start := sc.i
 	i := start + 1
 	for i < len(sc.b) {
+		// Eight bytes at a time while none needs a look: the texts of
+		// message chunks are most of what the fast path reads.
+		for i+8 <= len(sc.b) && !special8(binary.LittleEndian.Uint64(sc.b[i:])) {
+			i += 8
+		}
+		if i >= len(sc.b) {
+			break
+		}
 		c := sc.b[i]
 		switch {
 		case c == '"':
@@ -226,6 +235,18 @@ func (sc *jscan) str() (tok []byte, class strClass, ok bool) {
 		}
 	}
 	return nil, 0, false
+}
+
+// special8 reports whether any of the eight bytes of w is one str must
+// look at: a quote, a backslash, a control byte or a byte over 0x7f. Each
+// test is the classic exact one for "some byte is zero" (or below a
+// bound, for bytes under 0x80), so a word without such a byte is skipped
+// whole and every other is read byte by byte as before.
+func special8(w uint64) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := w ^ (lo * '"')
+	b := w ^ (lo * '\\')
+	return (w|(q-lo)&^q|(b-lo)&^b|(w-lo*0x20)&^w)&hi != 0
 }
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }

@@ -69,9 +69,13 @@ type Session struct {
 	cancelRequestSent chan struct{}
 	cancelRequestOnce sync.Once
 	promptSent        chan struct{} // closed when the prompt request is written
-	stopWorker        chan struct{}
-	workerDone        chan struct{}
-	done              chan struct{}
+	stopWorker        chan struct{} // closed by finish: the worker sends nothing more
+	// workMu guards workStopped, which finish sets before it waits for
+	// the worker: no worker starts after that. A leaf lock.
+	workMu      sync.Mutex
+	workStopped bool
+	worker      sync.WaitGroup
+	done        chan struct{}
 
 	// sinkMu serialises sink calls, and the facts that lead to them; it is
 	// taken before mu, never after.
@@ -102,7 +106,6 @@ func Start(stdin io.Writer, stdout io.Reader, p Params, sink Sink, logger *slog.
 		cancelRequestSent: make(chan struct{}),
 		promptSent:        promptSent,
 		stopWorker:        make(chan struct{}),
-		workerDone:        make(chan struct{}),
 		done:              make(chan struct{}),
 		st:                newState(p.ResumeID, p.Allow, p.Ask, cancelTurn, promptSent),
 	}
@@ -110,7 +113,6 @@ func Start(stdin io.Writer, stdout io.Reader, p Params, sink Sink, logger *slog.
 	s.sdkIn = pw
 	s.conn = acp.NewClientSideConnection(&client{s: s}, &stdinTap{s: s, w: stdin}, pr)
 	s.conn.SetLogger(slog.New(minLevel{h: logger.Handler(), min: slog.LevelWarn}))
-	go s.work()
 	go s.read()
 	return s
 }
@@ -135,14 +137,25 @@ func (s *Session) Cancel() {
 		e.abort(ErrCancelledBeforePrompt)
 	}
 	close(e.cancelCh)
+	if e.cancelCh == s.cancelTurn {
+		s.startWorker()
+	}
 }
 
-// work is the session's goroutine for sends that must not happen on a
-// caller's or a handler's goroutine: the session/cancel notification of
-// the first turn (a follow-up turn has its own, see Turn).
-func (s *Session) work() {
-	defer close(s.workerDone)
-	s.sendCancel(s.cancelTurn, s.promptSent, s.stopWorker)
+// startWorker starts the session's goroutine for sends that must not
+// happen on a caller's or a handler's goroutine: the session/cancel
+// notification of the first turn (a follow-up turn has its own, see
+// Turn). It starts only once the first turn is cancelled, which most
+// turns never are: a goroutine parked for the whole of every live task
+// was stack memory, and stack the collector walks at each cycle (intent
+// 0008). finish waits for it.
+func (s *Session) startWorker() {
+	s.workMu.Lock()
+	defer s.workMu.Unlock()
+	if s.workStopped {
+		return // stdout has ended: nothing more is sent
+	}
+	s.worker.Go(func() { s.sendCancel(s.cancelTurn, s.promptSent, s.stopWorker) })
 }
 
 // sendCancel sends session/cancel once cancelCh, a turn's, is closed and
@@ -612,8 +625,11 @@ func (s *Session) finish() {
 		<-idle
 	}
 
+	s.workMu.Lock()
+	s.workStopped = true
+	s.workMu.Unlock()
 	close(s.stopWorker)
-	<-s.workerDone
+	s.worker.Wait()
 
 	s.sinkMu.Lock()
 	s.sink.Flush()

@@ -154,10 +154,24 @@ func (s *Session) read() {
 		}
 	}
 	defer release()
-	br := bufio.NewReaderSize(s.stdout, 64<<10)
+	// The reader starts small and grows once: a live task that streams
+	// slowly (most of them) reads a line or two at a time, and its 64 KiB
+	// would be heap the collector paces itself to and, once reused memory
+	// is cleared for it, resident (intent 0008).
+	src := &fillReader{r: s.stdout}
+	br := bufio.NewReaderSize(src, smallRead)
+	grown := false
 	var long []byte // a line longer than br's buffer, assembled
 	var env envelope
 	for {
+		if !grown && src.filled && len(long) == 0 {
+			// The pipe held more than the buffer took: an agent that
+			// streams fast. Reads of 64 KiB from now on, what is
+			// buffered first.
+			rest, _ := br.Peek(br.Buffered())
+			br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(rest)), src), largeRead)
+			grown = true
+		}
 		if buf, _ := br.Peek(br.Buffered()); bytes.IndexByte(buf, '\n') < 0 {
 			release() // the next read may wait for the agent: not with a slot
 		}
@@ -200,6 +214,27 @@ func (s *Session) read() {
 			return
 		}
 	}
+}
+
+// The stdout reader's buffer: small until the agent streams fast.
+const (
+	smallRead = 4 << 10
+	largeRead = 64 << 10
+)
+
+// fillReader notes whether a read filled all the room it was given: the
+// pipe held at least as much, and more may wait.
+type fillReader struct {
+	r      io.Reader
+	filled bool
+}
+
+func (f *fillReader) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if n == len(p) && n > 0 {
+		f.filled = true
+	}
+	return n, err
 }
 
 // lineTooLong fails the session and discards stdout until EOF, so that the

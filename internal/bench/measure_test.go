@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -316,10 +317,7 @@ func turnOn(ctx context.Context, e *env, s *server) (r turnRun, err error) {
 func (s *server) pageAll(ctx context.Context, id string) ([]json.RawMessage, error) {
 	var raws []json.RawMessage
 	for after := int64(0); ; {
-		var p rawPage
-		err := s.call(ctx, "get_events", map[string]any{
-			"task_id": id, "after_seq": after, "limit": task.MaxPageLimit, "max_bytes": task.MaxPageBytes,
-		}, &p)
+		p, err := s.largePage(ctx, id, after)
 		if err != nil {
 			return nil, err
 		}
@@ -327,6 +325,47 @@ func (s *server) pageAll(ctx context.Context, id string) ([]json.RawMessage, err
 		after = p.Cursor
 		if !p.HasMore {
 			return raws, nil
+		}
+	}
+}
+
+// largePage is one page of the largest size after seq after.
+func (s *server) largePage(ctx context.Context, id string, after int64) (rawPage, error) {
+	var p rawPage
+	err := s.call(ctx, "get_events", map[string]any{
+		"task_id": id, "after_seq": after, "limit": task.MaxPageLimit, "max_bytes": task.MaxPageBytes,
+	}, &p)
+	return p, err
+}
+
+// follow pages a task's events in while it runs, as an orchestrator that
+// shows them as they come would: a full page is followed by the next at
+// once; a page that caught up with a live task by a wait_tasks of up to
+// 5 ms (which returns as soon as the task is finished) before the next.
+// It returns once a page read after the task was seen finished has no
+// more after it, with the pages and the task's final status.
+func (s *server) follow(ctx context.Context, id string) ([]json.RawMessage, string, error) {
+	var raws []json.RawMessage
+	final := ""
+	for after := int64(0); ; {
+		p, err := s.largePage(ctx, id, after)
+		if err != nil {
+			return nil, "", err
+		}
+		if p.Cursor > after {
+			raws = append(raws, p.Events)
+		}
+		after = p.Cursor
+		switch {
+		case p.HasMore:
+		case final != "":
+			return raws, final, nil
+		case ledger.Status(p.Status).Terminal():
+			final = p.Status // one more page, read after it
+		default:
+			if _, err := s.wait(ctx, []string{id}, 5*time.Millisecond); err != nil {
+				return nil, "", err
+			}
 		}
 	}
 }

@@ -84,7 +84,7 @@ func measurePeer(ctx context.Context, e *env, t *table) error {
 	how := fmt.Sprintf("%d pairs, interleaved", len(wall))
 	w := median(wall)
 	t.check(label+": wall, acpx / symm-mcp", ratio(w),
-		fmt.Sprintf("exec → every update delivered: acpx %s, symm-mcp %s (spawn, wait, paged in); %s",
+		fmt.Sprintf("exec → every update delivered: acpx %s, symm-mcp %s (spawn, paged in as the turn runs); %s",
 			ms(pick(peers, func(r peerRun) time.Duration { return r.wall })), ms(pick(ours, func(r peerRun) time.Duration { return r.wall })), how),
 		"≥ 20×", w >= 20)
 	c := median(cpu)
@@ -164,8 +164,10 @@ func acpxTurn(ctx context.Context, e *env) (peerRun, error) {
 }
 
 // symmTurn is our side of the pair: exec → initialize → spawn_task →
-// wait_tasks until finished → every event paged in (limit 1000, max_bytes
-// 1 MiB), on a fresh server; then every update is checked, in order.
+// every event paged in (limit 1000, max_bytes 1 MiB) while the turn runs,
+// as acpx prints each update as it comes, until the task is finished and
+// its last page read, on a fresh server; then every update is checked, in
+// order.
 func symmTurn(ctx context.Context, e *env) (r peerRun, err error) {
 	s, _, err := e.start(ctx)
 	if err != nil {
@@ -176,18 +178,14 @@ func symmTurn(ctx context.Context, e *env) (r peerRun, err error) {
 	if err != nil {
 		return r, err
 	}
-	done, err := s.waitAll(ctx, []string{tr.TaskID})
-	if err != nil {
-		return r, err
-	}
-	if done[0].Status != "succeeded" {
-		return r, fmt.Errorf("the turn's task %s: %s", done[0].Status, done[0].Error)
-	}
-	raws, err := s.pageAll(ctx, tr.TaskID)
+	raws, status, err := s.follow(ctx, tr.TaskID)
 	if err != nil {
 		return r, err
 	}
 	r.wall = time.Since(s.began)
+	if status != "succeeded" {
+		return r, fmt.Errorf("the turn's task %s", status)
+	}
 	if r.cpu, r.peak, err = treeUsage(s.pid, e.agent); err != nil {
 		return r, err
 	}

@@ -24,7 +24,8 @@ import (
 // spawnCallers and finished.
 
 // Per live task, what the limits are checked against: the server holds
-// the agent's three pipes and a pidfd (4 each, measured), and briefly a few
+// the agent's three pipes and two pidfds, os/exec's and the one its exit is
+// awaited on (5 each, measured), and briefly a few
 // more while it starts one; the fake agent, a Go program, ran 6 threads.
 // The live run's detail column shows both again.
 const (

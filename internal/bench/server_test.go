@@ -15,7 +15,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
@@ -249,6 +253,34 @@ func (s *server) send(msg any) error {
 // request sends a request and decodes its reply's result into result
 // (when not nil), in one pass over the reply.
 func (s *server) request(ctx context.Context, method string, params, result any) ([]byte, error) {
+	line, err := s.requestLine(ctx, method, params)
+	if err != nil {
+		return nil, err
+	}
+	return line, decodeReply(method, line, result)
+}
+
+// decodeReply decodes a reply line's result into result (when not nil),
+// or returns its error.
+func decodeReply(method string, line []byte, result any) error {
+	reply := struct {
+		Result any `json:"result"`
+		Error  *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{Result: result}
+	if err := json.Unmarshal(line, &reply); err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	if reply.Error != nil {
+		return fmt.Errorf("%s: %d %s", method, reply.Error.Code, reply.Error.Message)
+	}
+	return nil
+}
+
+// requestLine sends a request and returns its reply line, undecoded.
+func (s *server) requestLine(ctx context.Context, method string, params any) ([]byte, error) {
 	id := s.nextID.Add(1)
 	ch := make(chan []byte, 1)
 	s.mu.Lock()
@@ -264,19 +296,6 @@ func (s *server) request(ctx context.Context, method string, params, result any)
 	}
 	select {
 	case line := <-ch:
-		reply := struct {
-			Result any `json:"result"`
-			Error  *struct {
-				Code    int    `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}{Result: result}
-		if err := json.Unmarshal(line, &reply); err != nil {
-			return nil, fmt.Errorf("%s: %w", method, err)
-		}
-		if reply.Error != nil {
-			return nil, fmt.Errorf("%s: %d %s", method, reply.Error.Code, reply.Error.Message)
-		}
 		return line, nil
 	case <-s.readDone:
 		s.mu.Lock()
@@ -312,14 +331,23 @@ func (s *server) close() error {
 }
 
 // call invokes a tool and decodes its reply's structured content into
-// out, in one pass over the reply: the text copy is scanned, not decoded.
+// out, in one pass over it: in the layout the server writes, the text
+// copy is skipped with a search for its closing quote, and only the
+// structured content is decoded; any other reply is decoded whole, its
+// text copy scanned, not decoded.
 func (s *server) call(ctx context.Context, name string, args, out any) error {
+	line, err := s.requestLine(ctx, "tools/call", map[string]any{"name": name, "arguments": args})
+	if err != nil {
+		return err
+	}
+	if sc, ok := structuredOf(line); ok && json.Unmarshal(sc, out) == nil {
+		return nil
+	}
 	res := struct {
 		StructuredContent any  `json:"structuredContent"`
 		IsError           bool `json:"isError"`
 	}{StructuredContent: out}
-	line, err := s.request(ctx, "tools/call", map[string]any{"name": name, "arguments": args}, &res)
-	if err != nil {
+	if err := decodeReply("tools/call", line, &res); err != nil {
 		return err
 	}
 	if res.IsError {
@@ -337,6 +365,45 @@ func (s *server) call(ctx context.Context, name string, args, out any) error {
 		return fmt.Errorf("%s failed", name)
 	}
 	return nil
+}
+
+// structuredOf is a successful tools/call reply's structured content, when
+// the reply has the layout the server writes (intent 0011): the id, one
+// text block, then the structured content as the result's last member.
+// The text block, the same JSON as a string, is passed over by looking
+// for its closing quote (a quote after an even run of backslashes) rather
+// than decoded: for a page of events it is half the reply, and decoding
+// it was most of what the harness spent on the two cores it shares with
+// the server.
+func structuredOf(line []byte) ([]byte, bool) {
+	const head = `"result":{"content":[{"type":"text","text":"`
+	const mid = `}],"structuredContent":`
+	i := bytes.Index(line[:min(len(line), 96)], []byte(head))
+	if i < 0 {
+		return nil, false
+	}
+	rest := line[i+len(head):]
+	for j := 0; ; {
+		k := bytes.IndexByte(rest[j:], '"')
+		if k < 0 {
+			return nil, false
+		}
+		k += j
+		escapes := 0
+		for m := k - 1; m >= 0 && rest[m] == '\\'; m-- {
+			escapes++
+		}
+		if escapes%2 == 0 {
+			rest = rest[k+1:]
+			break
+		}
+		j = k + 1
+	}
+	rest, ok := bytes.CutPrefix(rest, []byte(mid))
+	if !ok {
+		return nil, false
+	}
+	return bytes.CutSuffix(bytes.TrimRight(rest, "\r\n"), []byte("}}"))
 }
 
 type taskReply struct {
@@ -419,6 +486,7 @@ type rawPage struct {
 	Events  json.RawMessage `json:"events"`
 	Cursor  int64           `json:"cursor"`
 	HasMore bool            `json:"has_more"`
+	Status  string          `json:"status"`
 }
 
 func (s *server) events(ctx context.Context, id string, after int64, limit int, types ...string) (page, error) {
@@ -499,4 +567,30 @@ func memoryOf(pid int) (rss, peak int64, err error) {
 func floodPrompt(n, every int) string {
 	b, _ := json.Marshal(map[string]any{"steps": []any{map[string]any{"flood": fakeagent.Flood{N: n, ToolCallUpdateEvery: every}}}})
 	return string(b)
+}
+
+// TestStructuredOf: the structured content is found past a text block
+// with escaped quotes and backslashes, and a reply of another layout is
+// left to the full decode.
+func TestStructuredOf(t *testing.T) {
+	page := `{"events":[{"text":"a \"q\" \\ b\\"}],"cursor":2}`
+	text, err := json.Marshal(page)
+	require.NoError(t, err)
+	line := `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":` + string(text) + `}],"structuredContent":` + page + "}}\n"
+	got, ok := structuredOf([]byte(line))
+	require.True(t, ok)
+	assert.Equal(t, page, string(got))
+	for name, other := range map[string]string{
+		"an error":       `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"x"}],"isError":true}}` + "\n",
+		"no text block":  `{"jsonrpc":"2.0","id":7,"result":{"structuredContent":{}}}` + "\n",
+		"text unclosed":  `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"x\"}]}}` + "\n",
+		"a member after": `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"{}"}],"structuredContent":{},"_meta":{}}}` + "\n",
+	} {
+		sc, ok := structuredOf([]byte(other))
+		if ok {
+			// The only layout it may accept is one whose tail does not
+			// decode: call then decodes the reply whole.
+			assert.Error(t, json.Unmarshal(sc, new(any)), name)
+		}
+	}
 }

@@ -102,8 +102,10 @@
 // across I/O or a Sink call. The package-level children.mu guards the set of
 // pids whose cmd.Wait has not returned; it is held across cmd.Start (so a
 // child cannot become a zombie the reaper sees before it is registered) and by
-// the reaper across one /proc scan. Those two are the only I/O done under a
-// lock, and they exist to order the two against each other.
+// the reaper across the reaping of one zombie its scan found (the stat of
+// that pid read again, then wait4); the scan itself runs without it. Those
+// two are the only I/O done under a lock, and they exist to order the two
+// against each other.
 //
 // The package is POSIX only; the subreaper is Linux only (elsewhere
 // Config.Subreaper is ignored with a warning).

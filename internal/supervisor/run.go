@@ -73,6 +73,7 @@ func (r *run) converse(ctx context.Context) {
 
 func (r *run) wait() {
 	defer close(r.waitDone)
+	pollExit(r.pid)
 	r.cmd.Wait() // the outcome is in ProcessState; the error repeats it
 	r.state = r.cmd.ProcessState
 	// Only now may the reaper (or wait4 on the group) touch this pid.
@@ -85,7 +86,10 @@ func (r *run) wait() {
 // coordinator closes our read end.
 func (r *run) readStderr() {
 	defer close(r.stderrDone)
-	br := bufio.NewReaderSize(r.stderr, 64<<10)
+	// 4 KiB: stderr is a trickle for most agents, and a buffer per live
+	// agent is heap the collector paces itself to (intent 0008); a long
+	// line is assembled in line either way.
+	br := bufio.NewReaderSize(r.stderr, stderrRead)
 	var line []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
@@ -123,6 +127,10 @@ func (r *run) readStderr() {
 		}
 	}
 }
+
+// stderrRead is the stderr reader's buffer; MaxStderrPiece is a multiple
+// of it.
+const stderrRead = 4 << 10
 
 // maxStderrLine bounds how much of one stderr line is held before it is
 // delivered: a longer line arrives as several lines of pieces.

@@ -11,7 +11,7 @@ import (
 // it stays small enough to page even when the line is all control bytes:
 // under 1 MiB, so that the whole event, seq, type, time and part count
 // included, fits the ledger's 1 MiB bound on one event, and a multiple of
-// the reader's 64 KiB buffer, so that a section of an endless line
+// the reader's 4 KiB buffer (stderrRead), so that a section of an endless line
 // (maxStderrLine) is a whole number of pieces.
 const MaxStderrPiece = 1<<20 - 64<<10
 

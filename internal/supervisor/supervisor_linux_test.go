@@ -1,11 +1,13 @@
 package supervisor
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -74,4 +76,52 @@ func TestHasChildrenFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("children: none=%v running=%v zombie=%v reaped=%v", none, running, zombie, hasChildren())
+}
+
+// TestPollExit: pollExit returns once the child has exited, leaving its
+// status to cmd.Wait, for many children waited on at once.
+func TestPollExit(t *testing.T) {
+	const n = 16
+	type child struct {
+		cmd   *exec.Cmd
+		stdin interface{ Close() error }
+		done  chan struct{}
+	}
+	var children []child
+	for range n {
+		cmd := exec.Command("/bin/sh", "-c", "read x; exit 3")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := child{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		go func() {
+			defer close(c.done)
+			pollExit(cmd.Process.Pid)
+		}()
+		children = append(children, c)
+	}
+	for _, c := range children {
+		select {
+		case <-c.done:
+			t.Fatalf("pollExit returned while %d runs", c.cmd.Process.Pid)
+		default:
+		}
+		c.stdin.Close() // the child reads EOF and exits
+	}
+	for _, c := range children {
+		select {
+		case <-c.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("pollExit did not return after %d exited", c.cmd.Process.Pid)
+		}
+		err := c.cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Fatalf("cmd.Wait after pollExit: %v, want exit status 3", err)
+		}
+	}
 }
