@@ -45,7 +45,7 @@ check: lint test
 ## and it fails at the end when a part missed a target
 bench: bench-bin acpx
 	@failed=""; \
-	./bin/symm-bench -harness -server $(BIN) -agent bin/fake-acp-agent -acpx "$(ACPX_DIR)/node_modules/acpx/dist/cli.js" || failed="$$failed harness"; \
+	./bin/symm-bench -harness -server $(BIN) -agent bin/fake-acp-agent -acpx "$(ACPX_DIR)/node_modules/acpx/dist/cli.js" -natscluster bin/natscluster || failed="$$failed harness"; \
 	./scripts/webview-e2e.sh bench || failed="$$failed live-view"; \
 	if [ -n "$$failed" ]; then echo "bench: missed a target or failed:$$failed" >&2; exit 1; fi
 
@@ -63,6 +63,7 @@ bench-scale: bench-bin
 bench-bin: build
 	$(GO) build -o bin/fake-acp-agent ./internal/acpsession/fakeagent/cmd/fake-acp-agent
 	$(GO) test -c -o bin/symm-bench ./internal/bench
+	$(GO) build -o bin/natscluster ./internal/jetstream/testdata/natscluster
 
 ## acpx: the peer make bench sets the large turn beside, pinned (with its
 ## dependencies) by internal/bench/testdata/acpx, installed with npm into

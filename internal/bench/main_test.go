@@ -25,10 +25,11 @@ var (
 	serverBin = flag.String("server", "bin/symm-mcp", "the server binary")
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
 	acpxCLI   = flag.String("acpx", "", "acpx "+acpxVersion+"'s CLI script (node_modules/acpx/dist/cli.js), the peer the large turn is set beside")
+	natsBin   = flag.String("natscluster", "bin/natscluster", "the loopback NATS cluster helper (internal/jetstream/testdata/natscluster) the cluster rows run on")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
 	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale 10 min)")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup; with -scale limits, live, spawns, finished); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -40,6 +41,7 @@ func TestMain(m *testing.M) {
 		debug.SetGCPercent(400)
 		cfg := fullScale()
 		cfg.server, cfg.agent, cfg.acpx, cfg.reps, cfg.scale = *serverBin, *agentBin, *acpxCLI, *reps, *scale
+		cfg.natscluster = *natsBin
 		if *only != "" {
 			cfg.only = strings.Split(*only, ",")
 		}
@@ -59,6 +61,7 @@ func TestMain(m *testing.M) {
 type config struct {
 	server, agent string
 	acpx          string // the peer's CLI script, run with node
+	natscluster   string // the NATS cluster helper's binary
 
 	only  []string // measurements to run; nil: all
 	scale bool     // the scale runs instead of the others
@@ -80,6 +83,7 @@ type config struct {
 	restartEvents int // events in it
 	worktreeFiles int // files of the repository worktrees are made of
 	fleet         int // tasks of one spawn_tasks call
+	clusterEvents int // events timed from one host to the other
 
 	// The scale runs.
 	live         int // slowly streaming tasks at once
@@ -96,7 +100,7 @@ func fullScale() config {
 		streams: 64, streamUpdates: 20_000,
 		bigLog: 1_000_000, smallLog: 100, pageSamples: 31,
 		smallTasks: 20_000, worktreeFiles: 10_000, fleet: 64,
-		restartTasks: 10_000, restartEvents: 1_000_000,
+		restartTasks: 10_000, restartEvents: 1_000_000, clusterEvents: 200,
 		live: 1000, liveProbes: 400, spawnCalls: 200, spawnCallers: 8, finished: 100_000,
 	}
 }
@@ -134,6 +138,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"worktree", measureWorktree},
 		{"fleet", measureFleet},
 		{"followup", measureFollowUp},
+		{"cluster", measureCluster},
 	}
 	if cfg.scale {
 		steps = []struct {
@@ -222,8 +227,10 @@ func TestHarness(t *testing.T) {
 		reps: 1, execSamples: 3, spawnSamples: 3, ledger: 10, turn: 2000, every: 10, wakeSamples: 2,
 		streams: 4, streamUpdates: 500, bigLog: 2000, smallLog: 100, pageSamples: 3,
 		smallTasks: 200, restartTasks: 20, restartEvents: 2000, worktreeFiles: 300, fleet: 8,
+		clusterEvents: 20, natscluster: filepath.Join(dir, "natscluster"),
 	}
-	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent"} {
+	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent",
+		cfg.natscluster: "./internal/jetstream/testdata/natscluster"} {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
 		cmd.Dir = root
 		b, err := cmd.CombinedOutput()
@@ -236,7 +243,7 @@ func TestHarness(t *testing.T) {
 		cfg.acpx = cli
 	} else {
 		t.Log("acpx is not installed (make acpx): the peer rows are left out")
-		cfg.only = []string{"start", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup"}
+		cfg.only = []string{"start", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
 		names = nil
 	}
 	var out, log strings.Builder
@@ -248,7 +255,8 @@ func TestHarness(t *testing.T) {
 		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",
-		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process") {
+		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process",
+		"cluster: event on b → get_events on a", "cluster: wait_tasks on a wakes", "cluster: 2k turn on b, paged in from a") {
 		assert.Contains(t, out.String(), name)
 	}
 
