@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -65,6 +66,66 @@ func CheckURLs(urls []string, credsFile, caFile string) error {
 	return nil
 }
 
+// secure reports whether a connection has both TLS on every URL and
+// credentials: then a node's advertised addresses are followed as the
+// given ones are (the certificate and the credentials hold on them too).
+func secure(urls []string, credsFile, caFile string) bool {
+	if credsFile == "" {
+		return false
+	}
+	if caFile != "" {
+		return true
+	}
+	for _, raw := range urls {
+		if u, err := url.Parse(raw); err != nil || u.Scheme != "tls" {
+			return false
+		}
+	}
+	return true
+}
+
+// OffLoopbackError is an address off loopback that a connection without
+// TLS and credentials was about to dial: one a node advertised.
+type OffLoopbackError struct{ Address string }
+
+func (e *OffLoopbackError) Error() string {
+	return fmt.Sprintf("not dialling NATS node %s, which the cluster advertised: %v", e.Address, ErrInsecureURL)
+}
+
+func (e *OffLoopbackError) Unwrap() error { return ErrInsecureURL }
+
+// loopbackDialer dials loopback addresses only, for a connection that has
+// not both TLS and credentials.
+type loopbackDialer struct {
+	log  *slog.Logger
+	dial func(network, address string) (net.Conn, error)
+
+	mu     sync.Mutex
+	warned map[string]bool // addresses refused, each logged once
+}
+
+func (d *loopbackDialer) Dial(network, address string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	if isLoopback(host) {
+		return d.dial(network, address)
+	}
+	err = &OffLoopbackError{Address: address}
+	d.mu.Lock()
+	first := !d.warned[address]
+	if d.warned == nil {
+		d.warned = map[string]bool{}
+	}
+	d.warned[address] = true
+	d.mu.Unlock()
+	if first {
+		d.log.Warn("nats: refused an advertised node", "err", err)
+	}
+	return nil, err
+}
+
 func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
@@ -107,6 +168,14 @@ func Dial(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 			o.Logger.Warn("nats: disconnected", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { o.Logger.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	}
+	if !secure(o.URLs, o.CredsFile, o.CAFile) {
+		// The nodes tell a client the addresses of the others (INFO
+		// connect_urls), and a reconnect follows them: the URLs passed
+		// CheckURLs on loopback, so must every address dialled. Names are
+		// not looked up here, so the guard sees what is dialled.
+		opts = append(opts, nats.SetCustomDialer(&loopbackDialer{log: o.Logger, dial: (&net.Dialer{Timeout: dialWait}).Dial}),
+			nats.SkipHostLookup())
 	}
 	if o.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
