@@ -28,7 +28,7 @@ var (
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
 	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale 10 min)")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup; with -scale limits, live, spawns, finished); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 		debug.SetGCPercent(400)
 		cfg := fullScale()
 		cfg.server, cfg.agent, cfg.acpx, cfg.reps, cfg.scale = *serverBin, *agentBin, *acpxCLI, *reps, *scale
+		cfg.natscluster = *natsClusterBin
 		if *only != "" {
 			cfg.only = strings.Split(*only, ",")
 		}
@@ -59,6 +60,7 @@ func TestMain(m *testing.M) {
 type config struct {
 	server, agent string
 	acpx          string // the peer's CLI script, run with node
+	natscluster   string // the loopback NATS cluster of the cluster rows
 
 	only  []string // measurements to run; nil: all
 	scale bool     // the scale runs instead of the others
@@ -134,6 +136,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"worktree", measureWorktree},
 		{"fleet", measureFleet},
 		{"followup", measureFollowUp},
+		{"cluster", measureCluster},
 	}
 	if cfg.scale {
 		steps = []struct {
@@ -223,7 +226,9 @@ func TestHarness(t *testing.T) {
 		streams: 4, streamUpdates: 500, bigLog: 2000, smallLog: 100, pageSamples: 3,
 		smallTasks: 200, restartTasks: 20, restartEvents: 2000, worktreeFiles: 300, fleet: 8,
 	}
-	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent"} {
+	cfg.natscluster = filepath.Join(dir, "natscluster")
+	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent",
+		cfg.natscluster: "./internal/jetstream/testdata/natscluster"} {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
 		cmd.Dir = root
 		b, err := cmd.CombinedOutput()
@@ -236,7 +241,7 @@ func TestHarness(t *testing.T) {
 		cfg.acpx = cli
 	} else {
 		t.Log("acpx is not installed (make acpx): the peer rows are left out")
-		cfg.only = []string{"start", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup"}
+		cfg.only = []string{"start", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
 		names = nil
 	}
 	var out, log strings.Builder
@@ -248,7 +253,8 @@ func TestHarness(t *testing.T) {
 		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",
-		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process") {
+		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process",
+		"spawn_task(host=B) from A") {
 		assert.Contains(t, out.String(), name)
 	}
 
