@@ -205,21 +205,35 @@ func (d *Dispatcher) Dispatch(ctx context.Context, host, taskID string, body []b
 	msg.Header.Set(jetstream.MsgIDHeader, taskID)
 	msg.Header.Set(replyHeader, d.inbox+"."+taskID)
 	msg.Data = body
-	if _, err := d.c.js.PublishMsg(ctx, msg); err != nil {
+	// The stream's acknowledgement is not waited for before the reply:
+	// the host takes the spawn as soon as the stream stored it, and its
+	// reply usually comes after the acknowledgement anyway. A refusal of
+	// the stream ends the wait.
+	ack, err := d.c.js.PublishMsgAsync(msg)
+	if err != nil {
 		return nil, fmt.Errorf("handing the task to host %s: %w", host, err)
 	}
 	wait := time.NewTimer(d.opts.ClaimWait)
 	defer wait.Stop()
-	select {
-	case b := <-ch:
-		return b, nil
-	case <-wait.C:
-	case <-ctx.Done():
+	acked := ack.Ok()
+	for done := false; !done; {
+		select {
+		case b := <-ch:
+			return b, nil
+		case <-acked:
+			acked = nil
+		case err := <-ack.Err():
+			return nil, fmt.Errorf("handing the task to host %s: %w", host, err)
+		case <-wait.C:
+			done = true
+		case <-ctx.Done():
+			done = true
+		}
 	}
 	// Withdraw, unless the host claimed it first.
 	octx, cancel := opContext()
 	defer cancel()
-	_, err := d.claims.Create(octx, taskID, []byte(claimWithdrawn))
+	_, err = d.claims.Create(octx, taskID, []byte(claimWithdrawn))
 	switch {
 	case err == nil:
 		if ctx.Err() != nil {
