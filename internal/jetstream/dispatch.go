@@ -122,6 +122,9 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 	claims, err := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: ClaimsBucket, History: 1, TTL: claimsTTL, Storage: jetstream.FileStorage, Replicas: c.replicas,
 	})
+	if err == nil {
+		err = bucketReady(ctx, claims)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's claims bucket: %w", err)
 	}
@@ -148,6 +151,28 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 		return nil, fmt.Errorf("subscribing to dispatch replies: %w", err)
 	}
 	return d, nil
+}
+
+// bucketReady waits until a bucket just made answers: its stream's leader
+// is elected a moment after the create returns, and a request before
+// that finds no responder.
+func bucketReady(ctx context.Context, kv jetstream.KeyValue) error {
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		_, err := kv.Get(ctx, "ready-probe")
+		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
 }
 
 func (d *Dispatcher) replied(m *nats.Msg) {

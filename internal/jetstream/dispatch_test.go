@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -28,7 +29,16 @@ func (c *testCluster) dispatcher(t *testing.T, node int, host string, o Dispatch
 	defer cancel()
 	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(node), Name: host})
 	require.NoError(t, err)
-	h, err := JoinHosts(ctx, cl, HostsOptions{Name: host, ID: "id-" + host})
+	// A hosts bucket just made may not answer yet (no leader elected):
+	// the join is tried again until it does.
+	var h *Hosts
+	for {
+		h, err = JoinHosts(ctx, cl, HostsOptions{Name: host, ID: "id-" + host})
+		if !errors.Is(err, nats.ErrNoResponders) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // a leader's election, not a condition we can wait on
+	}
 	require.NoError(t, err)
 	o.Host = host
 	d, err := OpenDispatch(ctx, cl, o)
