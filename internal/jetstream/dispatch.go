@@ -112,18 +112,27 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if _, err := c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	stream, err := c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: DispatchStream, Subjects: []string{DispatchSubject + ">"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: c.replicas,
 		MaxAge: dispatchMaxAge, Duplicates: 2 * time.Minute,
-	}); err != nil {
+	})
+	if err == nil {
+		err = untilAnswered(ctx, func() error { _, err := stream.Info(ctx); return err })
+	}
+	if err != nil {
 		return nil, fmt.Errorf("the cluster's dispatch stream: %w", err)
 	}
 	claims, err := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: ClaimsBucket, History: 1, TTL: claimsTTL, Storage: jetstream.FileStorage, Replicas: c.replicas,
 	})
 	if err == nil {
-		err = bucketReady(ctx, claims)
+		err = untilAnswered(ctx, func() error {
+			if _, err := claims.Get(ctx, "ready-probe"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return err
+			}
+			return nil
+		})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's claims bucket: %w", err)
@@ -153,15 +162,12 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 	return d, nil
 }
 
-// bucketReady waits until a bucket just made answers: its stream's leader
-// is elected a moment after the create returns, and a request before
-// that finds no responder.
-func bucketReady(ctx context.Context, kv jetstream.KeyValue) error {
+// untilAnswered waits until a stream or bucket just made answers ask: its
+// leader is elected a moment after the create returns, and a request
+// before that finds no responder.
+func untilAnswered(ctx context.Context, ask func() error) error {
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		_, err := kv.Get(ctx, "ready-probe")
-		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil
-		}
+		err := ask()
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return err
 		}
@@ -255,9 +261,18 @@ func (d *Dispatcher) Dispatch(ctx context.Context, host, taskID string, body []b
 			done = true
 		}
 	}
-	// Withdraw, unless the host claimed it first.
 	octx, cancel := opContext()
 	defer cancel()
+	if acked != nil {
+		// A spawn the stream never stored is not withdrawn: it failed.
+		select {
+		case <-acked:
+		case err := <-ack.Err():
+			return nil, fmt.Errorf("handing the task to host %s: %w", host, err)
+		case <-octx.Done():
+		}
+	}
+	// Withdraw, unless the host claimed it first.
 	_, err = d.claims.Create(octx, taskID, []byte(claimWithdrawn))
 	switch {
 	case err == nil:

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,6 +42,9 @@ func (c *testCluster) dispatcher(t *testing.T, node int, host string, o Dispatch
 	}
 	require.NoError(t, err)
 	o.Host = host
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	d, err := OpenDispatch(ctx, cl, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close(); h.Close(); cl.Close() })
