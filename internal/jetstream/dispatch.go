@@ -314,6 +314,13 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 	if err != nil {
 		return fmt.Errorf("the dispatch consumer of host %s: %w", d.opts.Host, err)
 	}
+	// A consumer just made answers once its leader is elected; consuming
+	// before that delivers only after the client's retries.
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := untilAnswered(ictx, func() error { _, err := cons.Info(ictx); return err }); err != nil {
+		d.log.Warn("dispatch: the consumer does not answer yet", "host", d.opts.Host, "err", err)
+	}
+	cancel()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.ctx.Err() != nil {
@@ -330,7 +337,9 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 			defer d.wg.Done()
 			d.take(m, handle)
 		}()
-	})
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		d.log.Warn("dispatch: consuming", "host", d.opts.Host, "err", err)
+	}))
 	if err != nil {
 		return fmt.Errorf("consuming the spawns of host %s: %w", d.opts.Host, err)
 	}

@@ -91,8 +91,10 @@ func consumerDone(t *testing.T, cl *Cluster, host string) {
 // the same task handed again is dropped as a duplicate (its message id).
 func TestDispatchHandedToHost(t *testing.T) {
 	c := startCluster(t, 3)
-	a := c.dispatcher(t, 0, "a", DispatchOptions{ClaimWait: 2 * time.Second, RunWait: 500 * time.Millisecond})
+	a := c.dispatcher(t, 0, "a", DispatchOptions{ClaimWait: clusterWait})
 	b := c.dispatcher(t, 1, "b", DispatchOptions{})
+	// A second daemon on A's node that gives up soon, for the duplicate.
+	a2 := c.dispatcher(t, 0, "a2", DispatchOptions{ClaimWait: 300 * time.Millisecond, RunWait: 300 * time.Millisecond})
 	b.serve(t, "b")
 	ctx := context.Background()
 
@@ -103,13 +105,15 @@ func TestDispatchHandedToHost(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, live)
 
+	began := time.Now()
 	got, err := a.d.Dispatch(ctx, "b", "t1", []byte("spawn"))
 	require.NoError(t, err)
+	t.Logf("the first spawn handed to b answered in %v", time.Since(began))
 	assert.Equal(t, "ran t1 on b: spawn", string(got))
 
 	// Again with the same id: the stream drops it within its duplicate
 	// window; B claimed t1, so A cannot withdraw it and gets no reply.
-	_, err = a.d.Dispatch(ctx, "b", "t1", []byte("spawn"))
+	_, err = a2.d.Dispatch(ctx, "b", "t1", []byte("spawn"))
 	assert.ErrorIs(t, err, ErrNoReply)
 	assert.Equal(t, []string{"t1"}, b.runs())
 
