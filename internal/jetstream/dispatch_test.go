@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,7 @@ type dispatchMember struct {
 	ran []string
 }
 
-func (c *testCluster) dispatcher(t *testing.T, node int, host string, o DispatchOptions) *dispatchMember {
+func (c *testCluster) dispatcher(t testing.TB, node int, host string, o DispatchOptions) *dispatchMember {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
@@ -53,7 +54,7 @@ func (c *testCluster) dispatcher(t *testing.T, node int, host string, o Dispatch
 
 // serve takes the spawns handed to the member; each answers "ran <id> on
 // <host>".
-func (m *dispatchMember) serve(t *testing.T, host string) {
+func (m *dispatchMember) serve(t testing.TB, host string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
@@ -194,4 +195,23 @@ func TestDispatchQueuedBeforeHostServes(t *testing.T) {
 		t.Fatal("the queued spawn was not delivered")
 	}
 	assert.Equal(t, []string{"t1"}, b.runs())
+}
+
+// BenchmarkClusterDispatch hands spawns from A to B on 3 loopback nodes,
+// B answering at once: the hand-off's own cost (the claim included), the
+// part of spawn_task(host=B) that a local spawn does not pay.
+func BenchmarkClusterDispatch(b *testing.B) {
+	c := startCluster(b, 3)
+	discard := DispatchOptions{Logger: slog.New(slog.DiscardHandler)}
+	a := c.dispatcher(b, 0, "a", discard)
+	host := c.dispatcher(b, 1, "b", discard)
+	host.serve(b, "b")
+	ctx := context.Background()
+	i := 0
+	for b.Loop() {
+		if _, err := a.d.Dispatch(ctx, "b", fmt.Sprint("bench-", i), nil); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
 }
