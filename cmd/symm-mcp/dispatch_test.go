@@ -66,8 +66,15 @@ func TestClusterDispatch(t *testing.T) {
 	assert.Equal(t, "b", got["host"])
 	assert.Equal(t, "succeeded", got["status"])
 	assert.Equal(t, ws, got["workspace"])
-	evA := sa.call(t, "get_events", map[string]any{"task_id": id})
+	// B's events, read from A. A's ledger follows the records and the
+	// events apart: the terminal record can be served a moment before the
+	// last batch, so A's copy is waited for.
 	evB := db.front(t).call(t, "get_events", map[string]any{"task_id": id})
+	evA := sa.call(t, "get_events", map[string]any{"task_id": id})
+	for deadline := time.Now().Add(30 * time.Second); len(evA["events"].([]any)) < len(evB["events"].([]any)) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // polling a read that has no wait of its own
+		evA = sa.call(t, "get_events", map[string]any{"task_id": id})
+	}
 	assert.Equal(t, evB["events"], evA["events"], "B's events, read from A")
 	require.Eventually(t, func() bool { _, err := os.Stat(marker); return err == nil }, 30*time.Second, 10*time.Millisecond,
 		"A makes the marker of the task it handed out")
