@@ -97,6 +97,10 @@ func TestClusterDispatch(t *testing.T) {
 	assert.Equal(t, "failed", failed["status"], "%v", failed)
 	assert.Equal(t, "b", failed["host"])
 	errs := sa.call(t, "get_events", map[string]any{"task_id": failed["task_id"], "event_types": []string{"error"}})
+	for deadline := time.Now().Add(30 * time.Second); len(errs["events"].([]any)) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // A follows B's batches a moment after its record
+		errs = sa.call(t, "get_events", map[string]any{"task_id": failed["task_id"], "event_types": []string{"error"}})
+	}
 	assert.Len(t, errs["events"], 1, "one error event, read from A")
 
 	// Without host, and with A's own name, A runs it.
