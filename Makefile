@@ -62,8 +62,8 @@ bench-scale: bench-bin
 
 bench-bin: build
 	$(GO) build -o bin/fake-acp-agent ./internal/acpsession/fakeagent/cmd/fake-acp-agent
-	$(GO) test -c -o bin/symm-bench ./internal/bench
 	$(GO) build -o bin/natscluster ./internal/jetstream/testdata/natscluster
+	$(GO) test -c -o bin/symm-bench ./internal/bench
 
 ## acpx: the peer make bench sets the large turn beside, pinned (with its
 ## dependencies) by internal/bench/testdata/acpx, installed with npm into

@@ -151,6 +151,7 @@ type clusterLedger struct {
 	cl     *jetstream.Cluster
 	led    *jetstream.Ledger
 	hosts  *jetstream.Hosts
+	disp   *jetstream.Dispatcher // spawns handed to other hosts and to this one
 	svc    atomic.Pointer[task.Service]
 	host   string
 	id     string
@@ -199,7 +200,41 @@ func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
 		return err
 	}
 	x.hosts = h
+	x.disp, err = jetstream.OpenDispatch(ctx, x.cl, jetstream.DispatchOptions{Host: x.host, Logger: log})
+	if err != nil {
+		h.Close()
+		x.hosts = nil
+		return err
+	}
 	return nil
+}
+
+// serveDispatch starts taking the spawns other hosts hand to this one,
+// once Recover has ended what a previous daemon left live: a spawn queued
+// meanwhile waits in the stream.
+func (x *clusterLedger) serveDispatch(svc *task.Service) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerOpenWait)
+	defer cancel()
+	return x.disp.Serve(ctx, svc.HandleDispatch)
+}
+
+// Live and Dispatch are the service's task.Dispatcher.
+func (x *clusterLedger) Live(ctx context.Context, host string) (bool, error) {
+	if x.disp == nil {
+		return false, nil
+	}
+	return x.disp.Live(ctx, host)
+}
+
+func (x *clusterLedger) Dispatch(ctx context.Context, host, taskID string, body []byte) ([]byte, error) {
+	if x.disp == nil {
+		return nil, fmt.Errorf("host %s: %w (this daemon has not joined the cluster yet)", host, task.ErrNotTaken)
+	}
+	b, err := x.disp.Dispatch(ctx, host, taskID, body)
+	if errors.Is(err, jetstream.ErrWithdrawn) {
+		err = fmt.Errorf("%w: %w", task.ErrNotTaken, err)
+	}
+	return b, err
 }
 
 func (x *clusterLedger) info(svc *task.Service) ledger.Host {
@@ -216,6 +251,9 @@ func (x *clusterLedger) ListHosts(ctx context.Context) ([]ledger.Host, error) {
 
 // close takes the host out, then closes the ledger and the connection.
 func (x *clusterLedger) close() {
+	if x.disp != nil {
+		x.disp.Close()
+	}
 	if x.hosts != nil {
 		x.hosts.Close()
 	}

@@ -110,11 +110,18 @@ type clusterDaemon struct {
 // exit is what it exits with when it does not get ready.
 func serveNATS(t *testing.T, d *shared, urls []string, host string) (*clusterDaemon, string, int) {
 	t.Helper()
+	return serveNATSWith(t, d, urls, host, "--no-notify")
+}
+
+// serveNATSWith is serveNATS with other flags than --no-notify.
+func serveNATSWith(t *testing.T, d *shared, urls []string, host string, flags ...string) (*clusterDaemon, string, int) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	defer r.Close()
-	cmd := exec.Command(binary, "serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
-		"--nats", strings.Join(urls, ","), "--host", host, fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))
+	args := append([]string{"serve", "--socket", d.socket, "--state-dir", d.state}, flags...)
+	cmd := exec.Command(binary, append(args,
+		"--nats", strings.Join(urls, ","), "--host", host, fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))...)
 	cmd.Env = append(os.Environ(), d.env...)
 	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr

@@ -275,6 +275,14 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	if len(recovered.Ended) > 0 {
 		log.Warn("tasks live when the previous daemon stopped are ended failed", "tasks", recovered.Ended)
 	}
+	if cluster != nil {
+		if err := cluster.serveDispatch(svc); err != nil {
+			closeLedger()
+			d.Close()
+			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
+			return 1
+		}
+	}
 	tasks.svc, tasks.closeLedger = svc, closeLedger
 	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", ledgerName, "tasks", recovered.Tasks, "version", version)
 	if u := d.HTTPURL(); u != "" {

@@ -406,14 +406,18 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 	}
 	markers := notify.Open(notify.Config{Base: o.notifyDir, Disabled: o.noNotify, Logger: log})
 	sup := supervisor.New(supervisor.Config{Env: env.all, Logger: log, Subreaper: true, Groups: groups})
-	svc := task.New(task.Config{
+	cfg := task.Config{
 		Store: led, Agents: agents.Default(), Supervisor: sup, Markers: markers,
 		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: buildVersion(),
 		Getenv:       func(k string) string { return envValue(env.all, k) },
 		WorktreeRoot: worktreeRoot(o, log),
 		Host:         host, Hosts: hosts,
-	})
-	return svc, markers, nil
+	}
+	// On a cluster the hosts' view also hands spawns to other hosts.
+	if d, ok := hosts.(task.Dispatcher); ok {
+		cfg.Dispatcher = d
+	}
+	return task.New(cfg), markers, nil
 }
 
 // worktreeRoot is where isolation="worktree" puts worktrees: under the

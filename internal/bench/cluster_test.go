@@ -81,12 +81,16 @@ type clusterHost struct {
 	s *server
 }
 
-func (e *env) clusterHost(ctx context.Context, c *natsCluster, name string) (*clusterHost, error) {
+// clusterHost starts host name's daemon, connected first to node first
+// of the cluster (each host to another node).
+func (e *env) clusterHost(ctx context.Context, c *natsCluster, name string, first int) (*clusterHost, error) {
 	socket, state, err := e.daemonPaths()
 	if err != nil {
 		return nil, err
 	}
-	d, err := e.serve(ctx, socket, state, "--nats", c.urls, "--host", name)
+	urls := strings.Split(c.urls, ",")
+	first %= len(urls)
+	d, err := e.serve(ctx, socket, state, "--nats", strings.Join(append(urls[first:], urls[:first]...), ","), "--host", name)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +104,7 @@ func (e *env) clusterHost(ctx context.Context, c *natsCluster, name string) (*cl
 
 func (h *clusterHost) close() error { return errors.Join(h.s.close(), h.d.stop()) }
 
-// measureCluster: an event written on b until get_events on a returns it;
+// measureCluster: spawn_task(host=b) called on a; an event written on b until get_events on a returns it;
 // wait_tasks on a waking after b's turn ended; the large turn run on b and
 // paged in from a beside the same turn on a single daemon's durable
 // ledger, interleaved.
@@ -110,17 +114,20 @@ func measureCluster(ctx context.Context, e *env, t *table) (err error) {
 		return err
 	}
 	defer c.close()
-	a, err := e.clusterHost(ctx, c, "a")
+	a, err := e.clusterHost(ctx, c, "a", 0)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, a.close()) }()
-	b, err := e.clusterHost(ctx, c, "b")
+	b, err := e.clusterHost(ctx, c, "b", 1)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, b.close()) }()
 
+	if err := clusterSpawn(ctx, e, t, a.s); err != nil {
+		return fmt.Errorf("spawn on another host: %w", err)
+	}
 	if err := clusterEvents(ctx, e, t, a.s, b.s); err != nil {
 		return fmt.Errorf("event visibility: %w", err)
 	}
@@ -282,5 +289,46 @@ func clusterTurn(ctx context.Context, e *env, t *table, a, b *clusterHost) error
 	t.check(fmt.Sprintf("cluster: %dk turn on b, paged in from a", e.cfg.turn/1000), ms(rm),
 		fmt.Sprintf("%s of one daemon's durable ledger, %s (spawn → every event paged in; %d each, interleaved)", ratio(x), ms(lm), len(remote)),
 		"≤ 3× durable", x <= 3)
+	return nil
+}
+
+// clusterSpawn times spawn_task(host=b) called on a: the spawn handed to b
+// through the cluster, created and started there, and b's record back,
+// each task waited for before the next; a spawn on a itself interleaved,
+// beside it.
+func clusterSpawn(ctx context.Context, e *env, t *table, a *server) error {
+	var took, local []time.Duration
+	for i := range 2*e.cfg.spawnSamples + 2 {
+		host := map[bool]string{true: "b", false: "a"}[i%2 == 0]
+		began := time.Now()
+		var tr taskReply
+		err := a.call(ctx, "spawn_task", map[string]any{"agent": agentName, "prompt": "hello", "workspace": e.workspace, "host": host}, &tr)
+		d := time.Since(began)
+		if err != nil {
+			return err
+		}
+		if tr.Status != "running" {
+			return fmt.Errorf("a task spawned on %s is %s: %s", host, tr.Status, tr.Error)
+		}
+		switch {
+		case i < 2: // the first of each: b's consumer delivers for the first time
+		case host == "b":
+			took = append(took, d)
+		default:
+			local = append(local, d)
+		}
+		done, err := a.waitAll(ctx, []string{tr.TaskID})
+		if err != nil {
+			return err
+		}
+		if done[0].Status != "succeeded" {
+			return fmt.Errorf("the task on %s: %s: %s", host, done[0].Status, done[0].Error)
+		}
+	}
+	m := median(took)
+	t.check("spawn_task(host=b) from a → reply, median", ms(m),
+		fmt.Sprintf("the spawn handed to b, started there, its record back on a; median of %d (a spawn on a itself, interleaved: %s)",
+			len(took), ms(median(local))),
+		"≤ 20 ms", m <= 20*time.Millisecond)
 	return nil
 }

@@ -256,7 +256,8 @@ func TestHarness(t *testing.T) {
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",
 		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process",
-		"cluster: event on b → get_events on a", "cluster: wait_tasks on a wakes", "cluster: 2k turn on b, paged in from a") {
+		"cluster: event on b → get_events on a", "cluster: wait_tasks on a wakes", "cluster: 2k turn on b, paged in from a",
+		"spawn_task(host=b) from a") {
 		assert.Contains(t, out.String(), name)
 	}
 

@@ -41,6 +41,12 @@ type spawnArgs struct {
 	spawnAsk
 	spawnRetry
 	spawnKeep
+	spawnHost
+}
+
+// spawnHost is spawn_task's host on a cluster (intent 0028, phase 2).
+type spawnHost struct {
+	Host string `json:"host,omitempty" jsonschema:"the host to run on, as list_hosts names it (serve --nats: another host's daemon runs the task, and workspace is a path there); omitted: this daemon"`
 }
 
 // spawnKeep is spawn_task's keep-alive for follow-ups (send_task).
@@ -101,6 +107,7 @@ func (a spawnArgs) request() task.SpawnRequest {
 		Isolation:      task.Isolation(a.Isolation), BaseRef: a.BaseRef,
 		KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS,
 		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS,
+		Host: a.Host,
 	}
 }
 

@@ -65,6 +65,9 @@ func (s *Service) LedgerChanged(id string) {
 	r := s.runs[id]
 	s.mu.Unlock()
 	if r == nil {
+		if s.handed.has(id) {
+			s.handedChanged(id)
+		}
 		return
 	}
 	if st, err := s.cfg.Store.Status(id); err != nil || !st.Terminal() {

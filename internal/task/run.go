@@ -88,6 +88,9 @@ type taskRun struct {
 	keep      time.Duration
 	fu        *followUp
 	turnEnded bool
+	// handed: another host handed the task to this one, and makes its
+	// marker (dispatch.go); set before the run is known to others.
+	handed bool
 	// live is the digest of a task that runs, accumulated as its events
 	// are recorded; nil once its end is recorded (the ledger holds it).
 	live *liveDigest
@@ -207,7 +210,7 @@ func (r *taskRun) finished() {
 	s.mu.Unlock()
 	// During shutdown the marker directory is about to be removed: no
 	// marker appears for tasks ended by the shutdown.
-	if s.cfg.Markers != nil && !shutting {
+	if s.cfg.Markers != nil && !shutting && !r.handed {
 		if err := s.cfg.Markers.Touch(r.id); err != nil {
 			s.log.Warn("completion marker", "task", r.id, "err", err)
 		}

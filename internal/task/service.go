@@ -155,9 +155,12 @@ type Config struct {
 	// one machine.
 	Host string
 	// Hosts answers list_hosts (nil: no host is listed).
-	Hosts  Hosts
-	Logger *slog.Logger
-	Now    func() time.Time
+	Hosts Hosts
+	// Dispatcher hands spawn_task(host=NAME) to another host's daemon
+	// (dispatch.go); nil without a cluster.
+	Dispatcher Dispatcher
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Service is the TaskService. Its methods are safe for concurrent use.
@@ -183,6 +186,8 @@ type Service struct {
 	changed  chan struct{}          // closed and replaced whenever a task ends or a question opens or closes
 	asks     map[string]*pendingAsk // open permission questions, by key (ask.go)
 	askSeq   uint64
+	// handed are the tasks this daemon handed to other hosts (dispatch.go).
+	handed handedOut
 }
 
 // New returns a Service.
@@ -232,6 +237,9 @@ type SpawnRequest struct {
 	Ask         []string
 	AskTimeoutS *int
 	Asker       permission.Asker
+	// Host names the host that runs the task, as list_hosts names it
+	// ("": this daemon; dispatch.go).
+	Host string
 }
 
 func (s *Service) workspace(ws string) (string, error) {
@@ -255,6 +263,9 @@ func (s *Service) workspace(ws string) (string, error) {
 // process runs (or failed to start); the rest happens in the background.
 // Cancelling ctx bounds only the start itself.
 func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage, error) {
+	if s.remote(req) {
+		return s.spawnOn(ctx, req)
+	}
 	p, err := s.prepare(req)
 	if err != nil {
 		return nil, err
@@ -270,10 +281,28 @@ type spawnPlan struct {
 	areq    agents.Request
 	ws      string
 	keep    time.Duration
+	// id, notifyPath and handed are a spawn another host handed to this
+	// one (HandleDispatch): the id and marker path it chose; no marker is
+	// made here. id "" is a new one.
+	id, notifyPath string
+	handed         bool
 }
 
 // prepare checks a spawn request without side effects.
 func (s *Service) prepare(req SpawnRequest) (spawnPlan, error) {
+	p, err := s.check(req)
+	if err != nil {
+		return spawnPlan{}, err
+	}
+	if p.ws, err = s.workspace(req.Workspace); err != nil {
+		return spawnPlan{}, err
+	}
+	return p, nil
+}
+
+// check is prepare without the workspace: what a spawn on another host
+// checks here (its workspace is a path there).
+func (s *Service) check(req SpawnRequest) (spawnPlan, error) {
 	adapter, ok := s.cfg.Agents.Lookup(req.Agent)
 	if !ok {
 		return spawnPlan{}, errorf(UnknownAgent, "no agent named %q (registered: %s)", req.Agent, strings.Join(s.cfg.Agents.Names(), ", "))
@@ -311,11 +340,7 @@ func (s *Service) prepare(req SpawnRequest) (spawnPlan, error) {
 	if err != nil {
 		return spawnPlan{}, err
 	}
-	ws, err := s.workspace(req.Workspace)
-	if err != nil {
-		return spawnPlan{}, err
-	}
-	return spawnPlan{req: req, adapter: adapter, areq: areq, ws: ws, keep: keep}, nil
+	return spawnPlan{req: req, adapter: adapter, areq: areq, keep: keep}, nil
 }
 
 // start creates the task of a checked request and starts its agent.
@@ -325,7 +350,10 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	if req.IdempotencyKey != "" {
 		digest = argumentsDigest(req, ws)
 	}
-	id := uuid.NewString()
+	id := p.id
+	if id == "" {
+		id = uuid.NewString()
+	}
 	wt, err := s.createWorktree(ctx, req, ws, id)
 	if err != nil {
 		return nil, err
@@ -334,14 +362,14 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	if wt != nil {
 		cwd = wt.Workdir
 	}
-	notifyPath := ""
-	if s.cfg.Markers != nil {
+	notifyPath := p.notifyPath
+	if s.cfg.Markers != nil && !p.handed {
 		notifyPath = s.cfg.Markers.Path(id)
 	}
 	startCtx, cancelStart := context.WithCancel(ctx)
 	defer cancelStart()
 	r := newTaskRun(s, id, cancelStart)
-	r.wt, r.keep = wt, p.keep
+	r.wt, r.keep, r.handed = wt, p.keep, p.handed
 	r.chain.live = r
 	if _, err := s.cfg.Store.Create(ledger.NewTask{
 		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,

@@ -1,0 +1,240 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
+	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/notify"
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+)
+
+// sharedStore is one store written by two services, the way a cluster's
+// ledger is shared: every write of the host's service tells the other one,
+// as the follower of a cluster ledger does.
+type sharedStore struct {
+	*store.Store
+	mu      sync.Mutex
+	changed func(id string)
+}
+
+func (s *sharedStore) tell(id string) {
+	s.mu.Lock()
+	f := s.changed
+	s.mu.Unlock()
+	if f != nil {
+		f(id)
+	}
+}
+
+func (s *sharedStore) Create(n ledger.NewTask, now time.Time) (ledger.Task, error) {
+	t, err := s.Store.Create(n, now)
+	s.tell(n.ID)
+	return t, err
+}
+
+func (s *sharedStore) Transition(id string, to ledger.Status, now time.Time, edits ...ledger.Edit) (ledger.Task, error) {
+	t, err := s.Store.Transition(id, to, now, edits...)
+	s.tell(id)
+	return t, err
+}
+
+// loopDispatcher hands spawns straight to another service's
+// HandleDispatch; the hosts it knows are live.
+type loopDispatcher struct {
+	hosts   map[string]*Service
+	notTake bool
+}
+
+func (d *loopDispatcher) Live(_ context.Context, host string) (bool, error) {
+	return d.hosts[host] != nil, nil
+}
+
+func (d *loopDispatcher) Dispatch(ctx context.Context, host, id string, body []byte) ([]byte, error) {
+	if d.notTake {
+		return nil, fmt.Errorf("host %s: %w", host, ErrNotTaken)
+	}
+	return d.hosts[host].HandleDispatch(ctx, id, body), nil
+}
+
+type dispatchRig struct {
+	a, b       *Service
+	ma, mb     *notify.Markers
+	dispatcher *loopDispatcher
+	binB       string
+}
+
+// newDispatchRig makes services a and b over one store, each its own
+// markers; b's PATH has the fake agent under every executable name but
+// codex's.
+func newDispatchRig(t *testing.T) *dispatchRig {
+	t.Helper()
+	shared := &sharedStore{Store: store.New()}
+	r := &dispatchRig{dispatcher: &loopDispatcher{hosts: map[string]*Service{}}}
+	adapters := append(agents.DefaultAdapters(), fakeAdapter)
+	mk := func(host string, with func(*Config)) (*Service, *notify.Markers) {
+		bin := t.TempDir()
+		for _, a := range adapters {
+			if host == "b" && a.Executable == "codex-acp" {
+				continue
+			}
+			require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
+		}
+		env := append(withoutEnv(os.Environ(), "PATH", fakeagent.ConfigEnv), "PATH="+bin)
+		sup := supervisor.New(supervisor.Config{Env: env, Timeouts: agentTimeouts, Subreaper: true})
+		uid := os.Geteuid()
+		m := notify.Open(notify.Config{Base: filepath.Join(t.TempDir(), "markers"), UID: &uid})
+		cfg := Config{
+			Store: shared, Agents: agents.NewRegistry(adapters...), Supervisor: sup, Markers: m,
+			Workspace: t.TempDir(), Host: host, Getenv: func(k string) string { return lookupEnv(env, k) },
+		}
+		if with != nil {
+			with(&cfg)
+		}
+		s := New(cfg)
+		t.Cleanup(func() {
+			require.NoError(t, s.Shutdown(context.Background()))
+			_ = m.Close()
+		})
+		return s, m
+	}
+	r.a, r.ma = mk("a", func(c *Config) { c.Dispatcher = r.dispatcher })
+	r.b, r.mb = mk("b", nil)
+	r.dispatcher.hosts["b"] = r.b
+	shared.changed = func(id string) { r.a.LedgerChanged(id) }
+	return r
+}
+
+func (r *dispatchRig) waitA(t *testing.T, id string) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		res, err := r.a.Wait(ctx, []string{id}, MaxWait)
+		require.NoError(t, err, "task %s did not finish", id)
+		if res.Reason == "terminal" {
+			b, err := r.a.Task(id)
+			require.NoError(t, err)
+			return decode(t, b)
+		}
+	}
+}
+
+// A spawn on b from a runs on b (the record says host b), under a's
+// marker path; a makes the marker once the task ends, b makes none. Many
+// at once, each marked.
+func TestDispatchSpawnOnOtherHost(t *testing.T) {
+	r := newDispatchRig(t)
+	ws := agentWorkspace(t, nil)
+	var wg sync.WaitGroup
+	ids := make([]string, 8)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := r.a.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "b"})
+			if !assert.NoError(t, err) {
+				return
+			}
+			rec := decode(t, b)
+			assert.Equal(t, "b", rec["host"])
+			assert.Equal(t, r.ma.Path(rec["task_id"].(string)), rec["notify_path"], "the marker is the dispatcher's")
+			ids[i] = rec["task_id"].(string)
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		require.NotEmpty(t, id)
+		assert.Equal(t, "succeeded", r.waitA(t, id)["status"])
+		require.Eventually(t, func() bool { _, err := os.Stat(r.ma.Path(id)); return err == nil }, 30*time.Second, 5*time.Millisecond, "a's marker")
+		_, err := os.Stat(r.mb.Path(id))
+		assert.ErrorIs(t, err, os.ErrNotExist, "b makes no marker for a task handed to it")
+	}
+	assert.Zero(t, r.a.LiveTasks(), "a runs none of them")
+}
+
+// The refusals of a spawn on another host: an unknown host, ask (its
+// questions would go through the other daemon), a workspace the host does
+// not have, a host that does not take it; an executable the host lacks is
+// a failed task, as a local start failure.
+func TestDispatchRefusals(t *testing.T) {
+	r := newDispatchRig(t)
+	ws := agentWorkspace(t, nil)
+	req := SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "nowhere"}
+	var te *Error
+
+	_, err := r.a.Spawn(context.Background(), req)
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Contains(t, te.Message, `"nowhere"`)
+
+	req.Host, req.Ask = "b", []string{"edit"}
+	_, err = r.a.Spawn(context.Background(), req)
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Contains(t, te.Message, "ask does not go with host b")
+
+	req.Ask, req.Workspace = nil, filepath.Join(ws, "missing")
+	_, err = r.a.Spawn(context.Background(), req)
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Contains(t, te.Message, req.Workspace)
+
+	req.Workspace = ws
+	req.Agent = "codex"
+	b, err := r.a.Spawn(context.Background(), req)
+	require.NoError(t, err)
+	rec := decode(t, b)
+	assert.Equal(t, "failed", rec["status"])
+	assert.Equal(t, "b", rec["host"])
+	p, err := r.a.Events(EventsRequest{TaskID: rec["task_id"].(string), EventTypes: []string{"error"}})
+	require.NoError(t, err)
+	assert.Len(t, p.Events, 1)
+	require.Eventually(t, func() bool { _, err := os.Stat(r.ma.Path(rec["task_id"].(string))); return err == nil }, 30*time.Second, 5*time.Millisecond,
+		"a's marker of a task that failed at once")
+
+	req.Agent = "fake"
+	r.dispatcher.notTake = true
+	_, err = r.a.Spawn(context.Background(), req)
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Contains(t, te.Message, "host b did not take the task")
+	assert.False(t, errors.Is(err, ErrNotTaken), "the caller sees a tool error")
+}
+
+// Without a cluster, host may name only the one host list_hosts names.
+func TestSpawnHostWithoutCluster(t *testing.T) {
+	r := newAgentRig(t, agentRigOptions{})
+	r.svc.cfg.Hosts = oneHostList{"m"}
+	ws := agentWorkspace(t, nil)
+	b, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "m"})
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", r.wait(t, decode(t, b)["task_id"].(string))["status"])
+	_, err = r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: "p", Workspace: ws, Host: "x"})
+	var te *Error
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Contains(t, te.Message, `"x"`)
+}
+
+type oneHostList []string
+
+func (h oneHostList) ListHosts(context.Context) ([]ledger.Host, error) {
+	var out []ledger.Host
+	for _, n := range h {
+		out = append(out, ledger.Host{Name: n})
+	}
+	return out, nil
+}
