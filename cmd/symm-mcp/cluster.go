@@ -155,6 +155,11 @@ type clusterLedger struct {
 	host   string
 	id     string
 	agents []ledger.HostAgent
+	// keys decide idempotency keys across daemons; lost is cancelled with
+	// a *jetstream.NameLostError when another daemon takes the name over.
+	keys *jetstream.Keys
+	lost context.Context
+	lose context.CancelCauseFunc
 }
 
 func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.Logger) (*clusterLedger, error) {
@@ -171,6 +176,11 @@ func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.
 		return nil, err
 	}
 	x := &clusterLedger{cl: cl, host: c.host, id: id, agents: agentsOnPath(env)}
+	x.lost, x.lose = context.WithCancelCause(context.Background())
+	if x.keys, err = jetstream.OpenKeys(ctx, cl, jetstream.KeysOptions{Host: c.host}); err != nil {
+		cl.Close()
+		return nil, err
+	}
 	x.led, err = jetstream.OpenCluster(ctx, cl, c.host, jetstream.Options{Logger: log, OnChange: func(id string) {
 		if s := x.svc.Load(); s != nil {
 			s.LedgerChanged(id)
@@ -193,7 +203,8 @@ func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
 	defer cancel()
 	h, err := jetstream.JoinHosts(ctx, x.cl, jetstream.HostsOptions{
 		Name: x.host, ID: x.id, Ledger: x.led, Logger: log,
-		Info: func() ledger.Host { return x.info(svc) },
+		Info:   func() ledger.Host { return x.info(svc) },
+		OnLost: func(err *jetstream.NameLostError) { x.lose(err) },
 	})
 	if err != nil {
 		return err
@@ -214,6 +225,15 @@ func (x *clusterLedger) ListHosts(ctx context.Context) ([]ledger.Host, error) {
 	return x.hosts.List(ctx)
 }
 
+// lostName is the *jetstream.NameLostError that stopped the heartbeat,
+// or nil.
+func (x *clusterLedger) lostName() error {
+	if x == nil || x.lost.Err() == nil {
+		return nil
+	}
+	return context.Cause(x.lost)
+}
+
 // close takes the host out, then closes the ledger and the connection.
 func (x *clusterLedger) close() {
 	if x.hosts != nil {
@@ -221,6 +241,7 @@ func (x *clusterLedger) close() {
 	}
 	x.led.Close()
 	x.cl.Close()
+	x.lose(nil)
 }
 
 // oneHost is list_hosts without a cluster: the machine this server runs
