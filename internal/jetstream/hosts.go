@@ -228,15 +228,17 @@ func (h *Hosts) run(ctx context.Context) {
 // anyone else (another daemon took the name over, even one with our
 // identity) means the name is lost: false, and the heartbeat stops.
 func (h *Hosts) beat(ctx context.Context) bool {
+	v := h.value()
 	octx, cancel := context.WithTimeout(ctx, h.opts.Every)
 	defer cancel()
 	h.mu.Lock()
 	rev := h.rev
 	h.mu.Unlock()
-	v := h.value()
 	nrev, err := h.kv.Update(octx, h.opts.Name, v, rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		nrev, err = h.reclaim(octx, v)
+		rctx, rcancel := opContext()
+		nrev, err = h.reclaim(rctx, v, rev)
+		rcancel()
 	}
 	var lost *NameLostError
 	if errors.As(err, &lost) {
@@ -266,23 +268,29 @@ func (h *Hosts) beat(ctx context.Context) bool {
 	return true
 }
 
-// reclaim follows a heartbeat refused by its revision: the entry expired
-// (Create it again), is one we sent whose ack was lost (carry on from its
-// revision), or another daemon's (*NameLostError).
-func (h *Hosts) reclaim(ctx context.Context, v []byte) (uint64, error) {
+// reclaim follows a heartbeat refused by its revision rev: the entry
+// expired (Create it again), is one we sent whose ack was lost (carry on
+// from its revision), or another daemon's (*NameLostError). Reads may
+// come from a replica behind the leader: an entry no newer than rev is
+// ours, and the next beat decides.
+func (h *Hosts) reclaim(ctx context.Context, v []byte, rev uint64) (uint64, error) {
 	e, err := h.kv.Get(ctx, h.opts.Name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		rev, err := h.kv.Create(ctx, h.opts.Name, v)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return 0, h.lostTo(ctx)
-		}
-		if err == nil {
+		nrev, cerr := h.kv.Create(ctx, h.opts.Name, v)
+		if cerr == nil {
 			h.log.Warn("hosts: our entry had expired; the name is claimed again", "host", h.opts.Name)
+			return nrev, nil
 		}
-		return rev, err
+		if !errors.Is(cerr, jetstream.ErrKeyExists) {
+			return 0, cerr
+		}
+		e, err = h.kv.Get(ctx, h.opts.Name) // the entry that refused the Create
 	}
 	if err != nil {
 		return 0, err
+	}
+	if e.Revision() <= rev {
+		return 0, fmt.Errorf("hosts: read revision %d, ours is %d: a replica behind", e.Revision(), rev)
 	}
 	h.mu.Lock()
 	mine := slices.ContainsFunc(h.sent, func(s []byte) bool { return string(s) == string(e.Value()) })
@@ -290,19 +298,12 @@ func (h *Hosts) reclaim(ctx context.Context, v []byte) (uint64, error) {
 	if mine {
 		return h.kv.Update(ctx, h.opts.Name, v, e.Revision())
 	}
-	return 0, h.lostTo(ctx)
-}
-
-// lostTo is the *NameLostError naming the entry's holder.
-func (h *Hosts) lostTo(ctx context.Context) error {
 	lost := &NameLostError{Name: h.opts.Name}
-	if e, err := h.kv.Get(ctx, h.opts.Name); err == nil {
-		var b beat
-		if json.Unmarshal(e.Value(), &b) == nil {
-			lost.By = b.ID
-		}
+	var b beat
+	if json.Unmarshal(e.Value(), &b) == nil {
+		lost.By = b.ID
 	}
-	return lost
+	return 0, lost
 }
 
 // List returns the live hosts, by name. A host is live while its entry
@@ -347,7 +348,9 @@ func (h *Hosts) observe(host string, rev uint64, stamped time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s, ok := h.seen[host]
-	if !ok || s.rev != rev {
+	// Only a newer revision is a change: a read from a replica behind
+	// the leader can return an older one.
+	if !ok || rev > s.rev {
 		s = hostSeen{rev: rev, at: now, stamped: stamped}
 		h.seen[host] = s
 	}

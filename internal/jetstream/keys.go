@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,9 +44,20 @@ type KeysOptions struct {
 type Keys struct {
 	kv   jetstream.KeyValue
 	opts KeysOptions
+
+	mu sync.Mutex
+	// mine are the revisions of this daemon's claims not yet created or
+	// released: Created and Release write on them, never on a read that
+	// a replica behind the leader may answer.
+	mine map[string]heldClaim
 }
 
 // keyClaim is an entry of the keys bucket.
+type heldClaim struct {
+	rev   uint64
+	claim keyClaim
+}
+
 type keyClaim struct {
 	TaskID string `json:"task_id"`
 	Digest string `json:"arguments_sha256"`
@@ -78,7 +90,7 @@ func OpenKeys(ctx context.Context, c *Cluster, o KeysOptions) (*Keys, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's idempotency keys bucket: %w", err)
 	}
-	return &Keys{kv: kv, opts: o}, nil
+	return &Keys{kv: kv, opts: o, mine: map[string]heldClaim{}}, nil
 }
 
 // bucketKey is the entry's name: a key may hold any UTF-8, which a KV key
@@ -96,49 +108,55 @@ func bucketKey(key string) string {
 // over by a compare-and-set on its revision: of several retries, one wins.
 func (k *Keys) Claim(ctx context.Context, key, taskID, digest string) error {
 	name := bucketKey(key)
-	v, _ := json.Marshal(keyClaim{TaskID: taskID, Digest: digest, Host: k.opts.Host})
+	mine := keyClaim{TaskID: taskID, Digest: digest, Host: k.opts.Host}
+	v, _ := json.Marshal(mine)
 	var (
 		seenRev uint64
 		seenAt  time.Time
 	)
 	for {
-		_, err := k.kv.Create(ctx, name, v)
+		rev, err := k.kv.Create(ctx, name, v)
 		if err == nil {
+			k.hold(name, rev, mine)
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("claiming idempotency key: %w", err)
 		}
 		e, err := k.kv.Get(ctx, name)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // released meanwhile
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			// Released meanwhile, or read from a replica behind the one
+			// that refused the Create: try again after a pause.
+		case err != nil:
 			return fmt.Errorf("reading idempotency key: %w", err)
-		}
-		var c keyClaim
-		if err := json.Unmarshal(e.Value(), &c); err != nil {
-			return fmt.Errorf("reading idempotency key: %w", err)
-		}
-		if c.Created || c.TaskID == taskID {
-			if c.TaskID == taskID {
+		default:
+			var c keyClaim
+			if err := json.Unmarshal(e.Value(), &c); err != nil {
+				return fmt.Errorf("reading idempotency key: %w", err)
+			}
+			if c.TaskID == taskID { // ours, the Create's ack lost
+				k.hold(name, e.Revision(), c)
 				return nil
 			}
-			return &ledger.KeyTakenError{Key: key, TaskID: c.TaskID, Digest: c.Digest}
-		}
-		now := k.opts.Now()
-		if e.Revision() != seenRev {
-			seenRev, seenAt = e.Revision(), now
-		}
-		if now.Sub(seenAt) >= k.opts.Wait {
-			_, err := k.kv.Update(ctx, name, v, e.Revision())
-			if err == nil {
-				return nil
+			if c.Created {
+				return &ledger.KeyTakenError{Key: key, TaskID: c.TaskID, Digest: c.Digest}
 			}
-			if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				return fmt.Errorf("taking over idempotency key: %w", err)
+			now := k.opts.Now()
+			if e.Revision() > seenRev {
+				seenRev, seenAt = e.Revision(), now
 			}
-			continue // another retry took it, or the holder marked it
+			if now.Sub(seenAt) >= k.opts.Wait {
+				rev, err := k.kv.Update(ctx, name, v, e.Revision())
+				if err == nil {
+					k.hold(name, rev, mine)
+					return nil
+				}
+				if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+					return fmt.Errorf("taking over idempotency key: %w", err)
+				}
+				continue // another retry took it, or the holder marked it
+			}
 		}
 		t := time.NewTimer(k.opts.Poll)
 		select {
@@ -150,41 +168,48 @@ func (k *Keys) Claim(ctx context.Context, key, taskID, digest string) error {
 	}
 }
 
-// Created marks the claim of key by taskID as created: its task record
-// exists. A claim taken over meanwhile (this daemon was slower than Wait)
-// is an error: the key is the other task's.
+func (k *Keys) hold(name string, rev uint64, c keyClaim) {
+	k.mu.Lock()
+	k.mine[name] = heldClaim{rev: rev, claim: c}
+	k.mu.Unlock()
+}
+
+// held takes this daemon's claim of name out of mine.
+func (k *Keys) held(name, taskID string) (heldClaim, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h, ok := k.mine[name]
+	if !ok || h.claim.TaskID != taskID {
+		return heldClaim{}, false
+	}
+	delete(k.mine, name)
+	return h, true
+}
+
+// Created marks the claim of key by taskID as created (a compare-and-set
+// on the claim's revision): its task record exists. A claim taken over
+// meanwhile (this daemon was slower than Wait) is an error: the key is
+// the other task's.
 func (k *Keys) Created(ctx context.Context, key, taskID string) error {
 	name := bucketKey(key)
-	e, err := k.kv.Get(ctx, name)
-	if err != nil {
-		return fmt.Errorf("marking idempotency key: %w", err)
+	h, ok := k.held(name, taskID)
+	if !ok {
+		return fmt.Errorf("marking idempotency key: task %s holds no claim of it here", taskID)
 	}
-	var c keyClaim
-	if err := json.Unmarshal(e.Value(), &c); err != nil || c.TaskID != taskID {
-		return fmt.Errorf("marking idempotency key: claimed by task %s meanwhile", c.TaskID)
-	}
-	if c.Created {
-		return nil
-	}
-	c.Created = true
-	v, _ := json.Marshal(c)
-	if _, err := k.kv.Update(ctx, name, v, e.Revision()); err != nil {
-		return fmt.Errorf("marking idempotency key: %w", err)
+	h.claim.Created = true
+	v, _ := json.Marshal(h.claim)
+	if _, err := k.kv.Update(ctx, name, v, h.rev); err != nil {
+		return fmt.Errorf("marking idempotency key of task %s: %w", taskID, err)
 	}
 	return nil
 }
 
 // Release takes out taskID's claim of key, whose task was not created,
-// so that a retry need not wait for it. A claim of another task is left.
+// so that a retry need not wait for it; a claim taken over meanwhile is
+// left.
 func (k *Keys) Release(ctx context.Context, key, taskID string) {
 	name := bucketKey(key)
-	e, err := k.kv.Get(ctx, name)
-	if err != nil {
-		return
+	if h, ok := k.held(name, taskID); ok {
+		_ = k.kv.Delete(ctx, name, jetstream.LastRevision(h.rev))
 	}
-	var c keyClaim
-	if json.Unmarshal(e.Value(), &c) != nil || c.TaskID != taskID || c.Created {
-		return
-	}
-	_ = k.kv.Delete(ctx, name, jetstream.LastRevision(e.Revision()))
 }
