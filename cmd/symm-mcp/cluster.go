@@ -228,10 +228,11 @@ func (x *clusterLedger) ListHosts(ctx context.Context) ([]ledger.Host, error) {
 // lostName is the *jetstream.NameLostError that stopped the heartbeat,
 // or nil.
 func (x *clusterLedger) lostName() error {
-	if x == nil || x.lost.Err() == nil {
-		return nil
+	var lost *jetstream.NameLostError
+	if x == nil || !errors.As(context.Cause(x.lost), &lost) {
+		return nil // close cancels it too, with no loss
 	}
-	return context.Cause(x.lost)
+	return lost
 }
 
 // close takes the host out, then closes the ledger and the connection.
