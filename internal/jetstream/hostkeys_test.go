@@ -167,6 +167,9 @@ func TestClusterSilenceJudgedByRevisionNotClock(t *testing.T) {
 	runTask(t, b.l, "t1", 3)
 	_, err = b.l.Events("t1", ledger.Query{Limit: 1})
 	require.NoError(t, err)
+	for _, m := range []*member{a, cc} {
+		m.await(t, "B's task", statusIs(m.l, "t1", ledger.Running))
+	}
 	kv := hostsKV(t, b)
 	_, rev0 := holder(kv, "b")
 	// While B beats (25 more revisions, 5 s, longer than the judges'

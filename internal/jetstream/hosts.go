@@ -319,8 +319,13 @@ func (h *Hosts) List(ctx context.Context) ([]ledger.Host, error) {
 	var out []ledger.Host
 	for k := range keys.Keys() {
 		e, err := h.kv.Get(ctx, k)
-		if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // expired since
+		}
+		if err != nil {
+			// Not judged: a host whose entry could not be read is not
+			// gone (the sweep ends the tasks of hosts not listed).
+			return nil, fmt.Errorf("reading host %s: %w", k, err)
 		}
 		if !h.observe(k, e.Revision(), e.Created()) {
 			continue
@@ -335,6 +340,10 @@ func (h *Hosts) List(ctx context.Context) ([]ledger.Host, error) {
 			b.Host.Agents = []ledger.HostAgent{}
 		}
 		out = append(out, b.Host)
+	}
+	if err := ctx.Err(); err != nil {
+		// The key list ends early, with no error, when ctx does.
+		return nil, fmt.Errorf("listing hosts: %w", err)
 	}
 	slices.SortFunc(out, func(a, b ledger.Host) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -365,7 +374,7 @@ func (h *Hosts) sweep(ctx context.Context) {
 	if h.opts.Ledger == nil {
 		return
 	}
-	octx, cancel := context.WithTimeout(ctx, h.opts.Every)
+	octx, cancel := context.WithTimeout(ctx, max(h.opts.Every, BeatEvery))
 	defer cancel()
 	hosts, err := h.List(octx)
 	if err != nil {
