@@ -156,6 +156,11 @@ type clusterLedger struct {
 	host   string
 	id     string
 	agents []ledger.HostAgent
+	// keys decide idempotency keys across daemons; lost is cancelled with
+	// a *jetstream.NameLostError when another daemon takes the name over.
+	keys *jetstream.Keys
+	lost context.Context
+	lose context.CancelCauseFunc
 }
 
 func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.Logger) (*clusterLedger, error) {
@@ -172,6 +177,11 @@ func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.
 		return nil, err
 	}
 	x := &clusterLedger{cl: cl, host: c.host, id: id, agents: agentsOnPath(env)}
+	x.lost, x.lose = context.WithCancelCause(context.Background())
+	if x.keys, err = jetstream.OpenKeys(ctx, cl, jetstream.KeysOptions{Host: c.host}); err != nil {
+		cl.Close()
+		return nil, err
+	}
 	x.led, err = jetstream.OpenCluster(ctx, cl, c.host, jetstream.Options{Logger: log, OnChange: func(id string) {
 		if s := x.svc.Load(); s != nil {
 			s.LedgerChanged(id)
@@ -194,7 +204,8 @@ func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
 	defer cancel()
 	h, err := jetstream.JoinHosts(ctx, x.cl, jetstream.HostsOptions{
 		Name: x.host, ID: x.id, Ledger: x.led, Logger: log,
-		Info: func() ledger.Host { return x.info(svc) },
+		Info:   func() ledger.Host { return x.info(svc) },
+		OnLost: func(err *jetstream.NameLostError) { x.lose(err) },
 	})
 	if err != nil {
 		return err
@@ -220,10 +231,10 @@ func (x *clusterLedger) serveDispatch(svc *task.Service) error {
 
 // Live and Dispatch are the service's task.Dispatcher.
 func (x *clusterLedger) Live(ctx context.Context, host string) (bool, error) {
-	if x.disp == nil {
+	if x.hosts == nil {
 		return false, nil
 	}
-	return x.disp.Live(ctx, host)
+	return x.hosts.Live(ctx, host)
 }
 
 func (x *clusterLedger) Dispatch(ctx context.Context, host, taskID string, body []byte) ([]byte, error) {
@@ -249,6 +260,16 @@ func (x *clusterLedger) ListHosts(ctx context.Context) ([]ledger.Host, error) {
 	return x.hosts.List(ctx)
 }
 
+// lostName is the *jetstream.NameLostError that stopped the heartbeat,
+// or nil.
+func (x *clusterLedger) lostName() error {
+	var lost *jetstream.NameLostError
+	if x == nil || !errors.As(context.Cause(x.lost), &lost) {
+		return nil // close cancels it too, with no loss
+	}
+	return lost
+}
+
 // close takes the host out, then closes the ledger and the connection.
 func (x *clusterLedger) close() {
 	if x.disp != nil {
@@ -259,6 +280,7 @@ func (x *clusterLedger) close() {
 	}
 	x.led.Close()
 	x.cl.Close()
+	x.lose(nil)
 }
 
 // oneHost is list_hosts without a cluster: the machine this server runs

@@ -103,7 +103,9 @@ func natsCluster(t *testing.T) []string {
 // socket, state directory and PATH.
 type clusterDaemon struct {
 	*shared
-	cmd *exec.Cmd
+	cmd    *exec.Cmd
+	exited <-chan struct{} // closed once cmd.Wait returned
+	stderr *syncbuf.Buffer
 }
 
 // serveNATS starts serve --nats as host and waits for its readiness;
@@ -143,7 +145,7 @@ func serveNATSWith(t *testing.T, d *shared, urls []string, host string, flags ..
 		<-exited
 		return nil, stderr.String(), cmd.ProcessState.ExitCode()
 	}
-	return &clusterDaemon{shared: d, cmd: cmd}, stderr.String(), 0
+	return &clusterDaemon{shared: d, cmd: cmd, exited: exited, stderr: stderr}, stderr.String(), 0
 }
 
 // TestClusterOfDaemons: two daemons with their own hosts, PATHs and

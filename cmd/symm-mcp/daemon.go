@@ -238,7 +238,11 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	if hub != nil {
 		led = hub.Watch(led)
 	}
-	svc, markers, err := newService(o, env, log, groups, led, cf.host, hosts)
+	var keys task.KeyClaims
+	if cluster != nil {
+		keys = cluster.keys
+	}
+	svc, markers, err := newService(o, env, log, groups, led, cf.host, hosts, keys)
 	if err != nil {
 		closeLedger()
 		d.Close()
@@ -296,7 +300,16 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
+	if cluster != nil {
+		// A name taken over by another daemon stops this one (exit 1).
+		defer context.AfterFunc(cluster.lost, stop)()
+	}
 	if err := d.Serve(ctx); err != nil {
+		return 1
+	}
+	if err := cluster.lostName(); err != nil {
+		log.Error("daemon stopped", "err", err)
+		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 		return 1
 	}
 	log.Info("daemon stopped")

@@ -352,7 +352,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	}
 
 	one := newOneHost(env.all)
-	svc, markers, err := newService(o, env, log, nil, store.New(), "", one)
+	svc, markers, err := newService(o, env, log, nil, store.New(), "", one, nil)
 	if err != nil {
 		log.Error("cannot read the working directory", "err", err)
 		return 1
@@ -396,7 +396,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 // led is its ledger.
 // host is the daemon's host name on a cluster ("" otherwise) and hosts
 // answers list_hosts.
-func newService(o options, env agentEnvironment, log *slog.Logger, groups supervisor.GroupRecord, led task.Ledger, host string, hosts task.Hosts) (*task.Service, *notify.Markers, error) {
+func newService(o options, env agentEnvironment, log *slog.Logger, groups supervisor.GroupRecord, led task.Ledger, host string, hosts task.Hosts, keys task.KeyClaims) (*task.Service, *notify.Markers, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return nil, nil, err
@@ -411,7 +411,7 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: buildVersion(),
 		Getenv:       func(k string) string { return envValue(env.all, k) },
 		WorktreeRoot: worktreeRoot(o, log),
-		Host:         host, Hosts: hosts,
+		Host:         host, Hosts: hosts, Keys: keys,
 	}
 	// On a cluster the hosts' view also hands spawns to other hosts.
 	if d, ok := hosts.(task.Dispatcher); ok {

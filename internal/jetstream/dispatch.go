@@ -70,9 +70,9 @@ type DispatchOptions struct {
 	// Host is this daemon's name: Serve takes the spawns handed to it.
 	Host string
 	// ClaimWait and RunWait are DefaultClaimWait and DefaultRunWait unless
-	// set; Silent is SilentAfter unless set (tests).
-	ClaimWait, RunWait, Silent time.Duration
-	Logger                     *slog.Logger
+	// set (tests).
+	ClaimWait, RunWait time.Duration
+	Logger             *slog.Logger
 }
 
 // Dispatcher hands spawns to other hosts and, once Serve is called, runs
@@ -82,7 +82,6 @@ type Dispatcher struct {
 	opts   DispatchOptions
 	log    *slog.Logger
 	claims jetstream.KeyValue
-	hosts  jetstream.KeyValue
 
 	inbox string // the prefix of our reply subjects: <inbox>.<task id>
 	sub   *nats.Subscription
@@ -105,9 +104,6 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 	}
 	if o.RunWait <= 0 {
 		o.RunWait = DefaultRunWait
-	}
-	if o.Silent <= 0 {
-		o.Silent = SilentAfter
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -137,13 +133,9 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's claims bucket: %w", err)
 	}
-	hosts, err := c.js.KeyValue(ctx, HostsBucket)
-	if err != nil {
-		return nil, fmt.Errorf("the cluster's hosts bucket: %w", err)
-	}
 	hctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
-		c: c, opts: o, log: o.Logger, claims: claims, hosts: hosts,
+		c: c, opts: o, log: o.Logger, claims: claims,
 		inbox: c.nc.NewRespInbox(), waiting: map[string]chan []byte{}, ctx: hctx, cancel: cancel,
 	}
 	// One subscription for every reply, made before any spawn is handed
@@ -190,22 +182,6 @@ func (d *Dispatcher) replied(m *nats.Msg) {
 	if ch != nil {
 		ch <- m.Data // buffered: the waiter may have gone
 	}
-}
-
-// Live reports whether host has a heartbeat younger than the silence
-// bound: only such a host is handed a spawn.
-func (d *Dispatcher) Live(ctx context.Context, host string) (bool, error) {
-	if !validToken(host) {
-		return false, nil
-	}
-	e, err := d.hosts.Get(ctx, host)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading host %s: %w", host, err)
-	}
-	return time.Since(e.Created()) < d.opts.Silent, nil
 }
 
 // validToken is a name that is one subject token and a key: what host

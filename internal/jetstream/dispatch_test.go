@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,6 +20,7 @@ import (
 type dispatchMember struct {
 	cl  *Cluster
 	d   *Dispatcher
+	h   *Hosts
 	mu  sync.Mutex
 	ran []string
 }
@@ -31,16 +31,7 @@ func (c *testCluster) dispatcher(t testing.TB, node int, host string, o Dispatch
 	defer cancel()
 	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(node), Name: host})
 	require.NoError(t, err)
-	// A hosts bucket just made may not answer yet (no leader elected):
-	// the join is tried again until it does.
-	var h *Hosts
-	for {
-		h, err = JoinHosts(ctx, cl, HostsOptions{Name: host, ID: "id-" + host})
-		if !errors.Is(err, nats.ErrNoResponders) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // a leader's election, not a condition we can wait on
-	}
+	h, err := JoinHosts(ctx, cl, HostsOptions{Name: host, ID: "id-" + host})
 	require.NoError(t, err)
 	o.Host = host
 	if o.Logger == nil {
@@ -49,7 +40,7 @@ func (c *testCluster) dispatcher(t testing.TB, node int, host string, o Dispatch
 	d, err := OpenDispatch(ctx, cl, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close(); h.Close(); cl.Close() })
-	return &dispatchMember{cl: cl, d: d}
+	return &dispatchMember{cl: cl, d: d, h: h}
 }
 
 // serve takes the spawns handed to the member; each answers "ran <id> on
@@ -99,10 +90,10 @@ func TestDispatchHandedToHost(t *testing.T) {
 	b.serve(t, "b")
 	ctx := context.Background()
 
-	live, err := a.d.Live(ctx, "b")
+	live, err := a.h.Live(ctx, "b")
 	require.NoError(t, err)
 	assert.True(t, live)
-	live, err = a.d.Live(ctx, "nobody")
+	live, err = a.h.Live(ctx, "nobody")
 	require.NoError(t, err)
 	assert.False(t, live)
 

@@ -42,6 +42,20 @@ func (e *NameTakenError) Error() string {
 		e.Name, e.LastSeen.UTC().Format(ledger.TimeLayout))
 }
 
+// NameLostError is a heartbeat refused because another daemon took the
+// name over (this one was silent past SilentAfter, and its tasks were
+// ended by the others): this daemon is no longer that host, and stops
+// heartbeating.
+type NameLostError struct {
+	Name string
+	// By is the identity that holds the name now ("" if unreadable).
+	By string
+}
+
+func (e *NameLostError) Error() string {
+	return fmt.Sprintf("host name %q was taken over by another daemon while this one was silent (its tasks were ended by the others); this daemon stops", e.Name)
+}
+
 // HostsOptions configure a daemon's place among the hosts.
 type HostsOptions struct {
 	// Name is the host's name; ID the daemon's identity, kept in its state
@@ -55,6 +69,14 @@ type HostsOptions struct {
 	Every, Silent time.Duration
 	// Ledger, when set, ends the live tasks of hosts gone silent.
 	Ledger *Ledger
+	// OnLost is told, once, from the heartbeat's goroutine, that another
+	// daemon took the name over: the heartbeat and the sweeps have
+	// stopped, and the owner should stop this daemon.
+	OnLost func(*NameLostError)
+	// Now is the judge's clock (nil: time.Now). Silence is measured on it
+	// from when a change of an entry's revision was first seen, never
+	// against an entry's timestamp; tests skew it.
+	Now    func() time.Time
 	Logger *slog.Logger
 }
 
@@ -66,8 +88,10 @@ type Hosts struct {
 	log  *slog.Logger
 
 	mu   sync.Mutex
-	rev  uint64               // of our own entry
-	seen map[string]time.Time // the last heartbeat of each host seen
+	rev  uint64              // of our own entry, as last acknowledged
+	sent [][]byte            // heartbeats written since rev whose acks were lost
+	seen map[string]hostSeen // each host's entry as this daemon last saw it change
+	lost bool
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -77,6 +101,15 @@ type Hosts struct {
 type beat struct {
 	ledger.Host
 	ID string `json:"id"`
+}
+
+// hostSeen is the last revision of a host's entry this daemon saw, when
+// it first saw it (on the judge's clock, monotonic under time.Now), and
+// the entry's own timestamp, shown in messages only.
+type hostSeen struct {
+	rev     uint64
+	at      time.Time
+	stamped time.Time
 }
 
 // JoinHosts claims the host name on the cluster and starts the heartbeat.
@@ -92,6 +125,9 @@ func JoinHosts(ctx context.Context, c *Cluster, o HostsOptions) (*Hosts, error) 
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	kv, err := c.js.KeyValue(ctx, HostsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		// An entry is gone after Silent: JetStream expires it.
@@ -105,8 +141,9 @@ func JoinHosts(ctx context.Context, c *Cluster, o HostsOptions) (*Hosts, error) 
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's hosts bucket: %w", err)
 	}
-	h := &Hosts{kv: kv, opts: o, log: o.Logger, seen: map[string]time.Time{}}
-	if err := h.claim(ctx); err != nil {
+	h := &Hosts{kv: kv, opts: o, log: o.Logger, seen: map[string]hostSeen{}}
+	// A bucket just made answers once its leader is elected.
+	if err := untilAnswered(ctx, func() error { return h.claim(ctx) }); err != nil {
 		return nil, err
 	}
 	bctx, cancel := context.WithCancel(context.Background())
@@ -130,8 +167,10 @@ func (h *Hosts) value() []byte {
 	return b
 }
 
-// claim writes the first heartbeat: a new name, ours again, or one whose
-// holder went silent.
+// claim writes the first heartbeat: a new name, or ours again. An entry
+// of another identity is refused while it exists: the bucket's TTL, kept
+// by the servers' clock, takes out the entry of a holder silent for
+// SilentAfter, so no local clock judges another host's age.
 func (h *Hosts) claim(ctx context.Context) error {
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		e, err := h.kv.Get(ctx, h.opts.Name)
@@ -151,7 +190,7 @@ func (h *Hosts) claim(ctx context.Context) error {
 		}
 		var b beat
 		_ = json.Unmarshal(e.Value(), &b)
-		if b.ID != h.opts.ID && time.Since(e.Created()) < h.opts.Silent {
+		if b.ID != h.opts.ID {
 			return &NameTakenError{Name: h.opts.Name, LastSeen: e.Created()}
 		}
 		rev, err := h.kv.Update(ctx, h.opts.Name, h.value(), e.Revision())
@@ -177,27 +216,102 @@ func (h *Hosts) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		h.beat(ctx)
+		if !h.beat(ctx) {
+			return // the name is another daemon's: its judgement is theirs
+		}
 		h.sweep(ctx)
 	}
 }
 
-// beat rewrites our entry. Another daemon taking the name (ours had
-// expired) is logged: this daemon's tasks were ended by then.
-func (h *Hosts) beat(ctx context.Context) {
+// beat rewrites our entry, a compare-and-set on its last revision. A
+// refusal is read: an entry gone (it expired: we were silent, and nobody
+// claimed the name) is claimed again with Create; an entry written by
+// anyone else (another daemon took the name over, even one with our
+// identity) means the name is lost: false, and the heartbeat stops.
+func (h *Hosts) beat(ctx context.Context) bool {
+	v := h.value()
 	octx, cancel := context.WithTimeout(ctx, h.opts.Every)
 	defer cancel()
-	rev, err := h.kv.Put(octx, h.opts.Name, h.value())
+	h.mu.Lock()
+	rev := h.rev
+	h.mu.Unlock()
+	nrev, err := h.kv.Update(octx, h.opts.Name, v, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		rctx, rcancel := opContext()
+		nrev, err = h.reclaim(rctx, v, rev)
+		rcancel()
+	}
+	var lost *NameLostError
+	if errors.As(err, &lost) {
+		h.mu.Lock()
+		h.lost = true
+		h.mu.Unlock()
+		h.log.Error("hosts: the host name was taken over by another daemon", "host", h.opts.Name, "by", lost.By)
+		if h.opts.OnLost != nil {
+			h.opts.OnLost(lost)
+		}
+		return false
+	}
 	if err != nil {
+		// The write may have been stored with its ack lost: a later
+		// refusal compares the entry with what we sent.
+		h.mu.Lock()
+		if len(h.sent) < 8 {
+			h.sent = append(h.sent, v)
+		}
+		h.mu.Unlock()
 		h.log.Warn("hosts: heartbeat not written", "host", h.opts.Name, "err", err)
-		return
+		return true
 	}
 	h.mu.Lock()
-	h.rev = rev
+	h.rev, h.sent = nrev, nil
 	h.mu.Unlock()
+	return true
 }
 
-// List returns the live hosts, by name.
+// reclaim follows a heartbeat refused by its revision rev: the entry
+// expired (Create it again), is one we sent whose ack was lost (carry on
+// from its revision), or another daemon's (*NameLostError). Reads may
+// come from a replica behind the leader: an entry no newer than rev is
+// ours, and the next beat decides.
+func (h *Hosts) reclaim(ctx context.Context, v []byte, rev uint64) (uint64, error) {
+	e, err := h.kv.Get(ctx, h.opts.Name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		nrev, cerr := h.kv.Create(ctx, h.opts.Name, v)
+		if cerr == nil {
+			h.log.Warn("hosts: our entry had expired; the name is claimed again", "host", h.opts.Name)
+			return nrev, nil
+		}
+		if !errors.Is(cerr, jetstream.ErrKeyExists) {
+			return 0, cerr
+		}
+		e, err = h.kv.Get(ctx, h.opts.Name) // the entry that refused the Create
+	}
+	if err != nil {
+		return 0, err
+	}
+	if e.Revision() <= rev {
+		return 0, fmt.Errorf("hosts: read revision %d, ours is %d: a replica behind", e.Revision(), rev)
+	}
+	h.mu.Lock()
+	mine := slices.ContainsFunc(h.sent, func(s []byte) bool { return string(s) == string(e.Value()) })
+	h.mu.Unlock()
+	if mine {
+		return h.kv.Update(ctx, h.opts.Name, v, e.Revision())
+	}
+	lost := &NameLostError{Name: h.opts.Name}
+	var b beat
+	if json.Unmarshal(e.Value(), &b) == nil {
+		lost.By = b.ID
+	}
+	return 0, lost
+}
+
+// List returns the live hosts, by name. A host is live while its entry
+// exists and its revision changed within SilentAfter, as this daemon's
+// own clock measures from when it first saw the change (a host first seen
+// counts from then): hosts' clocks need not agree. It runs at every sweep
+// (each BeatEvery), so a change is seen within one beat.
 func (h *Hosts) List(ctx context.Context) ([]ledger.Host, error) {
 	keys, err := h.kv.ListKeys(ctx)
 	if err != nil {
@@ -206,10 +320,15 @@ func (h *Hosts) List(ctx context.Context) ([]ledger.Host, error) {
 	var out []ledger.Host
 	for k := range keys.Keys() {
 		e, err := h.kv.Get(ctx, k)
-		if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // expired since
 		}
-		if time.Since(e.Created()) >= h.opts.Silent {
+		if err != nil {
+			// Not judged: a host whose entry could not be read is not
+			// gone (the sweep ends the tasks of hosts not listed).
+			return nil, fmt.Errorf("reading host %s: %w", k, err)
+		}
+		if !h.observe(k, e.Revision(), e.Created()) {
 			continue
 		}
 		var b beat
@@ -222,12 +341,50 @@ func (h *Hosts) List(ctx context.Context) ([]ledger.Host, error) {
 			b.Host.Agents = []ledger.HostAgent{}
 		}
 		out = append(out, b.Host)
-		h.mu.Lock()
-		h.seen[k] = e.Created()
-		h.mu.Unlock()
+	}
+	if err := ctx.Err(); err != nil {
+		// The key list ends early, with no error, when ctx does.
+		return nil, fmt.Errorf("listing hosts: %w", err)
 	}
 	slices.SortFunc(out, func(a, b ledger.Host) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// observe records the revision of host's entry and says whether the host
+// is live: its revision changed within Silent of now, on the judge's
+// clock. Our own name is live while we hold it.
+func (h *Hosts) observe(host string, rev uint64, stamped time.Time) bool {
+	now := h.opts.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.seen[host]
+	// Only a newer revision is a change: a read from a replica behind
+	// the leader can return an older one.
+	if !ok || rev > s.rev {
+		s = hostSeen{rev: rev, at: now, stamped: stamped}
+		h.seen[host] = s
+	}
+	if host == h.opts.Name && !h.lost {
+		return true
+	}
+	return now.Sub(s.at) < h.opts.Silent
+}
+
+// Live reports whether host is live as this daemon judges it (observe):
+// its entry exists and its revision changed within Silent, on this
+// daemon's clock.
+func (h *Hosts) Live(ctx context.Context, host string) (bool, error) {
+	if !validToken(host) {
+		return false, nil
+	}
+	e, err := h.kv.Get(ctx, host)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading host %s: %w", host, err)
+	}
+	return h.observe(host, e.Revision(), e.Created()), nil
 }
 
 // sweep ends the live tasks of the hosts that are not live.
@@ -235,7 +392,7 @@ func (h *Hosts) sweep(ctx context.Context) {
 	if h.opts.Ledger == nil {
 		return
 	}
-	octx, cancel := context.WithTimeout(ctx, h.opts.Every)
+	octx, cancel := context.WithTimeout(ctx, max(h.opts.Every, BeatEvery))
 	defer cancel()
 	hosts, err := h.List(octx)
 	if err != nil {
@@ -249,7 +406,7 @@ func (h *Hosts) sweep(ctx context.Context) {
 	h.mu.Lock()
 	seen := make(map[string]time.Time, len(h.seen))
 	for k, v := range h.seen {
-		seen[k] = v
+		seen[k] = v.stamped
 	}
 	h.mu.Unlock()
 	ended := h.opts.Ledger.EndOrphans(func(name string) bool { return live[name] },

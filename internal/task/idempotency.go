@@ -1,10 +1,12 @@
 package task
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 	"unicode/utf8"
 
@@ -103,4 +105,88 @@ func (s *Service) retried(err error, key, digest string) (json.RawMessage, bool,
 	}
 	b, err := s.cfg.Store.TaskJSON(kt.TaskID)
 	return b, true, err
+}
+
+// KeyClaims decide, across the daemons of a cluster, which task an
+// idempotency key belongs to (jetstream.Keys; nil: the ledger's own key
+// index decides, as on one machine).
+type KeyClaims interface {
+	// Claim is nil when the key is taskID's to create, or a
+	// *ledger.KeyTakenError naming the task whose record holds it; it
+	// waits, bounded, while another daemon's claim is not yet created.
+	Claim(ctx context.Context, key, taskID, digest string) error
+	// Created marks taskID's claim: its record exists.
+	Created(ctx context.Context, key, taskID string) error
+	// Release takes out taskID's claim of a task not created.
+	Release(ctx context.Context, key, taskID string)
+}
+
+// claimKey claims a spawn's key before its record is written. done: the
+// spawn is answered (the key's task, or an error) and creates nothing.
+func (s *Service) claimKey(ctx context.Context, key, id, digest string) (json.RawMessage, bool, error) {
+	if s.cfg.Keys == nil || key == "" {
+		return nil, false, nil
+	}
+	err := s.cfg.Keys.Claim(ctx, key, id, digest)
+	if err == nil {
+		return nil, false, nil
+	}
+	var kt *ledger.KeyTakenError
+	if !errors.As(err, &kt) {
+		return nil, true, fmt.Errorf("creating task: %w", err)
+	}
+	if kt.Digest != digest {
+		return s.retried(err, key, digest)
+	}
+	// The holder's record exists on the cluster; this daemon's ledger
+	// follows it within moments.
+	if err := s.awaitTask(ctx, kt.TaskID); err != nil {
+		return nil, true, err
+	}
+	return s.retried(err, key, digest)
+}
+
+// keyClaimed ends the claim of a spawn's key once Create answered: marked
+// created, or released when no record was written.
+func (s *Service) keyClaimed(key, id string, created bool) {
+	if s.cfg.Keys == nil || key == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), keyMarkWait)
+	defer cancel()
+	if !created {
+		s.cfg.Keys.Release(ctx, key, id)
+		return
+	}
+	if err := s.cfg.Keys.Created(ctx, key, id); err != nil {
+		s.log.Warn("idempotency key not marked created", "task", id, "err", err)
+	}
+}
+
+// keyMarkWait bounds marking a claim; awaitTaskWait bounds waiting for
+// another daemon's task record to reach this daemon's ledger.
+const (
+	keyMarkWait   = 10 * time.Second
+	awaitTaskWait = 30 * time.Second
+)
+
+// awaitTask waits until the ledger holds task id, woken by LedgerChanged.
+func (s *Service) awaitTask(ctx context.Context, id string) error {
+	deadline := time.NewTimer(awaitTaskWait)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		if _, err := s.cfg.Store.Status(id); err == nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("the task %s of this idempotency key is not in this daemon's ledger after %v", id, awaitTaskWait)
+		}
+	}
 }

@@ -159,8 +159,11 @@ type Config struct {
 	// Dispatcher hands spawn_task(host=NAME) to another host's daemon
 	// (dispatch.go); nil without a cluster.
 	Dispatcher Dispatcher
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Keys decide idempotency keys across daemons (nil: the ledger's own
+	// index, as on one machine; idempotency.go).
+	Keys   KeyClaims
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Service is the TaskService. Its methods are safe for concurrent use.
@@ -371,13 +374,20 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	r := newTaskRun(s, id, cancelStart)
 	r.wt, r.keep, r.handed = wt, p.keep, p.handed
 	r.chain.live = r
-	if _, err := s.cfg.Store.Create(ledger.NewTask{
+	// Cluster: the key is claimed first (idempotency.go).
+	if b, done, err := s.claimKey(ctx, req.IdempotencyKey, id, digest); done {
+		s.dropWorktree(wt)
+		return b, err
+	}
+	_, cerr := s.cfg.Store.Create(ledger.NewTask{
 		ID: id, Agent: req.Agent, Workspace: ws, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: req.SessionID,
 		InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID, NotifyPath: notifyPath,
 		IdempotencyKey: req.IdempotencyKey, ArgumentsSHA256: digest,
 		Worktree: recordOf(wt), Host: s.cfg.Host,
-	}, s.cfg.Now()); err != nil {
+	}, s.cfg.Now())
+	s.keyClaimed(req.IdempotencyKey, id, cerr == nil)
+	if err := cerr; err != nil {
 		s.dropWorktree(wt)
 		if b, ok, err := s.retried(err, req.IdempotencyKey, digest); ok {
 			return b, err
