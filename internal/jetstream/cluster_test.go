@@ -188,6 +188,16 @@ func allEvents(t testing.TB, l *Ledger, id string) []json.RawMessage {
 	return p.Events
 }
 
+// eventCount is how many events l serves of task id, -1 while it does
+// not know the task yet (a condition waited on, before the record came).
+func eventCount(l *Ledger, id string) int {
+	p, err := l.Events(id, ledger.Query{Limit: 100000, MaxBytes: 1 << 30})
+	if err != nil {
+		return -1
+	}
+	return len(p.Events)
+}
+
 func eventTypes(events []json.RawMessage) []string {
 	var out []string
 	for _, e := range events {
@@ -259,7 +269,7 @@ func TestClusterTaskReadEverywhere(t *testing.T) {
 	// A second resolution from A follows C's, by seq.
 	_, err = a.l.Resolve("t1", ledger.Rejected, "no", t0)
 	require.NoError(t, err)
-	b.await(t, "the second resolution", func() bool { return len(allEvents(t, b.l, "t1")) == 56 })
+	b.await(t, "the second resolution", func() bool { return eventCount(b.l, "t1") == 56 })
 	ev := allEvents(t, b.l, "t1")
 	for i, e := range ev {
 		var x struct {
@@ -300,7 +310,7 @@ func TestClusterSilentHostsTasksFailOnce(t *testing.T) {
 	runTask(t, b.l, "t1", 20)
 	_, err := b.l.Events("t1", ledger.Query{Limit: 1}) // everything acknowledged
 	require.NoError(t, err)
-	a.await(t, "B's task", func() bool { return len(allEvents(t, a.l, "t1")) == 23 })
+	a.await(t, "B's task", func() bool { return eventCount(a.l, "t1") == 23 })
 
 	killedAt := time.Now()
 	hb.halt()
@@ -313,7 +323,7 @@ func TestClusterSilentHostsTasksFailOnce(t *testing.T) {
 	assert.Less(t, took, 15*time.Second, "the task of a silent host fails within 15 s")
 	t.Logf("failed %v after the host went silent", took)
 	for _, m := range []*member{a, cc} {
-		m.await(t, "the end's events", func() bool { return len(allEvents(t, m.l, "t1")) == 25 })
+		m.await(t, "the end's events", func() bool { return eventCount(m.l, "t1") == 25 })
 		types := eventTypes(allEvents(t, m.l, "t1"))
 		assert.Equal(t, []string{"error", "status_changed"}, types[23:], "one error event, one terminal transition")
 		rec, _ := m.l.TaskJSON("t1")
@@ -351,10 +361,10 @@ func TestClusterCutOffHostRefusesEndedTask(t *testing.T) {
 	runTask(t, b.l, "t1", 3)
 	_, err := b.l.Events("t1", ledger.Query{Limit: 1})
 	require.NoError(t, err)
-	a.await(t, "B's task", func() bool { return len(allEvents(t, a.l, "t1")) == 6 })
+	a.await(t, "B's task", func() bool { return eventCount(a.l, "t1") == 6 })
 	ended := a.l.EndOrphans(func(h string) bool { return h != "b" }, func(h string) string { return StoppedAnswering(h, t0) }, t0)
 	assert.Equal(t, []string{"t1"}, ended)
-	b.await(t, "the end by A", func() bool { return statusIs(b.l, "t1", ledger.Failed)() && len(allEvents(t, b.l, "t1")) == 8 })
+	b.await(t, "the end by A", func() bool { return statusIs(b.l, "t1", ledger.Failed)() && eventCount(b.l, "t1") == 8 })
 	_, err = b.l.Append("t1", "agent_message", t0, nil)
 	assert.ErrorIs(t, err, ledger.ErrEndedElsewhere)
 	_, err = b.l.Transition("t1", ledger.Succeeded, t0)
@@ -373,7 +383,7 @@ func TestClusterRaceToEndOrphan(t *testing.T) {
 	_, err := b.l.Events("t1", ledger.Query{Limit: 1})
 	require.NoError(t, err)
 	for _, m := range []*member{a, cc} {
-		m.await(t, "B's task", func() bool { return len(allEvents(t, m.l, "t1")) == 6 })
+		m.await(t, "B's task", func() bool { return eventCount(m.l, "t1") == 6 })
 	}
 	gone := func(h string) bool { return h != "b" }
 	msg := func(h string) string { return StoppedAnswering(h, t0) }
@@ -389,7 +399,7 @@ func TestClusterRaceToEndOrphan(t *testing.T) {
 	wg.Wait()
 	assert.Len(t, append(results[0], results[1]...), 1, "one daemon ends the task")
 	for _, m := range []*member{a, b, cc} {
-		m.await(t, "the end", func() bool { return len(allEvents(t, m.l, "t1")) == 8 })
+		m.await(t, "the end", func() bool { return eventCount(m.l, "t1") == 8 })
 		assert.Equal(t, []string{"error", "status_changed"}, eventTypes(allEvents(t, m.l, "t1"))[6:])
 	}
 }
@@ -414,7 +424,7 @@ func TestClusterNodeStopsMidTurn(t *testing.T) {
 	}, clusterWait, 50*time.Millisecond)
 	want := allEvents(t, b.l, "t1")
 	require.Len(t, want, 404)
-	a.await(t, "the end on A", func() bool { return len(allEvents(t, a.l, "t1")) == 404 })
+	a.await(t, "the end on A", func() bool { return eventCount(a.l, "t1") == 404 })
 	assert.Equal(t, want, allEvents(t, a.l, "t1"))
 	// A daemon opened now reads them all from the cluster.
 	d := c.join(t, 2, "d")
@@ -495,7 +505,7 @@ func TestClusterPendingEventsOfAnEndedTaskAreDropped(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 	runTask(t, b, "t1", 0)
-	a.await(t, "B's task", func() bool { return len(allEvents(t, a.l, "t1")) == 3 })
+	a.await(t, "B's task", func() bool { return eventCount(a.l, "t1") == 3 })
 	for i := range 5 {
 		_, err := b.Append("t1", "agent_message", t0, fmt.Appendf(nil, `{"text":"pending %d"}`, i))
 		require.NoError(t, err)
