@@ -36,8 +36,9 @@ func (s *Service) lookupShared(id string) (*taskRun, error) {
 
 // cancelElsewhere answers cancel_task for a task of another host: a
 // finished one is returned unchanged, as a local one is; a live one is
-// refused, naming its host (routing a cancel there is not built yet).
-func (s *Service) cancelElsewhere(id string) (json.RawMessage, error) {
+// cancelled by its host, routed there, and answered once that host
+// confirms its end (without a Caller: refused, naming its host).
+func (s *Service) cancelElsewhere(ctx context.Context, id string) (json.RawMessage, error) {
 	b, err := s.cfg.Store.TaskJSON(id)
 	if err != nil {
 		return nil, err
@@ -52,7 +53,10 @@ func (s *Service) cancelElsewhere(id string) (json.RawMessage, error) {
 	if rec.Status.Terminal() {
 		return b, nil
 	}
-	return nil, errorf(InvalidRequest, "task %s runs on host %s: cancel it through that host's daemon", id, rec.Host)
+	if s.cfg.Caller == nil || rec.Host == "" || rec.Host == s.cfg.Host {
+		return nil, errorf(InvalidRequest, "task %s runs on host %s: cancel it through that host's daemon", id, rec.Host)
+	}
+	return s.route(ctx, rec.Host, OpCancel, cancelCall{TaskID: id})
 }
 
 // LedgerChanged is told by a shared ledger of a task another daemon

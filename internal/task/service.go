@@ -155,7 +155,10 @@ type Config struct {
 	// one machine.
 	Host string
 	// Hosts answers list_hosts (nil: no host is listed).
-	Hosts  Hosts
+	Hosts Hosts
+	// Caller routes cancel_task, send_task and describe_agent(host) to
+	// the host that must answer them (calls.go); nil: no routing.
+	Caller Caller
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -627,7 +630,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 		return nil, err
 	}
 	if r == nil {
-		return s.cancelElsewhere(id)
+		return s.cancelElsewhere(ctx, id)
 	}
 	started, runID, requested := r.requestStop("cancel_task")
 	switch {
