@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
@@ -27,6 +28,19 @@ const (
 	OpSend     = "send"
 	OpDescribe = "describe"
 )
+
+// CallWait bounds the wait for another host's answer to op: a cancel is
+// answered once the owner confirmed the agent's end (the supervisor's
+// stop steps take at most 15 s), a probe once the agent was described
+// (DescribeDeadline, then its end); a follow-up once it is created.
+func CallWait(op string) time.Duration {
+	switch op {
+	case OpDescribe:
+		return DescribeDeadline + 15*time.Second
+	default:
+		return 30 * time.Second
+	}
+}
 
 // cancelCall, sendCall and describeCall are the requests of the routed
 // operations on the wire.
