@@ -44,13 +44,22 @@ func (s *Service) cancelElsewhere(ctx context.Context, id string) (json.RawMessa
 		return nil, err
 	}
 	var rec struct {
-		Status ledger.Status `json:"status"`
-		Host   string        `json:"host"`
+		Status         ledger.Status   `json:"status"`
+		Host           string          `json:"host"`
+		KeptAliveUntil json.RawMessage `json:"kept_alive_until"`
+		KeptProcess    json.RawMessage `json:"kept_process"`
 	}
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, err
 	}
 	if rec.Status.Terminal() {
+		// A finished task whose process its host keeps: that host ends
+		// the process, as cancel_task does here. A host that is gone took
+		// its process with it.
+		kept := !isNull(rec.KeptAliveUntil) && isNull(rec.KeptProcess)
+		if kept && s.cfg.Caller != nil && rec.Host != "" && rec.Host != s.cfg.Host && s.checkLive(ctx, rec.Host) == nil {
+			return s.route(ctx, rec.Host, OpCancel, cancelCall{TaskID: id})
+		}
 		return b, nil
 	}
 	if s.cfg.Caller == nil || rec.Host == "" || rec.Host == s.cfg.Host {
@@ -81,3 +90,5 @@ func (s *Service) LedgerChanged(id string) {
 		s.stopRun(runID)
 	}
 }
+
+func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }
