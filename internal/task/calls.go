@@ -104,6 +104,11 @@ func (s *Service) route(ctx context.Context, host, op string, req any) (json.Raw
 	if err := s.checkLive(ctx, host); err != nil {
 		return nil, err
 	}
+	return s.call(ctx, host, op, req)
+}
+
+// call sends op to host, whose liveness the caller checked.
+func (s *Service) call(ctx context.Context, host, op string, req any) (json.RawMessage, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, err

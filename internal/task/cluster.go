@@ -58,7 +58,7 @@ func (s *Service) cancelElsewhere(ctx context.Context, id string) (json.RawMessa
 		// its process with it.
 		kept := !isNull(rec.KeptAliveUntil) && isNull(rec.KeptProcess)
 		if kept && s.cfg.Caller != nil && rec.Host != "" && rec.Host != s.cfg.Host && s.checkLive(ctx, rec.Host) == nil {
-			return s.route(ctx, rec.Host, OpCancel, cancelCall{TaskID: id})
+			return s.call(ctx, rec.Host, OpCancel, cancelCall{TaskID: id})
 		}
 		return b, nil
 	}
