@@ -91,6 +91,7 @@ func TestClusterRoutedCalls(t *testing.T) {
 	assert.Equal(t, "cancelled", got["status"], "a finished task of B: unchanged")
 
 	// send_task from A to B's kept task: the follow-up runs on B's process.
+	phase := time.Now()
 	pidStep := `{"steps":[{"pid":true}]}`
 	parent := sb.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": pidStep, "workspace": t.TempDir(), "keep_alive": true})["task_id"].(string)
 	w := sb.call(t, "wait_tasks", map[string]any{"task_ids": []string{parent}, "timeout_seconds": 30})
@@ -114,6 +115,8 @@ func TestClusterRoutedCalls(t *testing.T) {
 	raw, _ := json.Marshal(sb.call(t, "list_tasks", map[string]any{"host": []string{"b"}}))
 	assert.Contains(t, string(raw), childID, "listed as B's")
 
+	t.Logf("follow-up phase: %v", time.Since(phase))
+	phase = time.Now()
 	// The kept process ends through a routed cancel too: its record, as
 	// A reads it, gains the process's end.
 	got = sa.call(t, "cancel_task", map[string]any{"task_id": childID})
@@ -124,6 +127,8 @@ func TestClusterRoutedCalls(t *testing.T) {
 		sa.call(t, "wait_tasks", map[string]any{"task_ids": []string{live}, "timeout_seconds": 0.05})
 	}
 
+	t.Logf("kept process phase: %v", time.Since(phase))
+	phase = time.Now()
 	// B stopped: a host that is not live is refused, named.
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
 	deadline = time.Now().Add(30 * time.Second)
@@ -131,6 +136,7 @@ func TestClusterRoutedCalls(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "B still listed")
 		sa.call(t, "wait_tasks", map[string]any{"task_ids": []string{live}, "timeout_seconds": 0.05})
 	}
+	t.Logf("B out of list_hosts %v after SIGTERM", time.Since(phase))
 	msg = sa.callError(t, "describe_agent", map[string]any{"agent": "opencode", "host": "b"})
 	assert.True(t, strings.HasPrefix(msg, "invalid_request: "), msg)
 	assert.Contains(t, msg, "host b ")
