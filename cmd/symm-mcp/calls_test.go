@@ -42,6 +42,22 @@ func awaitEvent(t *testing.T, s *session, id, typ string) map[string]any {
 	}
 }
 
+// awaitKnown waits until s's daemon has read task id of host from the
+// shared ledger: its follower may lag the owner's write.
+func awaitKnown(t *testing.T, s *session, host, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		raw, err := json.Marshal(s.call(t, "list_tasks", map[string]any{"host": []string{host}}))
+		require.NoError(t, err)
+		if strings.Contains(string(raw), id) {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "task %s never read", id)
+		s.call(t, "list_hosts", map[string]any{})
+	}
+}
+
 // TestClusterRoutedCalls: what only B can do, asked of A (intent 0028,
 // phase 2). describe_agent(host=b) probes on B's PATH; cancel_task of B's
 // live task from A is answered once B confirmed its end, B's agent gone;
@@ -79,6 +95,7 @@ func TestClusterRoutedCalls(t *testing.T) {
 	live := sb.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": `{"steps":[{"message":"up"},{"hang":true}]}`, "workspace": t.TempDir()})["task_id"].(string)
 	agent := int(awaitEvent(t, sb, live, "process_started")["pid"].(float64))
 	awaitEvent(t, sb, live, "agent_message")
+	awaitKnown(t, sa, "b", live)
 	before := time.Now()
 	got := sa.call(t, "cancel_task", map[string]any{"task_id": live})
 	t.Logf("cancel_task routed to B answered in %v", time.Since(before))
@@ -94,7 +111,8 @@ func TestClusterRoutedCalls(t *testing.T) {
 	phase := time.Now()
 	pidStep := `{"steps":[{"pid":true}]}`
 	parent := sb.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": pidStep, "workspace": t.TempDir(), "keep_alive": true})["task_id"].(string)
-	w := sb.call(t, "wait_tasks", map[string]any{"task_ids": []string{parent}, "timeout_seconds": 30})
+	awaitKnown(t, sa, "b", parent)
+	w := sa.call(t, "wait_tasks", map[string]any{"task_ids": []string{parent}, "timeout_seconds": 30})
 	require.Len(t, w["completed"], 1, "%v", w)
 	pidText := awaitEvent(t, sb, parent, "agent_message")["text"].(string)
 	require.True(t, strings.HasPrefix(pidText, "pid="), pidText)
