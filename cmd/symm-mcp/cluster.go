@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,6 +154,7 @@ type clusterLedger struct {
 	led    *jetstream.Ledger
 	hosts  *jetstream.Hosts
 	disp   *jetstream.Dispatcher // spawns handed to other hosts and to this one
+	calls  *jetstream.Calls      // the calls routed to this host
 	svc    atomic.Pointer[task.Service]
 	host   string
 	id     string
@@ -212,7 +215,18 @@ func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
 	}
 	x.hosts = h
 	x.disp, err = jetstream.OpenDispatch(ctx, x.cl, jetstream.DispatchOptions{Host: x.host, Logger: log})
+	if err == nil {
+		// Calls are answered once the name is ours: before, they could be
+		// another live daemon's.
+		x.calls, err = jetstream.ServeCalls(x.cl, x.host, func(ctx context.Context, op string, req []byte) ([]byte, error) {
+			return callAnswer(svc.ServeCall(ctx, op, req))
+		}, log)
+	}
 	if err != nil {
+		if x.disp != nil {
+			x.disp.Close()
+			x.disp = nil
+		}
 		h.Close()
 		x.hosts = nil
 		return err
@@ -248,6 +262,34 @@ func (x *clusterLedger) Dispatch(ctx context.Context, host, taskID string, body 
 	return b, err
 }
 
+// Call implements task.Caller on the cluster: the owner's typed error
+// comes back as the same *task.Error, a host that does not answer as
+// invalid_request naming it.
+func (x *clusterLedger) Call(ctx context.Context, host, op string, req json.RawMessage) (json.RawMessage, error) {
+	b, err := x.cl.Call(ctx, host, op, req, task.CallWait(op))
+	var ce *jetstream.CallError
+	var na *jetstream.NoAnswerError
+	switch {
+	case errors.As(err, &ce) && slices.Contains(task.Codes, task.Code(ce.Code)):
+		return nil, &task.Error{Code: task.Code(ce.Code), Message: ce.Message}
+	case errors.As(err, &na):
+		return nil, &task.Error{Code: task.InvalidRequest, Message: na.Error()}
+	case err != nil:
+		return nil, err
+	}
+	return b, nil
+}
+
+// callAnswer is the answer of this host's service to a routed call, its
+// typed error carried with its code.
+func callAnswer(b json.RawMessage, err error) ([]byte, error) {
+	var te *task.Error
+	if errors.As(err, &te) {
+		return nil, &jetstream.CallError{Code: string(te.Code), Message: te.Message}
+	}
+	return b, err
+}
+
 func (x *clusterLedger) info(svc *task.Service) ledger.Host {
 	return ledger.Host{Name: x.host, Version: buildVersion(), Agents: x.agents, LiveTasks: svc.LiveTasks(), LastSeen: ledger.Time{Time: time.Now()}}
 }
@@ -272,6 +314,9 @@ func (x *clusterLedger) lostName() error {
 
 // close takes the host out, then closes the ledger and the connection.
 func (x *clusterLedger) close() {
+	if x.calls != nil {
+		x.calls.Close()
+	}
 	if x.disp != nil {
 		x.disp.Close()
 	}

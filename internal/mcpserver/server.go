@@ -28,7 +28,7 @@ import (
 
 // Service is what the tools call: the TaskService.
 type Service interface {
-	Describe(ctx context.Context, agent, workspace string) (json.RawMessage, error)
+	Describe(ctx context.Context, agent, workspace, host string) (json.RawMessage, error)
 	Spawn(ctx context.Context, req task.SpawnRequest) (json.RawMessage, error)
 	Task(id string) (json.RawMessage, error)
 	Events(req task.EventsRequest) (ledger.Page, error)

@@ -341,6 +341,7 @@ func (h handlers) cancelTask(ctx context.Context, a taskIDArgs) (json.RawMessage
 type describeArgs struct {
 	Agent     string `json:"agent" jsonschema:"registered agent name"`
 	Workspace string `json:"workspace,omitempty" jsonschema:"directory to start the agent in; defaults to the server's working directory"`
+	Host      string `json:"host,omitempty" jsonschema:"the host to probe on, as list_hosts names it; omitted: this daemon"`
 }
 
 var describeAgentTool = toolDef[describeArgs]{
@@ -356,5 +357,5 @@ var describeAgentTool = toolDef[describeArgs]{
 }
 
 func (h handlers) describeAgent(ctx context.Context, a describeArgs) (json.RawMessage, error) {
-	return h.svc.Describe(ctx, a.Agent, a.Workspace)
+	return h.svc.Describe(ctx, a.Agent, a.Workspace, a.Host)
 }

@@ -311,7 +311,7 @@ func toStrings(v []any) []string {
 // describe runs Describe and returns describe_agent's answer.
 func (r *agentRig) describe(t *testing.T, agent, ws string) map[string]any {
 	t.Helper()
-	b, err := r.svc.Describe(context.Background(), agent, ws)
+	b, err := r.svc.Describe(context.Background(), agent, ws, "")
 	require.NoError(t, err)
 	return decode(t, b)
 }

@@ -36,23 +36,36 @@ func (s *Service) lookupShared(id string) (*taskRun, error) {
 
 // cancelElsewhere answers cancel_task for a task of another host: a
 // finished one is returned unchanged, as a local one is; a live one is
-// refused, naming its host (routing a cancel there is not built yet).
-func (s *Service) cancelElsewhere(id string) (json.RawMessage, error) {
+// cancelled by its host, routed there, and answered once that host
+// confirms its end (without a Caller: refused, naming its host).
+func (s *Service) cancelElsewhere(ctx context.Context, id string) (json.RawMessage, error) {
 	b, err := s.cfg.Store.TaskJSON(id)
 	if err != nil {
 		return nil, err
 	}
 	var rec struct {
-		Status ledger.Status `json:"status"`
-		Host   string        `json:"host"`
+		Status         ledger.Status   `json:"status"`
+		Host           string          `json:"host"`
+		KeptAliveUntil json.RawMessage `json:"kept_alive_until"`
+		KeptProcess    json.RawMessage `json:"kept_process"`
 	}
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, err
 	}
 	if rec.Status.Terminal() {
+		// A finished task whose process its host keeps: that host ends
+		// the process, as cancel_task does here. A host that is gone took
+		// its process with it.
+		kept := !isNull(rec.KeptAliveUntil) && isNull(rec.KeptProcess)
+		if kept && s.cfg.Caller != nil && rec.Host != "" && rec.Host != s.cfg.Host && s.checkLive(ctx, rec.Host) == nil {
+			return s.call(ctx, rec.Host, OpCancel, cancelCall{TaskID: id})
+		}
 		return b, nil
 	}
-	return nil, errorf(InvalidRequest, "task %s runs on host %s: cancel it through that host's daemon", id, rec.Host)
+	if s.cfg.Caller == nil || rec.Host == "" || rec.Host == s.cfg.Host {
+		return nil, errorf(InvalidRequest, "task %s runs on host %s: cancel it through that host's daemon", id, rec.Host)
+	}
+	return s.route(ctx, rec.Host, OpCancel, cancelCall{TaskID: id})
 }
 
 // LedgerChanged is told by a shared ledger of a task another daemon
@@ -80,3 +93,5 @@ func (s *Service) LedgerChanged(id string) {
 		s.stopRun(runID)
 	}
 }
+
+func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }

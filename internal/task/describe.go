@@ -55,8 +55,16 @@ type Description struct {
 
 // Describe starts the agent, reads what it offers, and ends it. It creates
 // no task. A failure to describe is reported in Description.Error, not as
-// a tool error.
-func (s *Service) Describe(ctx context.Context, agent, workspace string) (json.RawMessage, error) {
+// a tool error. A host other than this daemon's has the probe run there
+// (calls.go).
+func (s *Service) Describe(ctx context.Context, agent, workspace, host string) (json.RawMessage, error) {
+	here, err := s.describeHere(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	if !here {
+		return s.route(ctx, host, OpDescribe, describeCall{Agent: agent, Workspace: workspace})
+	}
 	d, err := s.DescribeAgent(ctx, agent, workspace)
 	if err != nil {
 		return nil, err

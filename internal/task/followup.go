@@ -160,6 +160,9 @@ type SendRequest struct {
 func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, error) {
 	parent, err := s.lookup(req.TaskID)
 	if err != nil {
+		if h := s.remoteHost(req.TaskID); h != "" {
+			return s.sendElsewhere(ctx, h, req)
+		}
 		return nil, err
 	}
 	pt, err := s.taskRecord(parent.id)
@@ -232,7 +235,7 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 		ID: id, Agent: pt.Agent, Workspace: pt.Workspace, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: sessionID,
 		InitiatorID: deref(pt.InitiatorID), ExecutorID: deref(pt.ExecutorID), NotifyPath: notifyPath,
-		Worktree: pt.Worktree, ParentTaskID: parent.id,
+		Worktree: pt.Worktree, ParentTaskID: parent.id, Host: s.cfg.Host,
 	}, s.cfg.Now()); err != nil {
 		return nil, fmt.Errorf("creating task: %w", err)
 	}

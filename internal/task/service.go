@@ -161,7 +161,10 @@ type Config struct {
 	Dispatcher Dispatcher
 	// Keys decide idempotency keys across daemons (nil: the ledger's own
 	// index, as on one machine; idempotency.go).
-	Keys   KeyClaims
+	Keys KeyClaims
+	// Caller routes cancel_task, send_task and describe_agent(host) to
+	// the host that must answer them (calls.go); nil: no routing.
+	Caller Caller
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -665,7 +668,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 		return nil, err
 	}
 	if r == nil {
-		return s.cancelElsewhere(id)
+		return s.cancelElsewhere(ctx, id)
 	}
 	started, runID, requested := r.requestStop("cancel_task")
 	switch {

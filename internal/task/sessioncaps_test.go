@@ -213,7 +213,7 @@ func TestDescribeShowsSessionCapabilitiesAndClosesItsProbe(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := agentWorkspace(t, tc.cfg)
-			b, err := r.svc.Describe(context.Background(), "fake", ws)
+			b, err := r.svc.Describe(context.Background(), "fake", ws, "")
 			require.NoError(t, err)
 			d := decode(t, b)
 			require.Nil(t, d["error"])

@@ -1,0 +1,138 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
+)
+
+// fakeCaller records the calls routed through it and answers each with
+// answer.
+type fakeCaller struct {
+	mu     sync.Mutex
+	calls  []string // "host op request"
+	answer func(host, op string, req json.RawMessage) (json.RawMessage, error)
+}
+
+func (f *fakeCaller) Call(_ context.Context, host, op string, req json.RawMessage) (json.RawMessage, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, host+" "+op+" "+string(req))
+	f.mu.Unlock()
+	return f.answer(host, op, req)
+}
+
+type fixedHosts []string
+
+func (h fixedHosts) ListHosts(context.Context) ([]ledger.Host, error) {
+	out := []ledger.Host{}
+	for _, n := range h {
+		out = append(out, ledger.Host{Name: n})
+	}
+	return out, nil
+}
+
+// A service with a Caller routes what only another host can do: cancel of
+// its live task (and of its finished task whose process it keeps),
+// send_task to its task, describe_agent(host); the other service's error
+// comes back as it was; a host list_hosts does not name is refused, named,
+// and nothing is called.
+func TestCallsRouted(t *testing.T) {
+	st := store.New()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, id := range []string{"live", "done", "kept", "gone"} {
+		host := "b"
+		if id == "gone" {
+			host = "c"
+		}
+		_, err := st.Create(ledger.NewTask{ID: id, Agent: "opencode", Workspace: "/w", Prompt: "p", Host: host}, t0)
+		require.NoError(t, err)
+		for _, s := range []ledger.Status{ledger.Starting, ledger.Running} {
+			_, err := st.Transition(id, s, t0)
+			require.NoError(t, err)
+		}
+	}
+	_, err := st.Transition("done", ledger.Succeeded, t0)
+	require.NoError(t, err)
+	_, err = st.Transition("kept", ledger.Succeeded, t0, ledger.SetKeptAliveUntil(t0.Add(time.Hour)))
+	require.NoError(t, err)
+	caller := &fakeCaller{answer: func(host, op string, req json.RawMessage) (json.RawMessage, error) {
+		if op == OpSend {
+			return nil, &Error{Code: InvalidRequest, Message: "prompt is empty"}
+		}
+		return json.RawMessage(`{"from":"` + host + `"}`), nil
+	}}
+	svc := New(Config{Store: st, Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir(),
+		Host: "a", Hosts: fixedHosts{"a", "b"}, Caller: caller})
+	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+	ctx := context.Background()
+
+	b, err := svc.Cancel(ctx, "live")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"from":"b"}`, string(b))
+	b, err = svc.Cancel(ctx, "kept")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"from":"b"}`, string(b), "the kept process is B's to end")
+	b, err = svc.Cancel(ctx, "done")
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"status":"succeeded"`, "a finished task: unchanged, here")
+
+	_, err = svc.Send(ctx, SendRequest{TaskID: "live", Prompt: " ", KeepAlive: true})
+	var te *Error
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, Error{Code: InvalidRequest, Message: "prompt is empty"}, *te)
+
+	b, err = svc.Describe(ctx, "opencode", "/w", "b")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"from":"b"}`, string(b))
+
+	assert.Equal(t, []string{
+		`b cancel {"task_id":"live"}`,
+		`b cancel {"task_id":"kept"}`,
+		`b send {"task_id":"live","prompt":" ","keep_alive":true}`,
+		`b describe {"agent":"opencode","workspace":"/w"}`,
+	}, caller.calls)
+
+	for _, call := range []func() error{
+		func() error { _, err := svc.Cancel(ctx, "gone"); return err },
+		func() error { _, err := svc.Send(ctx, SendRequest{TaskID: "gone", Prompt: "p"}); return err },
+		func() error { _, err := svc.Describe(ctx, "opencode", "", "c"); return err },
+	} {
+		err := call()
+		require.ErrorAs(t, err, &te)
+		assert.Equal(t, InvalidRequest, te.Code)
+		assert.Contains(t, te.Message, "host c ")
+	}
+	assert.Len(t, caller.calls, 4, "nothing called for a host that is not live")
+}
+
+// Without a Caller (plain mode, or one daemon), describe_agent of the one
+// host list_hosts names probes here, of another is refused; a live task
+// of another host is refused, named.
+func TestCallsWithoutCaller(t *testing.T) {
+	st := store.New()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	_, err := st.Create(ledger.NewTask{ID: "theirs", Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "b"}, t0)
+	require.NoError(t, err)
+	svc := New(Config{Store: st, Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir(),
+		Hosts: fixedHosts{"box"}})
+	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+	ctx := context.Background()
+	_, err = svc.Describe(ctx, "nobody", "", "box")
+	var te *Error
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, UnknownAgent, te.Code, "probed here")
+	_, err = svc.Describe(ctx, "opencode", "", "elsewhere")
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Contains(t, te.Message, "host elsewhere ")
+}
