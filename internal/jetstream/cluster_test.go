@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -514,4 +515,102 @@ func TestClusterPendingEventsOfAnEndedTaskAreDropped(t *testing.T) {
 	// A third daemon reads the stream as it is: the same five.
 	d := c.join(t, 2, "d")
 	assert.Equal(t, want, allEvents(t, d.l, "t1"))
+}
+
+// A reader never serves another host's terminal record ahead of the
+// events it accounts for: whenever A reports one of B's short tasks
+// ended (told by OnChange, which wakes wait_tasks, or read by a poller),
+// A's events page already holds every event through the record's last
+// seq, the final status_changed included.
+func TestClusterReaderSeesTheEndAfterItsEvents(t *testing.T) {
+	c := startCluster(t, 3)
+	b := c.join(t, 1, "b")
+	const tasks, updates = 40, 5
+	want := 3 + updates + 1 // created, starting, running, updates, succeeded
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%d", i)
+	}
+	var (
+		a        atomic.Pointer[Ledger]
+		mu       sync.Mutex
+		bad      []string
+		told     = map[string]bool{}
+		progress = make(chan struct{}, 1)
+	)
+	// check reads the task on A as a client would: its status, then its
+	// events; a terminal status with a short log is the defect.
+	check := func(l *Ledger, id string, fromOnChange bool) {
+		st, err := l.Status(id)
+		if err != nil || !st.Terminal() {
+			return
+		}
+		p, err := l.Events(id, ledger.Query{Limit: 1000, MaxBytes: 1 << 20})
+		types := eventTypes(p.Events)
+		mu.Lock()
+		defer mu.Unlock()
+		if (err != nil || len(p.Events) < want || types[len(types)-1] != ledger.EventStatusChanged) && len(bad) < 5 {
+			bad = append(bad, fmt.Sprintf("%s: %s with %d of %d events (onchange %v, err %v)", id, st, len(p.Events), want, fromOnChange, err))
+		}
+		if fromOnChange {
+			told[id] = true
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(0), Name: "a"})
+	require.NoError(t, err)
+	defer cl.Close()
+	l, err := OpenCluster(ctx, cl, "a", Options{OnChange: func(id string) {
+		if l := a.Load(); l != nil {
+			check(l, id, true)
+		}
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+	}})
+	require.NoError(t, err)
+	defer l.Close()
+	a.Store(l)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, id := range ids {
+				check(l, id, false)
+			}
+		}
+	})
+	for _, id := range ids {
+		runTask(t, b.l, id, updates)
+		_, err := b.l.Transition(id, ledger.Succeeded, t0)
+		require.NoError(t, err)
+	}
+	deadline := time.After(clusterWait)
+	for {
+		mu.Lock()
+		n := len(told)
+		mu.Unlock()
+		if n == tasks {
+			break
+		}
+		select {
+		case <-progress:
+		case <-deadline:
+			t.Fatalf("A told of %d of %d ends", n, tasks)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	assert.Empty(t, bad, "a terminal record served before its events")
+	for _, id := range ids {
+		assert.Equal(t, allEvents(t, b.l, id), allEvents(t, l, id))
+	}
 }
