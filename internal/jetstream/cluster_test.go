@@ -1,9 +1,11 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -613,4 +615,84 @@ func TestClusterReaderSeesTheEndAfterItsEvents(t *testing.T) {
 	for _, id := range ids {
 		assert.Equal(t, allEvents(t, b.l, id), allEvents(t, l, id))
 	}
+}
+
+// A record whose events never come (a batch lost) is served after the
+// hold's bound, with a warning, so that a task's end is not hidden
+// forever; until then the older record is served.
+func TestClusterHeldRecordServedAfterItsBound(t *testing.T) {
+	c := startCluster(t, 3)
+	b := c.join(t, 1, "b")
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(0), Name: "a"})
+	require.NoError(t, err)
+	defer cl.Close()
+	var logs syncBuffer
+	const holdFor = 300 * time.Millisecond
+	changed := make(chan struct{}, 1)
+	a, err := OpenCluster(ctx, cl, "a", Options{holdFor: holdFor,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		OnChange: func(string) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}})
+	require.NoError(t, err)
+	defer a.Close()
+	runTask(t, b.l, "t1", 0)
+	_, err = b.l.Events("t1", ledger.Query{Limit: 1})
+	require.NoError(t, err)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.After(clusterWait)
+		for !cond() {
+			select {
+			case <-changed:
+			case <-deadline:
+				t.Fatalf("%s: not within %v", what, clusterWait)
+			}
+		}
+	}
+	waitFor("B's task on A", func() bool { return statusIs(a, "t1", ledger.Running)() && len(allEvents(t, a, "t1")) == 3 })
+
+	// B's record says the task succeeded with events through seq 4, and
+	// that batch never comes.
+	e, err := b.l.kv.Get(ctx, "t1")
+	require.NoError(t, err)
+	v, err := decodeValue(e.Value())
+	require.NoError(t, err)
+	rec, err := ledger.DecodeRecord(v.record)
+	require.NoError(t, err)
+	_, err = rec.Move(ledger.Succeeded, t0)
+	require.NoError(t, err)
+	enc, err := ledger.EncodeRecord(rec)
+	require.NoError(t, err)
+	put := time.Now()
+	_, err = b.l.kv.Update(ctx, "t1", encodeValue("b", v.pos, 4, enc.Record(), "", nil), e.Revision())
+	require.NoError(t, err)
+
+	waitFor("the held record served", statusIs(a, "t1", ledger.Succeeded))
+	assert.GreaterOrEqual(t, time.Since(put), holdFor, "served only after the bound")
+	assert.Len(t, allEvents(t, a, "t1"), 3)
+	assert.Contains(t, logs.String(), "a task record of another host is served before its events")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
