@@ -1,13 +1,17 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,9 +185,15 @@ func statusIs(l *Ledger, id string, want ledger.Status) func() bool {
 	}
 }
 
+// allEvents reads every event of the task (none while the ledger does
+// not serve the task yet: another host's task is served once its first
+// events are).
 func allEvents(t testing.TB, l *Ledger, id string) []json.RawMessage {
 	t.Helper()
 	p, err := l.Events(id, ledger.Query{Limit: 100000, MaxBytes: 1 << 30})
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil
+	}
 	require.NoError(t, err)
 	return p.Events
 }
@@ -524,4 +534,182 @@ func TestClusterPendingEventsOfAnEndedTaskAreDropped(t *testing.T) {
 	// A third daemon reads the stream as it is: the same five.
 	d := c.join(t, 2, "d")
 	assert.Equal(t, want, allEvents(t, d.l, "t1"))
+}
+
+// A reader never serves another host's terminal record ahead of the
+// events it accounts for: whenever A reports one of B's short tasks
+// ended (told by OnChange, which wakes wait_tasks, or read by a poller),
+// A's events page already holds every event through the record's last
+// seq, the final status_changed included.
+func TestClusterReaderSeesTheEndAfterItsEvents(t *testing.T) {
+	c := startCluster(t, 3)
+	b := c.join(t, 1, "b")
+	const tasks, updates = 40, 5
+	want := 3 + updates + 1 // created, starting, running, updates, succeeded
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%d", i)
+	}
+	var (
+		a        atomic.Pointer[Ledger]
+		mu       sync.Mutex
+		bad      []string
+		told     = map[string]bool{}
+		progress = make(chan struct{}, 1)
+	)
+	// check reads the task on A as a client would: its status, then its
+	// events; a terminal status with a short log is the defect.
+	check := func(l *Ledger, id string, fromOnChange bool) {
+		st, err := l.Status(id)
+		if err != nil || !st.Terminal() {
+			return
+		}
+		p, err := l.Events(id, ledger.Query{Limit: 1000, MaxBytes: 1 << 20})
+		types := eventTypes(p.Events)
+		mu.Lock()
+		defer mu.Unlock()
+		if (err != nil || len(p.Events) < want || types[len(types)-1] != ledger.EventStatusChanged) && len(bad) < 5 {
+			bad = append(bad, fmt.Sprintf("%s: %s with %d of %d events (onchange %v, err %v)", id, st, len(p.Events), want, fromOnChange, err))
+		}
+		if fromOnChange {
+			told[id] = true
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(0), Name: "a"})
+	require.NoError(t, err)
+	defer cl.Close()
+	l, err := OpenCluster(ctx, cl, "a", Options{OnChange: func(id string) {
+		if l := a.Load(); l != nil {
+			check(l, id, true)
+		}
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+	}})
+	require.NoError(t, err)
+	defer l.Close()
+	a.Store(l)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, id := range ids {
+				check(l, id, false)
+			}
+		}
+	})
+	for _, id := range ids {
+		runTask(t, b.l, id, updates)
+		_, err := b.l.Transition(id, ledger.Succeeded, t0)
+		require.NoError(t, err)
+	}
+	deadline := time.After(clusterWait)
+	for {
+		mu.Lock()
+		n := len(told)
+		mu.Unlock()
+		if n == tasks {
+			break
+		}
+		select {
+		case <-progress:
+		case <-deadline:
+			t.Fatalf("A told of %d of %d ends", n, tasks)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	assert.Empty(t, bad, "a terminal record served before its events")
+	for _, id := range ids {
+		assert.Equal(t, allEvents(t, b.l, id), allEvents(t, l, id))
+	}
+}
+
+// A record whose events never come (a batch lost) is served after the
+// hold's bound, with a warning, so that a task's end is not hidden
+// forever; until then the older record is served.
+func TestClusterHeldRecordServedAfterItsBound(t *testing.T) {
+	c := startCluster(t, 3)
+	b := c.join(t, 1, "b")
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(0), Name: "a"})
+	require.NoError(t, err)
+	defer cl.Close()
+	var logs syncBuffer
+	const holdFor = 300 * time.Millisecond
+	changed := make(chan struct{}, 1)
+	a, err := OpenCluster(ctx, cl, "a", Options{holdFor: holdFor,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		OnChange: func(string) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}})
+	require.NoError(t, err)
+	defer a.Close()
+	runTask(t, b.l, "t1", 0)
+	_, err = b.l.Events("t1", ledger.Query{Limit: 1})
+	require.NoError(t, err)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.After(clusterWait)
+		for !cond() {
+			select {
+			case <-changed:
+			case <-deadline:
+				t.Fatalf("%s: not within %v", what, clusterWait)
+			}
+		}
+	}
+	waitFor("B's task on A", func() bool { return statusIs(a, "t1", ledger.Running)() && len(allEvents(t, a, "t1")) == 3 })
+
+	// B's record says the task succeeded with events through seq 4, and
+	// that batch never comes.
+	e, err := b.l.kv.Get(ctx, "t1")
+	require.NoError(t, err)
+	v, err := decodeValue(e.Value())
+	require.NoError(t, err)
+	rec, err := ledger.DecodeRecord(v.record)
+	require.NoError(t, err)
+	_, err = rec.Move(ledger.Succeeded, t0)
+	require.NoError(t, err)
+	enc, err := ledger.EncodeRecord(rec)
+	require.NoError(t, err)
+	put := time.Now()
+	_, err = b.l.kv.Update(ctx, "t1", encodeValue("b", v.pos, 4, enc.Record(), "", nil), e.Revision())
+	require.NoError(t, err)
+
+	waitFor("the held record served", statusIs(a, "t1", ledger.Succeeded))
+	assert.GreaterOrEqual(t, time.Since(put), holdFor, "served only after the bound")
+	assert.Len(t, allEvents(t, a, "t1"), 3)
+	assert.Contains(t, logs.String(), "a task record of another host is served before its events")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

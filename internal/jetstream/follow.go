@@ -37,6 +37,14 @@ import (
 //   - Every daemon follows the bucket and the stream from where its
 //     restore ended (two ordered consumers), adopting the tasks of other
 //     hosts and serving their events once acknowledged, as its own.
+//     A record of another host is served (and told to OnChange) only once
+//     the events it accounts for (through its last_seq) are applied: the
+//     two followers run apart, and a writer puts a record before the
+//     batch of the event it records, so a reader that served the record
+//     at once could say a task ended while its log still lacks the end.
+//     Until then the record is held (a task never seen is not served at
+//     all); after holdBound it is served anyway, with a warning, so that
+//     a lost batch does not hide a task's end forever.
 //   - An owner that sees another host end one of its live tasks lets go of
 //     its pending events (never served; the other host's took their seqs)
 //     and refuses every later write with ledger.ErrEndedElsewhere.
@@ -59,12 +67,78 @@ type follow struct {
 	// batch to be applied), so the followers never call it themselves.
 	changes map[string]struct{}
 	kick    chan struct{} // a change is waiting to be told
+	// holds are the tasks holding a record (or hidden) for its events,
+	// with when the hold began; unseen are the hidden tasks, by id.
+	holds   map[*task]time.Time
+	unseen  map[string]*task
+	holdFor time.Duration
 }
 
-func newFollow() *follow {
+// holdBound bounds how long a record of another host waits for its
+// events before it is served anyway (a batch that never comes).
+const holdBound = 5 * time.Second
+
+// heldRecord is a record of another host held until its events are
+// applied: what takeLocked would take.
+type heldRecord struct {
+	rec     ledger.Task
+	enc     ledger.Encoded
+	rev     uint64
+	lastSeq int64
+}
+
+func newFollow(holdFor time.Duration) *follow {
 	ctx, cancel := context.WithCancel(context.Background())
+	if holdFor <= 0 {
+		holdFor = holdBound
+	}
 	return &follow{ctx: ctx, cancel: cancel, moved: make(chan struct{}),
-		changes: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+		changes: map[string]struct{}{}, kick: make(chan struct{}, 1),
+		holds: map[*task]time.Time{}, unseen: map[string]*task{}, holdFor: holdFor}
+}
+
+// hold notes that t holds a record (or is hidden) for its events. t.mu
+// is held.
+func (f *follow) hold(t *task) {
+	f.mu.Lock()
+	if _, ok := f.holds[t]; !ok {
+		f.holds[t] = time.Now()
+	}
+	if t.hidden {
+		f.unseen[t.id] = t
+	}
+	f.mu.Unlock()
+}
+
+// unhold drops t's held record. t.mu is held.
+func (f *follow) unhold(t *task) {
+	t.held = nil
+	if t.hidden {
+		return // still held, for its adoption
+	}
+	f.mu.Lock()
+	delete(f.holds, t)
+	f.mu.Unlock()
+}
+
+// hiddenTask returns the task of id not served yet, or nil.
+func (f *follow) hiddenTask(id string) *task {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.unseen[id]
+}
+
+// dueHolds returns the tasks held longer than holdFor at now.
+func (f *follow) dueHolds(now time.Time) []*task {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var due []*task
+	for t, since := range f.holds {
+		if now.Sub(since) >= f.holdFor {
+			due = append(due, t)
+		}
+	}
+	return due
 }
 
 // tell queues a change of task id for OnChange.
@@ -146,6 +220,7 @@ func (l *Ledger) startFollowing(ctx context.Context, ends streamEnds) error {
 	if l.opts.OnChange != nil {
 		l.shared.wg.Go(func() { l.shared.tellChanges(l.opts.OnChange) })
 	}
+	l.shared.wg.Go(l.expireHolds)
 	for _, c := range []struct {
 		stream jetstream.Stream
 		from   uint64
@@ -227,38 +302,138 @@ func (l *Ledger) followRecord(m jetstream.Msg, rev uint64) {
 		l.log.Warn("ledger: a task entry of the cluster cannot be read", "key", key, "err", err)
 		return
 	}
-	l.takeRecord(key, v, rec, rev)
-	l.changed(rec.TaskID)
+	if t, served := l.takeRecord(key, v, rec, rev); t != nil && served {
+		l.changed(t.id)
+	}
 }
 
 // takeRecord makes rec, at revision rev, the record of its task, adopting
-// a task this ledger did not know.
-func (l *Ledger) takeRecord(key string, v value, rec *ledger.Task, rev uint64) *task {
+// a task this ledger did not know. A record of another host is held while
+// the events it accounts for are not all applied (a task never seen is
+// hidden): it reports whether the record is served now.
+func (l *Ledger) takeRecord(key string, v value, rec *ledger.Task, rev uint64) (*task, bool) {
 	enc, err := ledger.EncodeRecord(rec)
 	if err != nil {
 		l.log.Warn("ledger: a task entry of the cluster cannot be encoded", "key", key, "err", err)
-		return nil
+		return nil, false
 	}
 	l.mu.Lock()
 	t := l.tasks[rec.TaskID]
 	if t == nil {
-		t = &task{id: rec.TaskID, key: key, pos: len(l.order), rec: *rec, enc: enc, rev: rev, lastSeq: v.lastSeq}
-		l.tasks[t.id] = t
-		l.order = append(l.order, t)
-		if k := rec.IdempotencyKey; k != nil && l.keys[*k] == nil {
-			l.keys[*k] = t
-		}
+		t = l.shared.hiddenTask(rec.TaskID)
+	}
+	if t == nil {
+		t = &task{id: rec.TaskID, key: key, rec: *rec, enc: enc, rev: rev, lastSeq: v.lastSeq, hidden: true}
+		t.mu.Lock()
+		l.shared.hold(t)
+		t.mu.Unlock()
 		l.mu.Unlock()
-		return t
+		// Served once its events are (its first batch may be here already).
+		return t, l.release(t, false)
 	}
 	l.mu.Unlock()
 	t.mu.Lock()
-	ended := rev > t.rev && l.takeLocked(t, v.by, rec, enc, rev, v.lastSeq)
+	newest := t.rev
+	if t.held != nil {
+		newest = t.held.rev
+	}
+	if rev <= newest {
+		t.mu.Unlock()
+		return t, false
+	}
+	ended := l.endLocked(t, v.by, rec)
+	switch {
+	case t.hidden:
+		// Not served yet: its record is the newest, held with the task.
+		t.rec, t.enc, t.rev, t.lastSeq = *rec, enc, rev, v.lastSeq
+	case v.by == l.host || int64(t.log.acked) >= v.lastSeq:
+		l.takeLocked(t, v.by, rec, enc, rev, v.lastSeq)
+		t.mu.Unlock()
+		if ended {
+			l.catchUp(t)
+		}
+		return t, true
+	default:
+		t.held = &heldRecord{rec: *rec, enc: enc, rev: rev, lastSeq: v.lastSeq}
+		l.shared.hold(t)
+	}
 	t.mu.Unlock()
 	if ended {
-		l.catchUp(t)
+		l.catchUp(t) // which serves the record once the end's events are in
 	}
-	return t
+	return t, l.release(t, false)
+}
+
+// release serves what t holds for its events once they are applied (or,
+// force, anyway): its held record, or the task itself when hidden. It
+// reports whether it served anything.
+func (l *Ledger) release(t *task, force bool) bool {
+	t.mu.Lock()
+	want := t.lastSeq
+	if t.held != nil {
+		want = t.held.lastSeq
+	}
+	applied := int64(t.log.acked)
+	if (t.held == nil && !t.hidden) || (!force && applied < want) {
+		t.mu.Unlock()
+		return false
+	}
+	if force {
+		l.log.Warn("ledger: a task record of another host is served before its events",
+			"task", t.id, "last_seq", want, "applied", applied, "waited", l.shared.holdFor)
+	}
+	if h := t.held; h != nil {
+		t.rec, t.enc, t.rev, t.lastSeq = h.rec, h.enc, h.rev, h.lastSeq
+		t.held = nil
+	}
+	adopt := t.hidden
+	t.hidden = false
+	l.shared.unhold(t)
+	t.mu.Unlock()
+	if adopt {
+		l.adopt(t)
+	}
+	return true
+}
+
+// adopt serves a task of another host this ledger had hidden.
+func (l *Ledger) adopt(t *task) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.shared.mu.Lock()
+	delete(l.shared.unseen, t.id)
+	l.shared.mu.Unlock()
+	if l.tasks[t.id] != nil {
+		return
+	}
+	t.mu.Lock()
+	t.pos = len(l.order)
+	k := t.rec.IdempotencyKey
+	t.mu.Unlock()
+	l.tasks[t.id] = t
+	l.order = append(l.order, t)
+	if k != nil && l.keys[*k] == nil {
+		l.keys[*k] = t
+	}
+}
+
+// expireHolds serves the records held past holdFor, until the follow
+// stops.
+func (l *Ledger) expireHolds() {
+	tick := time.NewTicker(max(l.shared.holdFor/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.shared.ctx.Done():
+			return
+		case now := <-tick.C:
+			for _, t := range l.shared.dueHolds(now) {
+				if l.release(t, true) {
+					l.changed(t.id)
+				}
+			}
+		}
+	}
 }
 
 // catchUp reads the task's batches past the last one it holds straight
@@ -291,6 +466,7 @@ func (l *Ledger) catchUp(t *task) {
 			l.log.Warn("ledger: an event batch of the cluster cannot be read", "task", t.id, "stream_seq", m.Sequence, "err", err)
 			return
 		}
+		l.release(t, false)
 		l.changed(t.id)
 	}
 }
@@ -298,32 +474,44 @@ func (l *Ledger) catchUp(t *task) {
 // followEvents serves the events of a batch another daemon published (its
 // own batches are in its memory already, and skipped by seq).
 func (l *Ledger) followEvents(m jetstream.Msg, seq uint64) {
-	grew, id := l.followBatch(m, seq)
+	t, grew := l.followBatch(m, seq)
+	// A record held for these events is served with them.
+	served := t != nil && l.release(t, false)
 	// Advanced before OnChange: a shared write of this daemon waits for
 	// the advance while its caller may hold what OnChange takes (the
 	// service's lock of the task).
 	l.shared.advance(seq)
-	if grew {
-		l.changed(id)
+	if served || grew && !l.isHidden(t) {
+		l.changed(t.id)
 	}
 }
 
-// followBatch applies one message of the event stream and reports whether
-// a task's served events grew.
-func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (bool, string) {
+func (l *Ledger) isHidden(t *task) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.hidden
+}
+
+// followBatch applies one message of the event stream and reports its
+// task and whether the task's applied events grew.
+func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (*task, bool) {
 	subject := m.Subject()
 	key, capped := strings.CutPrefix(subject, capPrefix)
 	if !capped {
 		key = strings.TrimPrefix(subject, subjectPrefix)
 	}
+	id := idOf(key)
 	l.mu.RLock()
-	t := l.tasks[idOf(key)]
+	t := l.tasks[id]
+	if t == nil {
+		t = l.shared.hiddenTask(id)
+	}
 	l.mu.RUnlock()
 	if t == nil {
 		// The events came before the record's follower brought it.
 		t = l.fetchRecord(key)
 		if t == nil {
-			return false, ""
+			return nil, false
 		}
 	}
 	t.mu.Lock()
@@ -349,12 +537,11 @@ func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (bool, string) {
 		grew = n > t.log.acked
 		t.log.acked, t.log.sent = max(t.log.acked, n), max(t.log.sent, n)
 	}
-	id := t.id
 	t.mu.Unlock()
 	if err != nil {
 		l.log.Warn("ledger: an event batch of the cluster cannot be read", "task", id, "stream_seq", seq, "err", err)
 	}
-	return grew, id
+	return t, grew
 }
 
 // fetchRecord reads and adopts the record of key (nil when there is none).
@@ -373,7 +560,8 @@ func (l *Ledger) fetchRecord(key string) *task {
 	if err != nil {
 		return nil
 	}
-	return l.takeRecord(key, v, rec, e.Revision())
+	t, _ := l.takeRecord(key, v, rec, e.Revision())
+	return t
 }
 
 // lastBatch is the subject's last events message: its stream seq and the
@@ -447,9 +635,13 @@ func (l *Ledger) writeShared(t *task, now time.Time, change func(*ledger.Task) (
 		cur := *rec
 		evs, err := change(rec)
 		if err != nil {
-			if ta := l.takeRecord(t.key, v, &cur, e.Revision()); ta != nil {
+			// The refusal is from the record as the bucket holds it,
+			// which this ledger serves once its events are applied.
+			if ta, _ := l.takeRecord(t.key, v, &cur, e.Revision()); ta != nil {
 				ta.mu.RLock()
-				cur = ta.copyLocked()
+				if ta.rev >= e.Revision() {
+					cur = ta.copyLocked()
+				}
 				ta.mu.RUnlock()
 			}
 			return cur, err

@@ -68,6 +68,9 @@ type Options struct {
 	// each flush with its error: a test waits on it for a flush that
 	// nothing else observes.
 	afterFlush func(error)
+	// holdFor, when set (by tests), bounds how long a followed record
+	// waits for its events (default holdBound).
+	holdFor time.Duration
 }
 
 // opWait bounds one JetStream round trip of a ledger call; the calls take
@@ -150,6 +153,12 @@ type task struct {
 	// endedElsewhere: another daemon ended this task of ours (it thought
 	// this host had stopped answering); every later write is refused.
 	endedElsewhere bool
+	// held is a record another host wrote that this ledger does not serve
+	// yet, as its events are not all applied (see follow.go's holds);
+	// hidden: the task itself is not served yet, adopted from such a
+	// record (it is in the follow's unseen, not in the ledger's tasks).
+	held   *heldRecord
+	hidden bool
 }
 
 // copyLocked returns a copy of the record that shares no slice with it.
@@ -235,7 +244,7 @@ func openLedger(ctx context.Context, be backend, host string, opts Options) (*Le
 		return nil, &StoreError{Dir: be.srv.dir, Err: err}
 	}
 	if host != "" {
-		l.shared = newFollow()
+		l.shared = newFollow(opts.holdFor)
 		if err := l.startFollowing(ctx, ends); err != nil {
 			return nil, err
 		}
@@ -521,13 +530,24 @@ func (l *Ledger) reload(ctx context.Context, t *task) error {
 // host's events (catchUp), which the follower skipped while ours were
 // pending. t.mu is held.
 func (l *Ledger) takeLocked(t *task, by string, rec *ledger.Task, enc ledger.Encoded, rev uint64, lastSeq int64) (ended bool) {
-	if l.host != "" && by != l.host && l.mine(t) && rec.Status.Terminal() && !t.rec.Status.Terminal() {
-		t.endedElsewhere, ended = true, true
-		t.log.truncate(t.log.acked)
-		t.log.sent = t.log.acked
-	}
+	ended = l.endLocked(t, by, rec)
 	t.rec, t.enc, t.rev, t.lastSeq = *rec, enc, rev, lastSeq
+	if t.held != nil && t.held.rev <= rev {
+		l.shared.unhold(t) // older than what is served now
+	}
 	return ended
+}
+
+// endLocked ends here one of this host's tasks that rec, by another host,
+// ends (see takeLocked), and reports whether it did. t.mu is held.
+func (l *Ledger) endLocked(t *task, by string, rec *ledger.Task) bool {
+	if l.host == "" || by == l.host || !l.mine(t) || !rec.Status.Terminal() || t.rec.Status.Terminal() || t.endedElsewhere {
+		return false
+	}
+	t.endedElsewhere = true
+	t.log.truncate(t.log.acked)
+	t.log.sent = t.log.acked
+	return true
 }
 
 // Transition moves the task to status to, applies edits and records the
