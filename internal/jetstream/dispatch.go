@@ -313,9 +313,15 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 			defer d.wg.Done()
 			d.take(m, handle)
 		}()
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		d.log.Warn("dispatch: consuming", "host", d.opts.Host, "err", err)
-	}))
+	},
+		// A pull that reaches the consumer before its leader serves is
+		// lost; the client asks again only once the pull expires or its
+		// heartbeats are missed (30 s by default). 5 s bounds how long a
+		// spawn waits when that happens to a host that just started.
+		jetstream.PullExpiry(5*time.Second),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			d.log.Warn("dispatch: consuming", "host", d.opts.Host, "err", err)
+		}))
 	if err != nil {
 		return fmt.Errorf("consuming the spawns of host %s: %w", d.opts.Host, err)
 	}
