@@ -108,22 +108,30 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	stream, err := c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: DispatchStream, Subjects: []string{DispatchSubject + ">"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: c.replicas,
-		MaxAge: dispatchMaxAge, Duplicates: 2 * time.Minute,
+	var stream jetstream.Stream
+	err := untilAnswered(ctx, func(ctx context.Context) (err error) {
+		stream, err = c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: DispatchStream, Subjects: []string{DispatchSubject + ">"},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: c.replicas,
+			MaxAge: dispatchMaxAge, Duplicates: 2 * time.Minute,
+		})
+		return err
 	})
 	if err == nil {
-		err = untilAnswered(ctx, func() error { _, err := stream.Info(ctx); return err })
+		err = untilAnswered(ctx, func(ctx context.Context) error { _, err := stream.Info(ctx); return err })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's dispatch stream: %w", err)
 	}
-	claims, err := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: ClaimsBucket, History: 1, TTL: claimsTTL, Storage: jetstream.FileStorage, Replicas: c.replicas,
+	var claims jetstream.KeyValue
+	err = untilAnswered(ctx, func(ctx context.Context) (err error) {
+		claims, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: ClaimsBucket, History: 1, TTL: claimsTTL, Storage: jetstream.FileStorage, Replicas: c.replicas,
+		})
+		return err
 	})
 	if err == nil {
-		err = untilAnswered(ctx, func() error {
+		err = untilAnswered(ctx, func(ctx context.Context) error {
 			if _, err := claims.Get(ctx, "ready-probe"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 				return err
 			}
@@ -154,13 +162,27 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 	return d, nil
 }
 
-// untilAnswered waits until a stream or bucket just made answers ask: its
-// leader is elected a moment after the create returns, and a request
-// before that finds no responder.
-func untilAnswered(ctx context.Context, ask func() error) error {
+// apiAttempt bounds one JetStream API request of untilAnswered: a request
+// that reaches the cluster while leaders move (two daemons making the same
+// stream at once, a bucket just made) can go unanswered, and would
+// otherwise wait for the whole of its caller's deadline.
+const apiAttempt = 5 * time.Second
+
+// untilAnswered runs ask until the cluster answers it: a stream or bucket
+// just made answers once its leader is elected (before that a request
+// finds no responder), and an unanswered attempt is made again. Each
+// attempt gets apiAttempt at most; ctx bounds the whole.
+func untilAnswered(ctx context.Context, ask func(context.Context) error) error {
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		err := ask()
-		if !errors.Is(err, nats.ErrNoResponders) {
+		actx, cancel := context.WithTimeout(ctx, apiAttempt)
+		err := ask(actx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout):
 			return err
 		}
 		t := time.NewTimer(wait)
@@ -282,10 +304,14 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 	if !validToken(d.opts.Host) {
 		return fmt.Errorf("dispatch: host name %q is not a subject token", d.opts.Host)
 	}
-	cons, err := d.c.js.CreateOrUpdateConsumer(ctx, DispatchStream, jetstream.ConsumerConfig{
-		Durable: "host_" + d.opts.Host, FilterSubject: DispatchSubject + d.opts.Host,
-		DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 30 * time.Second, MaxAckPending: 256, Replicas: d.c.replicas,
+	var cons jetstream.Consumer
+	err := untilAnswered(ctx, func(ctx context.Context) (err error) {
+		cons, err = d.c.js.CreateOrUpdateConsumer(ctx, DispatchStream, jetstream.ConsumerConfig{
+			Durable: "host_" + d.opts.Host, FilterSubject: DispatchSubject + d.opts.Host,
+			DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: 30 * time.Second, MaxAckPending: 256, Replicas: d.c.replicas,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("the dispatch consumer of host %s: %w", d.opts.Host, err)
@@ -293,7 +319,7 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 	// A consumer just made answers once its leader is elected; consuming
 	// before that delivers only after the client's retries.
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := untilAnswered(ictx, func() error { _, err := cons.Info(ictx); return err }); err != nil {
+	if err := untilAnswered(ictx, func(ctx context.Context) error { _, err := cons.Info(ctx); return err }); err != nil {
 		d.log.Warn("dispatch: the consumer does not answer yet", "host", d.opts.Host, "err", err)
 	}
 	cancel()

@@ -826,28 +826,38 @@ func appendField(b, f []byte) []byte {
 // with replicas when the cluster has none (another daemon creating them
 // at the same time is fine: both bind the one that was made).
 func (l *Ledger) setUpCluster(ctx context.Context, replicas int) (jetstream.Stream, error) {
-	kv, err := l.js.KeyValue(ctx, Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = l.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: Bucket, History: 1, Storage: jetstream.FileStorage, MaxValueSize: maxPayload, Replicas: replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = l.js.KeyValue(ctx, Bucket)
+	// Several daemons may make the bucket and the stream at once: each
+	// request is bounded and asked again until answered (untilAnswered).
+	var kv jetstream.KeyValue
+	err := untilAnswered(ctx, func(ctx context.Context) (err error) {
+		kv, err = l.js.KeyValue(ctx, Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = l.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket: Bucket, History: 1, Storage: jetstream.FileStorage, MaxValueSize: maxPayload, Replicas: replicas,
+			})
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				kv, err = l.js.KeyValue(ctx, Bucket)
+			}
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's task bucket: %w", err)
 	}
-	stream, err := l.js.Stream(ctx, Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		stream, err = l.js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: Stream, Subjects: []string{subjectPrefix + ">", capPrefix + ">"}, Storage: jetstream.FileStorage,
-			MaxMsgSize: maxPayload, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, Replicas: replicas,
-		})
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			stream, err = l.js.Stream(ctx, Stream)
+	var stream jetstream.Stream
+	err = untilAnswered(ctx, func(ctx context.Context) (err error) {
+		stream, err = l.js.Stream(ctx, Stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			stream, err = l.js.CreateStream(ctx, jetstream.StreamConfig{
+				Name: Stream, Subjects: []string{subjectPrefix + ">", capPrefix + ">"}, Storage: jetstream.FileStorage,
+				MaxMsgSize: maxPayload, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, Replicas: replicas,
+			})
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				stream, err = l.js.Stream(ctx, Stream)
+			}
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's event stream: %w", err)
 	}

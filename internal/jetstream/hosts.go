@@ -143,7 +143,7 @@ func JoinHosts(ctx context.Context, c *Cluster, o HostsOptions) (*Hosts, error) 
 	}
 	h := &Hosts{kv: kv, opts: o, log: o.Logger, seen: map[string]hostSeen{}}
 	// A bucket just made answers once its leader is elected.
-	if err := untilAnswered(ctx, func() error { return h.claim(ctx) }); err != nil {
+	if err := untilAnswered(ctx, h.claim); err != nil {
 		return nil, err
 	}
 	bctx, cancel := context.WithCancel(context.Background())

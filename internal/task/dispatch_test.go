@@ -73,7 +73,6 @@ type dispatchRig struct {
 	a, b       *Service
 	ma, mb     *notify.Markers
 	dispatcher *loopDispatcher
-	binB       string
 }
 
 // newDispatchRig makes services a and b over one store, each its own
