@@ -192,7 +192,9 @@ func Dial(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		nc.Close()
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
-	if _, err := js.AccountInfo(ctx); err != nil {
+	// A cluster whose nodes just started has no meta leader yet, and its
+	// JetStream API leaves a request unanswered until it has one.
+	if err := untilAnswered(ctx, func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("JetStream on %s: %w", strings.Join(o.URLs, ","), err)
 	}
