@@ -165,7 +165,7 @@ func (s *Calls) Close() {
 // answer is a *NoAnswerError, an error of the answering service a
 // *CallError.
 func (c *Cluster) Call(ctx context.Context, host, op string, req []byte, wait time.Duration) ([]byte, error) {
-	if host == "" || strings.ContainsAny(host, ".*> \t") {
+	if !validToken(host) {
 		return nil, fmt.Errorf("host name %q cannot be called", host)
 	}
 	cctx, cancel := context.WithTimeout(ctx, wait)

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -236,4 +237,37 @@ func (h oneHostList) ListHosts(context.Context) ([]ledger.Host, error) {
 		out = append(out, ledger.Host{Name: n})
 	}
 	return out, nil
+}
+
+// What another daemon sends is read as a client's arguments are: bytes
+// that are not a spawn or a call, or a spawn a local call would be refused,
+// are answered with invalid_request, and nothing is created or started.
+func TestHandedAndRoutedBytesRefused(t *testing.T) {
+	r := newDispatchRig(t)
+	ctx := context.Background()
+	for _, body := range []string{
+		`not json`,
+		`{"agent":"opencode","prompt":`,
+		`{"agent":["opencode"],"prompt":"hello"}`,
+		`{"agent":"no-such-agent","prompt":"hello"}`,
+		`{"agent":"opencode","prompt":""}`,
+		`{"agent":"opencode","prompt":"hello","workspace":"/no/such/directory"}`,
+	} {
+		var rep handedReply
+		require.NoError(t, json.Unmarshal(r.b.HandleDispatch(ctx, "t-"+body, []byte(body)), &rep), body)
+		require.NotNil(t, rep.Error, body)
+		assert.Contains(t, []Code{InvalidRequest, UnknownAgent}, rep.Error.Code, body)
+		assert.Nil(t, rep.Task, body)
+	}
+	for _, c := range []struct{ op, req string }{
+		{OpCancel, `not json`}, {OpSend, `{"task_id":7}`}, {OpDescribe, `[`}, {"format-disk", `{}`},
+	} {
+		_, err := r.b.ServeCall(ctx, c.op, json.RawMessage(c.req))
+		var te *Error
+		require.ErrorAs(t, err, &te, c.op)
+		assert.Equal(t, InvalidRequest, te.Code, c.op)
+	}
+	list, err := r.b.ListTasks(ListRequest{})
+	require.NoError(t, err)
+	assert.Empty(t, list.Tasks, "nothing was created")
 }
