@@ -52,7 +52,14 @@ func TestCallsRoutedAndAnswered(t *testing.T) {
 	defer calls.Close()
 	ctx := context.Background()
 
-	got, err := a.Call(ctx, "b", "echo", []byte(`{"task_id":"t1"}`), clusterWait)
+	// b's subscription is known to its own node at once, to a's once the
+	// route carries the interest over: until then a call finds no one.
+	var got []byte
+	require.Eventually(t, func() bool {
+		got, err = a.Call(ctx, "b", "echo", []byte(`{"task_id":"t1"}`), clusterWait)
+		var na *NoAnswerError
+		return !errors.As(err, &na)
+	}, clusterWait, 10*time.Millisecond, "b's interest reaches a's node")
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"b":{"task_id":"t1"}}`, string(got))
 
