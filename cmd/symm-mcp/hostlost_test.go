@@ -33,7 +33,9 @@ func TestClusterDaemonLosesItsName(t *testing.T) {
 	select {
 	case <-b.exited:
 	case <-time.After(60 * time.Second):
-		t.Fatal("B did not stop after losing its name")
+		_ = b.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines, in its log
+		<-b.exited
+		t.Fatalf("B did not stop after losing its name; its log:\n%s", b.stderr.String())
 	}
 	assert.Equal(t, 1, b.cmd.ProcessState.ExitCode())
 	assert.Contains(t, b.stderr.String(), `host name "b" was taken over by another daemon`)

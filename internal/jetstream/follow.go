@@ -247,7 +247,14 @@ func (l *Ledger) startFollowing(ctx context.Context, ends streamEnds) error {
 		go func() {
 			defer l.shared.wg.Done()
 			for {
-				m, err := it.Next()
+				// Next is bounded by the follow's context, not only by
+				// it.Stop: an ordered consumer stopped while it resets
+				// (its heartbeats were missed: a daemon stopped, a
+				// cluster slow) installs a new inner iterator after the
+				// Stop, which nothing stops, and a bare Next on it waits
+				// forever: the ledger's Close, and the daemon's exit,
+				// with it.
+				m, err := it.Next(jetstream.NextContext(l.shared.ctx))
 				if err != nil {
 					if errors.Is(err, jetstream.ErrMsgIteratorClosed) || l.shared.ctx.Err() != nil {
 						return

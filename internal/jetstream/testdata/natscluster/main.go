@@ -26,35 +26,61 @@ func freePort() int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func main() {
-	n := flag.Int("n", 3, "nodes")
-	dir := flag.String("dir", "", "store directory")
-	flag.Parse()
+// start starts n nodes on ports free a moment before, or says why not.
+// A port can be taken by another process between the two (the tests of
+// several packages run at once): the caller tries again with others.
+func start(n int, dir string) ([]*server.Server, []string, error) {
 	var routes, urls []string
 	var clients, clusters []int
-	for range *n {
+	for range n {
 		clients, clusters = append(clients, freePort()), append(clusters, freePort())
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", clusters[len(clusters)-1]))
 		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", clients[len(clients)-1]))
 	}
 	var nodes []*server.Server
-	for i := range *n {
+	stop := func() {
+		for _, s := range nodes {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+	}
+	for i := range n {
 		s, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: clients[i],
-			JetStream: true, StoreDir: fmt.Sprintf("%s/n%d", *dir, i), NoSigs: true, MaxPayload: 8 << 20,
+			JetStream: true, StoreDir: fmt.Sprintf("%s/n%d", dir, i), NoSigs: true, MaxPayload: 8 << 20,
 			Cluster: server.ClusterOpts{Name: "symm", Host: "127.0.0.1", Port: clusters[i]},
 			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 		})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			stop()
+			return nil, nil, err
 		}
 		s.Start()
+		nodes = append(nodes, s)
 		if !s.ReadyForConnections(30 * time.Second) {
-			fmt.Fprintln(os.Stderr, "a node did not start")
+			stop()
+			return nil, nil, fmt.Errorf("node n%d did not start (ports %d, %d)", i, clients[i], clusters[i])
+		}
+	}
+	return nodes, urls, nil
+}
+
+func main() {
+	n := flag.Int("n", 3, "nodes")
+	dir := flag.String("dir", "", "store directory")
+	flag.Parse()
+	var nodes []*server.Server
+	var urls []string
+	for attempt := 1; ; attempt++ {
+		var err error
+		nodes, urls, err = start(*n, fmt.Sprintf("%s/a%d", *dir, attempt))
+		if err == nil {
+			break
+		}
+		fmt.Fprintln(os.Stderr, err)
+		if attempt == 5 {
 			os.Exit(1)
 		}
-		nodes = append(nodes, s)
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		ready := false
