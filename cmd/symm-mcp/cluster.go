@@ -312,14 +312,22 @@ func (x *clusterLedger) lostName() error {
 	return lost
 }
 
-// close takes the host out, then closes the ledger and the connection.
-func (x *clusterLedger) close() {
+// stopIntake stops answering routed calls and taking handed-over
+// spawns: a spawn being taken finishes starting (the shutdown then ends
+// it), one still queued waits in the stream for this host's next daemon.
+// It is idempotent.
+func (x *clusterLedger) stopIntake() {
 	if x.calls != nil {
 		x.calls.Close()
 	}
 	if x.disp != nil {
 		x.disp.Close()
 	}
+}
+
+// close takes the host out, then closes the ledger and the connection.
+func (x *clusterLedger) close() {
+	x.stopIntake()
 	if x.hosts != nil {
 		x.hosts.Close()
 	}

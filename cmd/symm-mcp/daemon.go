@@ -79,11 +79,18 @@ func openLedger(kind, stateDir string, log *slog.Logger) (led task.Ledger, close
 // service's shutdown ended every task, before the daemon lets go of the
 // lock (a daemon started next then finds the store free).
 type daemonTasks struct {
-	svc         *task.Service
+	svc *task.Service
+	// stopIntake, when set, stops taking work from other daemons (spawns
+	// handed over, routed calls) before the service shuts down: one taken
+	// after would only end failed, "shutting down".
+	stopIntake  func()
 	closeLedger func()
 }
 
 func (t *daemonTasks) Shutdown(ctx context.Context) error {
+	if t.stopIntake != nil {
+		t.stopIntake()
+	}
 	err := t.svc.Shutdown(ctx)
 	t.closeLedger()
 	return err
@@ -288,6 +295,9 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		}
 	}
 	tasks.svc, tasks.closeLedger = svc, closeLedger
+	if cluster != nil {
+		tasks.stopIntake = cluster.stopIntake
+	}
 	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", ledgerName, "tasks", recovered.Tasks, "version", version)
 	if u := d.HTTPURL(); u != "" {
 		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(o.stateDir))
