@@ -314,7 +314,8 @@ func (x *clusterLedger) lostName() error {
 
 // stopIntake stops answering routed calls and taking handed-over
 // spawns: a spawn being taken finishes starting (the shutdown then ends
-// it), one still queued waits in the stream for this host's next daemon.
+// it), one still queued stays for this host's next daemon or its
+// caller's withdrawal.
 // It is idempotent.
 func (x *clusterLedger) stopIntake() {
 	if x.calls != nil {
