@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -207,6 +208,12 @@ func clusterWake(ctx context.Context, e *env, t *table, a, b *server) error {
 		if err != nil {
 			return err
 		}
+		// a learns of b's task through the cluster's stream soon after b
+		// answers, not at once (until then the id is task_not_found on
+		// a); the wake is timed from the task's end, 100 ms later.
+		if err := awaitListed(ctx, a, "b", tr.TaskID); err != nil {
+			return err
+		}
 		w, err := a.wait(ctx, []string{tr.TaskID}, 30*time.Second)
 		woke := time.Now()
 		if err != nil {
@@ -331,4 +338,37 @@ func clusterSpawn(ctx context.Context, e *env, t *table, a *server) error {
 			len(took), ms(median(local))),
 		"≤ 20 ms", m <= 20*time.Millisecond)
 	return nil
+}
+
+// awaitListed polls list_tasks on s, every millisecond, until host's task
+// id is in it (10 s at most).
+func awaitListed(ctx context.Context, s *server, host, id string) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var list struct {
+			Tasks []struct {
+				TaskID string `json:"task_id"`
+			} `json:"tasks"`
+		}
+		if err := s.call(ctx, "list_tasks", map[string]any{"host": []string{host}}, &list); err != nil {
+			return err
+		}
+		if slices.ContainsFunc(list.Tasks, func(t struct {
+			TaskID string `json:"task_id"`
+		}) bool {
+			return t.TaskID == id
+		}) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("task %s of %s not listed within 10 s", id, host)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
