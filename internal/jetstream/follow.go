@@ -74,6 +74,10 @@ type follow struct {
 	holdFor time.Duration
 }
 
+// followPullExpiry is how long each pull of a follower lasts (see
+// startFollowing).
+const followPullExpiry = 3 * time.Second
+
 // holdBound bounds how long a record of another host waits for its
 // events before it is served anyway (a batch that never comes).
 const holdBound = 5 * time.Second
@@ -233,7 +237,13 @@ func (l *Ledger) startFollowing(ctx context.Context, ends streamEnds) error {
 			l.shared.stop()
 			return fmt.Errorf("following the ledger: %w", err)
 		}
-		it, err := cons.Messages()
+		// A pull whose messages the client never gets (it reached the
+		// consumer before the reply subject's interest did, or before the
+		// consumer served) is asked again only once it expires: 30 s by
+		// default, while a held record is served after holdBound without
+		// its events. 3 s (heartbeats every 1.5 s) keeps that within the
+		// hold.
+		it, err := cons.Messages(jetstream.PullExpiry(followPullExpiry))
 		if err != nil {
 			l.shared.stop()
 			return fmt.Errorf("following the ledger: %w", err)
