@@ -12,22 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// callError sends a tools/call that must fail and returns its text,
-// "<code>: <message>".
-func (s *session) callError(t *testing.T, tool string, args map[string]any) string {
-	t.Helper()
-	id := s.request(t, tool, args)
-	for {
-		m := s.server.next(t)
-		if m["id"] != float64(id) {
-			continue
-		}
-		res := m["result"].(map[string]any)
-		require.Equal(t, true, res["isError"], "%v", res)
-		return res["content"].([]any)[0].(map[string]any)["text"].(string)
-	}
-}
-
 // awaitEvent polls the task's events of typ through s until one is there.
 func awaitEvent(t *testing.T, s *session, id, typ string) map[string]any {
 	t.Helper()
@@ -85,10 +69,10 @@ func TestClusterRoutedCalls(t *testing.T) {
 	assert.Equal(t, pathOf(da), desc["path"], "no host: probed here")
 	desc = sa.call(t, "describe_agent", map[string]any{"agent": "opencode", "workspace": ws, "host": "a"})
 	assert.Equal(t, pathOf(da), desc["path"], "its own host: probed here")
-	msg := sa.callError(t, "describe_agent", map[string]any{"agent": "opencode", "workspace": ws, "host": "nowhere"})
+	msg := sa.callFails(t, "describe_agent", map[string]any{"agent": "opencode", "workspace": ws, "host": "nowhere"})
 	assert.True(t, strings.HasPrefix(msg, "invalid_request: "), msg)
 	assert.Contains(t, msg, "host nowhere")
-	msg = sa.callError(t, "describe_agent", map[string]any{"agent": "nobody", "host": "b"})
+	msg = sa.callFails(t, "describe_agent", map[string]any{"agent": "nobody", "host": "b"})
 	assert.True(t, strings.HasPrefix(msg, "unknown_agent: "), "B's refusal keeps its code: %s", msg)
 
 	// cancel_task from A of B's live task: answered once B confirmed.
@@ -117,7 +101,7 @@ func TestClusterRoutedCalls(t *testing.T) {
 	pidText := awaitEvent(t, sb, parent, "agent_message")["text"].(string)
 	require.True(t, strings.HasPrefix(pidText, "pid="), pidText)
 
-	msg = sa.callError(t, "send_task", map[string]any{"task_id": parent, "prompt": " "})
+	msg = sa.callFails(t, "send_task", map[string]any{"task_id": parent, "prompt": " "})
 	assert.Equal(t, "invalid_request: prompt is empty", msg, "B's refusal, with its code")
 
 	child := sa.call(t, "send_task", map[string]any{"task_id": parent, "prompt": pidStep, "keep_alive": true})
@@ -155,10 +139,10 @@ func TestClusterRoutedCalls(t *testing.T) {
 		sa.call(t, "wait_tasks", map[string]any{"task_ids": []string{live}, "timeout_seconds": 0.05})
 	}
 	t.Logf("B out of list_hosts %v after SIGTERM", time.Since(phase))
-	msg = sa.callError(t, "describe_agent", map[string]any{"agent": "opencode", "host": "b"})
+	msg = sa.callFails(t, "describe_agent", map[string]any{"agent": "opencode", "host": "b"})
 	assert.True(t, strings.HasPrefix(msg, "invalid_request: "), msg)
 	assert.Contains(t, msg, "host b ")
-	msg = sa.callError(t, "send_task", map[string]any{"task_id": parent, "prompt": pidStep})
+	msg = sa.callFails(t, "send_task", map[string]any{"task_id": parent, "prompt": pidStep})
 	assert.True(t, strings.HasPrefix(msg, "invalid_request: "), msg)
 	assert.Contains(t, msg, "host b ")
 }

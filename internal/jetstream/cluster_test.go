@@ -1,7 +1,6 @@
 package jetstream
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/ledger/ledgertest"
+	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
 )
 
 // The cluster tests run NATS in process, on 127.0.0.1 ports only. Their
@@ -645,7 +645,7 @@ func TestClusterHeldRecordServedAfterItsBound(t *testing.T) {
 	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(0), Name: "a"})
 	require.NoError(t, err)
 	defer cl.Close()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	const holdFor = 300 * time.Millisecond
 	changed := make(chan struct{}, 1)
 	a, err := OpenCluster(ctx, cl, "a", Options{holdFor: holdFor,
@@ -694,22 +694,4 @@ func TestClusterHeldRecordServedAfterItsBound(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(put), holdFor, "served only after the bound")
 	assert.Len(t, allEvents(t, a, "t1"), 3)
 	assert.Contains(t, logs.String(), "a task record of another host is served before its events")
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
