@@ -172,6 +172,25 @@ const apiAttempt = 5 * time.Second
 // just made answers once its leader is elected (before that a request
 // finds no responder), and an unanswered attempt is made again. Each
 // attempt gets apiAttempt at most; ctx bounds the whole.
+// bindBucket binds the key-value bucket cfg names, creating it when it
+// is not there (another daemon creating it at the same time is fine: both
+// bind the one that was made), each request bounded and asked again until
+// answered.
+func bindBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	var kv jetstream.KeyValue
+	err := untilAnswered(ctx, func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(ctx, cfg)
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				kv, err = js.KeyValue(ctx, cfg.Bucket)
+			}
+		}
+		return err
+	})
+	return kv, err
+}
+
 func untilAnswered(ctx context.Context, ask func(context.Context) error) error {
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		actx, cancel := context.WithTimeout(ctx, apiAttempt)
@@ -221,6 +240,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, host, taskID string, body []b
 	if !validToken(host) || !validToken(taskID) {
 		return nil, fmt.Errorf("dispatch: host %q or task id %q is not a subject token", host, taskID)
 	}
+	if d.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
 	ch := make(chan []byte, 1)
 	d.mu.Lock()
 	d.waiting[taskID] = ch
@@ -257,6 +279,8 @@ func (d *Dispatcher) Dispatch(ctx context.Context, host, taskID string, body []b
 			done = true
 		case <-ctx.Done():
 			done = true
+		case <-d.ctx.Done():
+			done = true // closed: its replies can no longer come
 		}
 	}
 	octx, cancel := opContext()
@@ -293,6 +317,8 @@ func (d *Dispatcher) Dispatch(ctx context.Context, host, taskID string, body []b
 		return nil, fmt.Errorf("host %s: %w", host, ErrNoReply)
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-d.ctx.Done():
+		return nil, fmt.Errorf("host %s took the task: %w", host, ErrClosed)
 	}
 }
 
@@ -332,6 +358,12 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 		return errors.New("dispatch: already serving")
 	}
 	d.cc, err = cons.Consume(func(m jetstream.Msg) {
+		// Checked here, in order, before anything is claimed or run.
+		if err := checkHanded(m.Headers()); err != nil {
+			d.log.Warn("dispatch: a spawn is dropped", "subject", m.Subject(), "err", err)
+			_ = m.Term()
+			return
+		}
 		// Consume calls back from one goroutine and no more once Closed
 		// is: the Add here comes before Close's Wait.
 		d.wg.Add(1)
@@ -354,16 +386,46 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 	return nil
 }
 
+// checkHanded refuses a handed spawn without a task id, or whose reply
+// subject is not a dispatcher's inbox for that task (_INBOX.….<task id>,
+// as Dispatch writes it): the reply is published with this daemon's
+// permissions, so a header naming any other subject (symm.call.…,
+// $JS.API.…) would have it publish there.
+func checkHanded(h nats.Header) error {
+	id := h.Get(jetstream.MsgIDHeader)
+	if !validToken(id) {
+		return fmt.Errorf("task id %q is not a subject token", id)
+	}
+	reply := h.Get(replyHeader)
+	if reply == "" {
+		return nil // nobody waits for the reply
+	}
+	inbox, ok := strings.CutPrefix(reply, nats.InboxPrefix)
+	if ok {
+		inbox, ok = strings.CutSuffix(inbox, "."+id)
+	}
+	if !ok || !allTokens(inbox) {
+		return fmt.Errorf("reply subject %q is not a dispatcher's inbox for task %s", reply, id)
+	}
+	return nil
+}
+
+// allTokens reports whether s is a literal subject: dot-separated
+// tokens, none empty or a wildcard.
+func allTokens(s string) bool {
+	for tok := range strings.SplitSeq(s, ".") {
+		if !validToken(tok) {
+			return false
+		}
+	}
+	return true
+}
+
 // take claims one handed-out spawn and runs it. A spawn already claimed
 // (a redelivery) or withdrawn is only acknowledged.
 func (d *Dispatcher) take(m jetstream.Msg, handle DispatchHandler) {
 	id := m.Headers().Get(jetstream.MsgIDHeader)
 	reply := m.Headers().Get(replyHeader)
-	if !validToken(id) {
-		d.log.Warn("dispatch: a spawn without a task id is dropped", "subject", m.Subject())
-		_ = m.Term()
-		return
-	}
 	octx, cancel := opContext()
 	_, err := d.claims.Create(octx, id, []byte(claimTaken))
 	cancel()

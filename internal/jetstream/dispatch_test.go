@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -204,5 +205,45 @@ func BenchmarkClusterDispatch(b *testing.B) {
 			b.Fatal(err)
 		}
 		i++
+	}
+}
+
+// A spawn whose reply header names a subject other than a dispatcher's
+// inbox for its task, or that has no task id, is dropped before it is
+// claimed: B runs none of them and publishes nothing there; a good spawn
+// after them runs.
+func TestDispatchHostileHeadersDropped(t *testing.T) {
+	c := startCluster(t, 3)
+	a := c.dispatcher(t, 0, "a", DispatchOptions{ClaimWait: clusterWait})
+	b := c.dispatcher(t, 1, "b", DispatchOptions{})
+	b.serve(t, "b")
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	published := make(chan string, 8)
+	sub, err := a.cl.nc.Subscribe("symm.call.>", func(m *nats.Msg) { published <- m.Subject })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, a.cl.nc.Flush())
+	for i, reply := range []string{"symm.call.b.cancel", "_INBOX.x.other-task", "_INBOX.*.h1", "_INBOX..h2", ""} {
+		msg := nats.NewMsg(DispatchSubject + "b")
+		id := fmt.Sprintf("h%d", i)
+		if reply == "" {
+			id = "" // no task id
+		}
+		msg.Header.Set(jetstream.MsgIDHeader, id)
+		msg.Header.Set(replyHeader, reply)
+		msg.Data = []byte("spawn")
+		_, err := a.cl.js.PublishMsg(ctx, msg)
+		require.NoError(t, err, reply)
+	}
+	got, err := a.d.Dispatch(ctx, "b", "good", []byte("spawn"))
+	require.NoError(t, err)
+	assert.Equal(t, "ran good on b: spawn", string(got))
+	assert.Equal(t, []string{"good"}, b.runs(), "only the good spawn ran")
+	require.NoError(t, a.cl.nc.Flush())
+	select {
+	case s := <-published:
+		t.Fatalf("B published a reply to %s", s)
+	default:
 	}
 }

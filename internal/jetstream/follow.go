@@ -845,18 +845,8 @@ func appendField(b, f []byte) []byte {
 func (l *Ledger) setUpCluster(ctx context.Context, replicas int) (jetstream.Stream, error) {
 	// Several daemons may make the bucket and the stream at once: each
 	// request is bounded and asked again until answered (untilAnswered).
-	var kv jetstream.KeyValue
-	err := untilAnswered(ctx, func(ctx context.Context) (err error) {
-		kv, err = l.js.KeyValue(ctx, Bucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			kv, err = l.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-				Bucket: Bucket, History: 1, Storage: jetstream.FileStorage, MaxValueSize: maxPayload, Replicas: replicas,
-			})
-			if errors.Is(err, jetstream.ErrBucketExists) {
-				kv, err = l.js.KeyValue(ctx, Bucket)
-			}
-		}
-		return err
+	kv, err := bindBucket(ctx, l.js, jetstream.KeyValueConfig{
+		Bucket: Bucket, History: 1, Storage: jetstream.FileStorage, MaxValueSize: maxPayload, Replicas: replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's task bucket: %w", err)

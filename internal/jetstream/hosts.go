@@ -128,16 +128,10 @@ func JoinHosts(ctx context.Context, c *Cluster, o HostsOptions) (*Hosts, error) 
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	kv, err := c.js.KeyValue(ctx, HostsBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		// An entry is gone after Silent: JetStream expires it.
-		kv, err = c.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: HostsBucket, History: 1, TTL: o.Silent, Storage: jetstream.FileStorage, Replicas: c.replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = c.js.KeyValue(ctx, HostsBucket)
-		}
-	}
+	// An entry is gone after Silent: JetStream expires it.
+	kv, err := bindBucket(ctx, c.js, jetstream.KeyValueConfig{
+		Bucket: HostsBucket, History: 1, TTL: o.Silent, Storage: jetstream.FileStorage, Replicas: c.replicas,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's hosts bucket: %w", err)
 	}

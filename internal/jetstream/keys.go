@@ -78,15 +78,9 @@ func OpenKeys(ctx context.Context, c *Cluster, o KeysOptions) (*Keys, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	kv, err := c.js.KeyValue(ctx, KeysBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = c.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: KeysBucket, History: 1, Storage: jetstream.FileStorage, Replicas: c.replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = c.js.KeyValue(ctx, KeysBucket)
-		}
-	}
+	kv, err := bindBucket(ctx, c.js, jetstream.KeyValueConfig{
+		Bucket: KeysBucket, History: 1, Storage: jetstream.FileStorage, Replicas: c.replicas,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's idempotency keys bucket: %w", err)
 	}

@@ -75,11 +75,17 @@ func (s *Service) ServeCall(ctx context.Context, op string, req json.RawMessage)
 		if err := json.Unmarshal(req, &c); err != nil {
 			return nil, errorf(InvalidRequest, "a routed cancel: %v", err)
 		}
+		if err := s.servedHere(c.TaskID); err != nil {
+			return nil, err
+		}
 		return s.Cancel(ctx, c.TaskID)
 	case OpSend:
 		var c sendCall
 		if err := json.Unmarshal(req, &c); err != nil {
 			return nil, errorf(InvalidRequest, "a routed follow-up: %v", err)
+		}
+		if err := s.servedHere(c.TaskID); err != nil {
+			return nil, err
 		}
 		// The calling session's asker does not cross hosts: questions of
 		// a routed follow-up are answered through this host (wait_tasks
@@ -140,6 +146,16 @@ func (s *Service) remoteHost(id string) string {
 		return ""
 	}
 	return t.Host
+}
+
+// servedHere refuses a routed call for a task another host runs: the
+// caller routes to the owner, and a call routed on from here would wait
+// inside the caller's own wait (or bounce between hosts).
+func (s *Service) servedHere(id string) error {
+	if h := s.remoteHost(id); h != "" {
+		return errorf(InvalidRequest, "task %s runs on host %s, not %s", id, h, s.cfg.Host)
+	}
+	return nil
 }
 
 // describeHere reports whether describe_agent(host) probes on this

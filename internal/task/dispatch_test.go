@@ -270,4 +270,26 @@ func TestHandedAndRoutedBytesRefused(t *testing.T) {
 	list, err := r.b.ListTasks(ListRequest{})
 	require.NoError(t, err)
 	assert.Empty(t, list.Tasks, "nothing was created")
+
+	// A routed call for a task a third host runs is refused, not routed
+	// on: the caller routes to the owner.
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	_, err = r.b.cfg.Store.Create(ledger.NewTask{ID: "theirs", Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "c"}, t0)
+	require.NoError(t, err)
+	for _, st := range []ledger.Status{ledger.Starting, ledger.Running} {
+		_, err := r.b.cfg.Store.Transition("theirs", st, t0)
+		require.NoError(t, err)
+	}
+	for _, c := range []struct{ op, req string }{
+		{OpCancel, `{"task_id":"theirs"}`}, {OpSend, `{"task_id":"theirs","prompt":"again"}`},
+	} {
+		_, err := r.b.ServeCall(ctx, c.op, json.RawMessage(c.req))
+		var te *Error
+		require.ErrorAs(t, err, &te, c.op)
+		assert.Equal(t, InvalidRequest, te.Code, c.op)
+		assert.Contains(t, te.Message, "runs on host c", c.op)
+	}
+	st, err := r.b.cfg.Store.Status("theirs")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.Running, st, "the third host's task is untouched")
 }
