@@ -215,18 +215,7 @@ func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
 	}
 	x.hosts = h
 	x.disp, err = jetstream.OpenDispatch(ctx, x.cl, jetstream.DispatchOptions{Host: x.host, Logger: log})
-	if err == nil {
-		// Calls are answered once the name is ours: before, they could be
-		// another live daemon's.
-		x.calls, err = jetstream.ServeCalls(x.cl, x.host, func(ctx context.Context, op string, req []byte) ([]byte, error) {
-			return callAnswer(svc.ServeCall(ctx, op, req))
-		}, log)
-	}
 	if err != nil {
-		if x.disp != nil {
-			x.disp.Close()
-			x.disp = nil
-		}
 		h.Close()
 		x.hosts = nil
 		return err
@@ -235,12 +224,22 @@ func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
 }
 
 // serveDispatch starts taking the spawns other hosts hand to this one,
-// once Recover has ended what a previous daemon left live: a spawn queued
-// meanwhile waits in the stream.
-func (x *clusterLedger) serveDispatch(svc *task.Service) error {
+// and answering the calls they route here, once Recover has ended what a
+// previous daemon left live (a spawn queued meanwhile waits in the
+// stream; a call meanwhile finds no responder, as with a host not
+// serving, where before it found this service without its tasks): the
+// name is ours by then, so neither could be another live daemon's.
+func (x *clusterLedger) serveDispatch(svc *task.Service, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerOpenWait)
 	defer cancel()
-	return x.disp.Serve(ctx, svc.HandleDispatch)
+	if err := x.disp.Serve(ctx, svc.HandleDispatch); err != nil {
+		return err
+	}
+	var err error
+	x.calls, err = jetstream.ServeCalls(x.cl, x.host, func(ctx context.Context, op string, req []byte) ([]byte, error) {
+		return callAnswer(svc.ServeCall(ctx, op, req))
+	}, log)
+	return err
 }
 
 // Live and Dispatch are the service's task.Dispatcher.

@@ -287,7 +287,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		log.Warn("tasks live when the previous daemon stopped are ended failed", "tasks", recovered.Ended)
 	}
 	if cluster != nil {
-		if err := cluster.serveDispatch(svc); err != nil {
+		if err := cluster.serveDispatch(svc, log); err != nil {
 			closeLedger()
 			d.Close()
 			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
