@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -12,34 +13,47 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// poll calls cond on the test's goroutine (it may call the daemons),
+// every 10 ms, until it holds, failing after 30 s: for reads of another
+// daemon's writes, which have no wait of their own.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("%s: not within 30 s", what)
+		}
+	}
+}
+
 // awaitEvent polls the task's events of typ through s until one is there.
 func awaitEvent(t *testing.T, s *session, id, typ string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var first map[string]any
+	poll(t, fmt.Sprintf("task %s: no %s event", id, typ), func() bool {
 		ev := s.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{typ}})
-		if evs := ev["events"].([]any); len(evs) > 0 {
-			return evs[0].(map[string]any)
+		evs := ev["events"].([]any)
+		if len(evs) > 0 {
+			first = evs[0].(map[string]any)
 		}
-		require.True(t, time.Now().Before(deadline), "task %s: no %s event", id, typ)
-		s.call(t, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 0.05})
-	}
+		return first != nil
+	})
+	return first
 }
 
 // awaitKnown waits until s's daemon has read task id of host from the
 // shared ledger: its follower may lag the owner's write.
 func awaitKnown(t *testing.T, s *session, host, id string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll(t, fmt.Sprintf("task %s never read", id), func() bool {
 		raw, err := json.Marshal(s.call(t, "list_tasks", map[string]any{"host": []string{host}}))
 		require.NoError(t, err)
-		if strings.Contains(string(raw), id) {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "task %s never read", id)
-		s.call(t, "list_hosts", map[string]any{})
-	}
+		return strings.Contains(string(raw), id)
+	})
 }
 
 // TestClusterRoutedCalls: what only B can do, asked of A (intent 0028,

@@ -164,6 +164,7 @@ func TestClusterOfDaemons(t *testing.T) {
 	sa, sb := da.front(t), db.front(t)
 
 	id := sb.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})["task_id"].(string)
+	awaitKnown(t, sa, "b", id) // A reads B's task a moment after B's answer
 	waited := sa.call(t, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 30})
 	require.Len(t, waited["completed"], 1, "A waits on B's task: %v", waited)
 	got := sa.call(t, "get_task", map[string]any{"task_id": id})
@@ -185,10 +186,10 @@ func TestClusterOfDaemons(t *testing.T) {
 	assert.Less(t, time.Since(before), 5*time.Second, "resolve_task of an own task on a cluster")
 	// B's resolution reaches A through the cluster's stream, which A
 	// follows: soon after, not at B's answer.
-	assert.Eventually(t, func() bool {
+	poll(t, "both resolutions, read from A", func() bool {
 		evs := sa.call(t, "get_events", map[string]any{"task_id": id, "event_types": []string{"task_resolved"}})
 		return len(evs["events"].([]any)) == 2
-	}, 30*time.Second, 20*time.Millisecond, "both resolutions, read from A")
+	})
 	hosts := sa.call(t, "list_hosts", map[string]any{})["hosts"].([]any)
 	require.Len(t, hosts, 2)
 	assert.Equal(t, "a", hosts[0].(map[string]any)["name"])
@@ -204,6 +205,7 @@ func TestClusterOfDaemons(t *testing.T) {
 	ev := sb.call(t, "get_events", map[string]any{"task_id": live, "event_types": []string{"process_started"}})
 	require.Len(t, ev["events"], 1)
 	agent := int(ev["events"].([]any)[0].(map[string]any)["pid"].(float64))
+	awaitKnown(t, sa, "b", live)
 	killed := time.Now()
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGKILL))
 	var final map[string]any

@@ -67,14 +67,14 @@ func TestClusterDispatch(t *testing.T) {
 	assert.Equal(t, "succeeded", got["status"])
 	assert.Equal(t, ws, got["workspace"])
 	// B's events, read from A. A's ledger follows the records and the
-	// events apart: the terminal record can be served a moment before the
-	// last batch, so A's copy is waited for.
+	// events apart (a record held past its bound is served before its
+	// events), so A's copy is waited for.
 	evB := db.front(t).call(t, "get_events", map[string]any{"task_id": id})
-	evA := sa.call(t, "get_events", map[string]any{"task_id": id})
-	for deadline := time.Now().Add(30 * time.Second); len(evA["events"].([]any)) < len(evB["events"].([]any)) && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond) // polling a read that has no wait of its own
+	var evA map[string]any
+	poll(t, "B's events, read from A", func() bool {
 		evA = sa.call(t, "get_events", map[string]any{"task_id": id})
-	}
+		return len(evA["events"].([]any)) >= len(evB["events"].([]any))
+	})
 	assert.Equal(t, evB["events"], evA["events"], "B's events, read from A")
 	require.Eventually(t, func() bool { _, err := os.Stat(marker); return err == nil }, 30*time.Second, 10*time.Millisecond,
 		"A makes the marker of the task it handed out")
@@ -96,11 +96,12 @@ func TestClusterDispatch(t *testing.T) {
 	failed := sa.call(t, "spawn_task", map[string]any{"agent": "codex", "prompt": quickPrompt, "workspace": ws, "host": "b"})
 	assert.Equal(t, "failed", failed["status"], "%v", failed)
 	assert.Equal(t, "b", failed["host"])
-	errs := sa.call(t, "get_events", map[string]any{"task_id": failed["task_id"], "event_types": []string{"error"}})
-	for deadline := time.Now().Add(30 * time.Second); len(errs["events"].([]any)) == 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond) // A follows B's batches a moment after its record
+	// A follows B's batches a moment after its record.
+	var errs map[string]any
+	poll(t, "an error event, read from A", func() bool {
 		errs = sa.call(t, "get_events", map[string]any{"task_id": failed["task_id"], "event_types": []string{"error"}})
-	}
+		return len(errs["events"].([]any)) > 0
+	})
 	assert.Len(t, errs["events"], 1, "one error event, read from A")
 
 	// Without host, and with A's own name, A runs it.
