@@ -29,7 +29,6 @@ func TestCallsRoutedAndAnswered(t *testing.T) {
 	c := startCluster(t, 3)
 	a, b := dialNode(t, c, 0, "a"), dialNode(t, c, 1, "b")
 	release := make(chan struct{})
-	var slowEnded atomic.Bool
 	calls, err := ServeCalls(b, "b", func(ctx context.Context, op string, req []byte) ([]byte, error) {
 		switch op {
 		case "echo":
@@ -43,7 +42,6 @@ func TestCallsRoutedAndAnswered(t *testing.T) {
 			case <-release:
 			case <-ctx.Done():
 			}
-			slowEnded.Store(true)
 			return []byte(`{}`), nil
 		}
 		return nil, &CallError{Code: "invalid_request", Message: "no op " + op}

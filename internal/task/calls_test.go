@@ -116,18 +116,14 @@ func TestCallsRouted(t *testing.T) {
 }
 
 // Without a Caller (plain mode, or one daemon), describe_agent of the one
-// host list_hosts names probes here, of another is refused; a live task
-// of another host is refused, named.
+// host list_hosts names probes here, of another is refused.
 func TestCallsWithoutCaller(t *testing.T) {
 	st := store.New()
-	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	_, err := st.Create(ledger.NewTask{ID: "theirs", Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "b"}, t0)
-	require.NoError(t, err)
 	svc := New(Config{Store: st, Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir(),
 		Hosts: fixedHosts{"box"}})
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
 	ctx := context.Background()
-	_, err = svc.Describe(ctx, "nobody", "", "box")
+	_, err := svc.Describe(ctx, "nobody", "", "box")
 	var te *Error
 	require.ErrorAs(t, err, &te)
 	assert.Equal(t, UnknownAgent, te.Code, "probed here")

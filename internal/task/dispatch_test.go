@@ -217,7 +217,7 @@ func TestDispatchRefusals(t *testing.T) {
 // Without a cluster, host may name only the one host list_hosts names.
 func TestSpawnHostWithoutCluster(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
-	r.svc.cfg.Hosts = oneHostList{"m"}
+	r.svc.cfg.Hosts = fixedHosts{"m"}
 	ws := agentWorkspace(t, nil)
 	b, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "m"})
 	require.NoError(t, err)
@@ -227,16 +227,6 @@ func TestSpawnHostWithoutCluster(t *testing.T) {
 	require.ErrorAs(t, err, &te)
 	assert.Equal(t, InvalidRequest, te.Code)
 	assert.Contains(t, te.Message, `"x"`)
-}
-
-type oneHostList []string
-
-func (h oneHostList) ListHosts(context.Context) ([]ledger.Host, error) {
-	var out []ledger.Host
-	for _, n := range h {
-		out = append(out, ledger.Host{Name: n})
-	}
-	return out, nil
 }
 
 // What another daemon sends is read as a client's arguments are: bytes
