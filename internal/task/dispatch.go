@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -233,6 +234,23 @@ func (s *Service) handedChanged(id string) {
 	}
 }
 
+// checkHanded refuses what a spawn handed here names that no dispatcher
+// of ours would: a task id that is not a new UUID as spawn_task makes
+// them (an existing task's would collide with it and its key), a marker
+// path that is not absolute or is longer than a label.
+func (s *Service) checkHanded(id, notifyPath string) error {
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		return errorf(InvalidRequest, "a handed spawn's task id %q is not a UUID", id)
+	}
+	if _, err := s.cfg.Store.Status(id); err == nil {
+		return errorf(InvalidRequest, "a handed spawn's task id %s names an existing task", id)
+	}
+	if notifyPath != "" && (!filepath.IsAbs(notifyPath) || len(notifyPath) > MaxLabelBytes) {
+		return errorf(InvalidRequest, "a handed spawn's notify_path is not an absolute path of at most %d bytes", MaxLabelBytes)
+	}
+	return nil
+}
+
 // HandleDispatch runs a spawn another host handed to this one, as a local
 // spawn runs (the workspace checked here, a missing executable a failed
 // task), under the id the dispatcher chose, and returns the reply for it.
@@ -241,6 +259,9 @@ func (s *Service) HandleDispatch(ctx context.Context, taskID string, body []byte
 	var h handedSpawn
 	var rep handedReply
 	err := json.Unmarshal(body, &h)
+	if err == nil {
+		err = s.checkHanded(taskID, h.NotifyPath)
+	}
 	if err == nil {
 		req := SpawnRequest{
 			Agent: h.Agent, Prompt: h.Prompt, Workspace: h.Workspace, Allow: h.Allow, Model: h.Model,

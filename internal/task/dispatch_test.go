@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -244,7 +245,7 @@ func TestHandedAndRoutedBytesRefused(t *testing.T) {
 		`{"agent":"opencode","prompt":"hello","workspace":"/no/such/directory"}`,
 	} {
 		var rep handedReply
-		require.NoError(t, json.Unmarshal(r.b.HandleDispatch(ctx, "t-"+body, []byte(body)), &rep), body)
+		require.NoError(t, json.Unmarshal(r.b.HandleDispatch(ctx, uuid.NewString(), []byte(body)), &rep), body)
 		require.NotNil(t, rep.Error, body)
 		assert.Contains(t, []Code{InvalidRequest, UnknownAgent}, rep.Error.Code, body)
 		assert.Nil(t, rep.Task, body)
@@ -256,6 +257,23 @@ func TestHandedAndRoutedBytesRefused(t *testing.T) {
 		var te *Error
 		require.ErrorAs(t, err, &te, c.op)
 		assert.Equal(t, InvalidRequest, te.Code, c.op)
+	}
+	// A spawn a local call would take, under an id no dispatcher of ours
+	// would hand: not a UUID, or an existing task's; or with a marker
+	// path that is not absolute.
+	ws := t.TempDir()
+	good := fmt.Sprintf(`{"agent":"opencode","prompt":"hello","workspace":%q}`, ws)
+	for _, c := range []struct{ id, body, says string }{
+		{"t-1", good, "not a UUID"},
+		{"{" + uuid.NewString() + "}", good, "not a UUID"},
+		{uuid.NewString(), fmt.Sprintf(`{"agent":"opencode","prompt":"hello","workspace":%q,"notify_path":"relative/marker"}`, ws), "notify_path"},
+	} {
+		var rep handedReply
+		require.NoError(t, json.Unmarshal(r.b.HandleDispatch(ctx, c.id, []byte(c.body)), &rep), c.id)
+		require.NotNil(t, rep.Error, c.id)
+		assert.Equal(t, InvalidRequest, rep.Error.Code, c.id)
+		assert.Contains(t, rep.Error.Message, c.says, c.id)
+		assert.Nil(t, rep.Task, c.id)
 	}
 	list, err := r.b.ListTasks(ListRequest{})
 	require.NoError(t, err)
@@ -282,4 +300,12 @@ func TestHandedAndRoutedBytesRefused(t *testing.T) {
 	st, err := r.b.cfg.Store.Status("theirs")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.Running, st, "the third host's task is untouched")
+	existing := uuid.NewString()
+	_, err = r.b.cfg.Store.Create(ledger.NewTask{ID: existing, Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "c"}, t0)
+	require.NoError(t, err)
+	var rep handedReply
+	require.NoError(t, json.Unmarshal(r.b.HandleDispatch(ctx, existing, []byte(good)), &rep))
+	require.NotNil(t, rep.Error)
+	assert.Equal(t, InvalidRequest, rep.Error.Code, "an existing task's id")
+	assert.Contains(t, rep.Error.Message, "existing task")
 }
