@@ -200,9 +200,10 @@ func TestHeldUpdatesDoNotShareTheLine(t *testing.T) {
 	assert.Equal(t, fresh, sink.calls)
 }
 
-// TestSpecial8 holds the word test of the string scan to the byte test it
-// stands for: every byte value in every position among plain bytes, and
-// words of random bytes.
+// TestSpecial8 holds the word tests of the string scan to the byte test
+// they stand for (whether any byte needs a look, and which is the first):
+// every byte value in every position among plain bytes, and words of
+// random bytes.
 func TestSpecial8(t *testing.T) {
 	special := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 }
 	want := func(b []byte) bool {
@@ -213,11 +214,20 @@ func TestSpecial8(t *testing.T) {
 		}
 		return false
 	}
+	first := func(b []byte) int {
+		for i, c := range b {
+			if special(c) {
+				return i
+			}
+		}
+		return 8
+	}
 	for pos := range 8 {
 		for c := range 256 {
 			b := []byte("abcdefgh")
 			b[pos] = byte(c)
 			require.Equal(t, want(b), special8(binary.LittleEndian.Uint64(b)), "byte %#x at %d", c, pos)
+			require.Equal(t, first(b), firstSpecial(binary.LittleEndian.Uint64(b)), "byte %#x at %d", c, pos)
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -230,5 +240,6 @@ func TestSpecial8(t *testing.T) {
 			}
 		}
 		require.Equal(t, want(b), special8(binary.LittleEndian.Uint64(b)), "%x", b)
+		require.Equal(t, first(b), firstSpecial(binary.LittleEndian.Uint64(b)), "%x", b)
 	}
 }
