@@ -22,7 +22,7 @@ func EncodeEvent(buf []byte, seq int64, quotedType []byte, now time.Time, inner 
 	buf = append(buf, `,"type":`...)
 	buf = append(buf, quotedType...)
 	buf = append(buf, `,"time":"`...)
-	buf = now.UTC().AppendFormat(buf, TimeLayout)
+	buf = AppendTime(buf, now)
 	buf = append(buf, '"')
 	if len(inner) > 0 {
 		buf = append(buf, ',')

@@ -82,8 +82,30 @@ const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 func (t Time) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, len(TimeLayout)+2)
 	b = append(b, '"')
-	b = t.UTC().AppendFormat(b, TimeLayout)
+	b = AppendTime(b, t.Time)
 	return append(b, '"'), nil
+}
+
+// AppendTime appends t in TimeLayout, in UTC, as t.UTC().AppendFormat(b,
+// TimeLayout) does: every event's time is written with it, and the general
+// formatter, which reads its layout on each call, was a tenth of the
+// recorder's time on a long turn (intent 0008).
+func AppendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, TimeLayout)
+	}
+	hour, minute, sec := t.Clock()
+	ms := t.Nanosecond() / 1e6
+	return append(b,
+		byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
+		byte('0'+int(month)/10), byte('0'+int(month)%10), '-',
+		byte('0'+day/10), byte('0'+day%10), 'T',
+		byte('0'+hour/10), byte('0'+hour%10), ':',
+		byte('0'+minute/10), byte('0'+minute%10), ':',
+		byte('0'+sec/10), byte('0'+sec%10), '.',
+		byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
 }
 
 // UnmarshalJSON reads a time written by MarshalJSON (or any RFC 3339 time).

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"math/bits"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -161,12 +163,39 @@ var safeASCII = func() (t [utf8.RuneSelf]bool) {
 
 const hexDigits = "0123456789abcdef"
 
+// firstUnsafe is the index (0-7, little-endian) of the first of the eight
+// bytes of w that safeASCII does not mark (a quote, a backslash, <, >, &,
+// a control byte or a byte over 0x7f), 8 when there is none. Each test is
+// the classic one for "some byte is zero" (or below a bound): a borrow can
+// flag a byte above one flagged rightly, never below, so the lowest flag
+// is exact.
+func firstUnsafe(w uint64) int {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q, b, l, g, a := w^(lo*'"'), w^(lo*'\\'), w^(lo*'<'), w^(lo*'>'), w^(lo*'&')
+	m := w | (w-lo*0x20)&^w | (q-lo)&^q | (b-lo)&^b | (l-lo)&^l | (g-lo)&^g | (a-lo)&^a
+	return bits.TrailingZeros64(m&hi) >> 3
+}
+
 // appendStringContent appends src escaped as the inside of a JSON string,
 // byte for byte as encoding/json's Marshal would write it: invalid UTF-8
 // becomes U+FFFD, and <, >, &, U+2028 and U+2029 are escaped.
 func appendStringContent(dst, src []byte) []byte {
 	start := 0
 	for i := 0; i < len(src); {
+		// Eight bytes at a time to the first that is not written as it
+		// is: a page's JSON is mostly such runs between quotes, and this
+		// escape was a twentieth of the server's time on a long turn
+		// (intent 0008).
+		for i+8 <= len(src) {
+			n := firstUnsafe(binary.LittleEndian.Uint64(src[i:]))
+			i += n
+			if n < 8 {
+				break
+			}
+		}
+		if i >= len(src) {
+			break
+		}
 		if b := src[i]; b < utf8.RuneSelf {
 			if safeASCII[b] {
 				i++
