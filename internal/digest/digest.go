@@ -97,11 +97,11 @@ func (a *Acc) Event(typ string) {
 
 // Message adds text of the agent's message (an agent_message event's):
 // text after an event that ends a message starts a new one.
-func (a *Acc) Message(text string) {
+func (a *Acc) Message(text []byte) {
 	if !a.inMsg {
 		a.msg, a.msgChars, a.msgCut, a.inMsg = a.msg[:0], 0, false, true
 	}
-	a.msgChars += utf8.RuneCountInString(text)
+	a.msgChars += utf8.RuneCount(text)
 	if len(text) > keepMessageBytes {
 		text, a.msg, a.msgCut = text[len(text)-keepMessageBytes:], a.msg[:0], true
 	}

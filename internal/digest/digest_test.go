@@ -12,13 +12,13 @@ import (
 
 func TestMessagesEndAtToolCalls(t *testing.T) {
 	var a Acc
-	a.Message("first")
+	a.Message([]byte("first"))
 	a.Event("agent_message")
 	a.Event("tool_call")
-	a.Message("sec")
+	a.Message([]byte("sec"))
 	a.Event("agent_message")
 	a.Event("stderr") // not the agent's turn: the message goes on
-	a.Message("ond ✓")
+	a.Message([]byte("ond ✓"))
 	a.Event("agent_message")
 	d := a.Digest()
 	assert.Equal(t, ledger.LastMessage{Text: "second ✓", Length: 8}, d.LastMessage)
@@ -29,8 +29,8 @@ func TestMessagesEndAtToolCalls(t *testing.T) {
 func TestMessageKeepsItsEndOnACharacter(t *testing.T) {
 	var a Acc
 	long := strings.Repeat("✓", keepMessageBytes) // 3 bytes each
-	a.Message(long)
-	a.Message("é")
+	a.Message([]byte(long))
+	a.Message([]byte("é"))
 	d := a.Digest()
 	assert.True(t, d.LastMessage.Truncated)
 	assert.Equal(t, keepMessageBytes+1, d.LastMessage.Length)

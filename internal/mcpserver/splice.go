@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"math/bits"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/symm-mcp/symm-mcp/internal/jsonstr"
 )
 
 // A splicer writes tool replies' stored JSON to the wire without the MCP
@@ -121,7 +120,7 @@ func (s *splicer) Write(p []byte) (int, error) {
 			used = append(used, n)
 		case ours && p[k] == 't':
 			out = append(out, p[:i]...)
-			out = appendStringContent(out, payload)
+			out = jsonstr.AppendContent(out, payload, true)
 			p = p[k+1:]
 			used = append(used, n)
 		default:
@@ -151,91 +150,3 @@ func (s *splicer) Write(p []byte) (int, error) {
 
 // Close does not close the writer: stdout outlives the MCP session.
 func (s *splicer) Close() error { return nil }
-
-// safeASCII marks the bytes below utf8.RuneSelf that encoding/json writes
-// as they are inside a string (it escapes <, > and & for HTML).
-var safeASCII = func() (t [utf8.RuneSelf]bool) {
-	for b := 0x20; b < utf8.RuneSelf; b++ {
-		t[b] = b != '"' && b != '\\' && b != '<' && b != '>' && b != '&'
-	}
-	return t
-}()
-
-const hexDigits = "0123456789abcdef"
-
-// firstUnsafe is the index (0-7, little-endian) of the first of the eight
-// bytes of w that safeASCII does not mark (a quote, a backslash, <, >, &,
-// a control byte or a byte over 0x7f), 8 when there is none. Each test is
-// the classic one for "some byte is zero" (or below a bound): a borrow can
-// flag a byte above one flagged rightly, never below, so the lowest flag
-// is exact.
-func firstUnsafe(w uint64) int {
-	const lo, hi = 0x0101010101010101, 0x8080808080808080
-	q, b, l, g, a := w^(lo*'"'), w^(lo*'\\'), w^(lo*'<'), w^(lo*'>'), w^(lo*'&')
-	m := w | (w-lo*0x20)&^w | (q-lo)&^q | (b-lo)&^b | (l-lo)&^l | (g-lo)&^g | (a-lo)&^a
-	return bits.TrailingZeros64(m&hi) >> 3
-}
-
-// appendStringContent appends src escaped as the inside of a JSON string,
-// byte for byte as encoding/json's Marshal would write it: invalid UTF-8
-// becomes U+FFFD, and <, >, &, U+2028 and U+2029 are escaped.
-func appendStringContent(dst, src []byte) []byte {
-	start := 0
-	for i := 0; i < len(src); {
-		// Eight bytes at a time to the first that is not written as it
-		// is: a page's JSON is mostly such runs between quotes, and this
-		// escape was a twentieth of the server's time on a long turn
-		// (intent 0008).
-		for i+8 <= len(src) {
-			n := firstUnsafe(binary.LittleEndian.Uint64(src[i:]))
-			i += n
-			if n < 8 {
-				break
-			}
-		}
-		if i >= len(src) {
-			break
-		}
-		if b := src[i]; b < utf8.RuneSelf {
-			if safeASCII[b] {
-				i++
-				continue
-			}
-			dst = append(dst, src[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(src[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			dst = append(dst, src[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			dst = append(dst, src[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	return append(dst, src[start:]...)
-}

@@ -216,19 +216,6 @@ func TestSplicerWrite(t *testing.T) {
 	})
 }
 
-// FuzzStringContent holds the text block's escaping to encoding/json's.
-func FuzzStringContent(f *testing.F) {
-	for _, s := range []string{"", trickyText, "\xff\xfe", "a\xe2\x80", "\xed\xa0\x80", strings.Repeat("é", 10)} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, src []byte) {
-		want, err := json.Marshal(string(src))
-		require.NoError(t, err)
-		got := append(appendStringContent([]byte{'"'}, src), '"')
-		require.Equal(t, string(want), string(got))
-	})
-}
-
 func BenchmarkSpliceWrite(b *testing.B) {
 	var page bytes.Buffer
 	page.WriteString(`{"events":[`)

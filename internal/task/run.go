@@ -12,6 +12,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/digest"
+	"github.com/symm-mcp/symm-mcp/internal/jsonstr"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
@@ -64,6 +65,7 @@ type taskRun struct {
 
 	kind    acpsession.TextKind
 	pending []byte
+	textBuf []byte // a text event's fields, reused
 	timer   *time.Timer
 
 	dropped    ledger.Dropped // stderr the cap dropped, in all
@@ -374,21 +376,26 @@ func (r *taskRun) flushLocked() {
 		if n == 0 {
 			n = min(len(p), MaxTextEvent)
 		}
-		text := string(p[:n])
-		if err := r.record(textType(r.kind), struct {
-			Text string `json:"text"`
-		}{text}); err != nil {
+		text := p[:n]
+		// {"text":...} written here as the field encoder would write it
+		// (no HTML escaping): encoding/json's reflection was a twentieth
+		// of the server's time on a long turn (intent 0008).
+		r.textBuf = append(jsonstr.AppendContent(append(r.textBuf[:0], `{"text":"`...), text, false), `"}`...)
+		if err := r.record(textType(r.kind), json.RawMessage(r.textBuf)); err != nil {
 			r.lostLocked(textType(r.kind)+" event", err)
 		} else if r.kind == acpsession.Message && r.live != nil {
 			r.live.acc.Message(text)
 		}
 		p = p[n:]
 	}
-	// Keep the buffer for the next text, unless a burst made it large.
+	// Keep the buffers for the next text, unless a burst made them large.
 	if cap(r.pending) > 2*MaxTextEvent {
 		r.pending = nil
 	} else {
 		r.pending = r.pending[:0]
+	}
+	if cap(r.textBuf) > 2*MaxTextEvent {
+		r.textBuf = nil
 	}
 }
 
