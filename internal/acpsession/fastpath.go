@@ -26,15 +26,34 @@ import (
 // notification: the session id (sharing b's memory) and the mapped update
 // (never sharing it). ok is false when b is not one, or not one read
 // exactly; the line then takes the general path.
-func readFast(b []byte) (sid []byte, m Mapped, ok bool) {
+func readFast(b []byte) (sid []byte, m Mapped, ok bool) { return readFastAfter(b, nil) }
+
+// readFastAfter is readFast with a text prefix p kept between lines (nil:
+// none). A line that starts with p's bytes is read from its text on (see
+// textPrefix); a text chunk line read whole leaves its own prefix in p.
+func readFastAfter(b []byte, p *textPrefix) (sid []byte, m Mapped, ok bool) {
 	var u fastUpdate
+	if p != nil && p.matches(b) {
+		if u.resume(b, p) {
+			return u.mapped()
+		}
+		u = fastUpdate{} // the whole read decides, from nothing
+	}
 	if !u.scan(b) {
 		return nil, Mapped{}, false
 	}
-	// The type is matched against constants, and copied into a string only
-	// for the rarer updates that carry it further. Those keep the update
-	// itself (agent_update data, usage), which may be held until the
-	// session start is recorded: they get a copy, not the read buffer.
+	if p != nil && u.textAt > 0 && u.isText() {
+		p.keep(b, &u)
+	}
+	return u.mapped()
+}
+
+// mapped maps what the scan picked out. The type is matched against
+// constants, and copied into a string only for the rarer updates that
+// carry it further. Those keep the update itself (agent_update data,
+// usage), which may be held until the session start is recorded: they get
+// a copy, not the read buffer.
+func (u *fastUpdate) mapped() (sid []byte, m Mapped, ok bool) {
 	var kind TextKind
 	switch string(u.typ) {
 	case "agent_thought_chunk":
@@ -53,6 +72,61 @@ func readFast(b []byte) (sid []byte, m Mapped, ok bool) {
 	return u.sid, mapRaw(string(u.typ), bytes.Clone(u.update)), true
 }
 
+// isText reports whether the update read is a text chunk whose text the
+// scan reached.
+func (u *fastUpdate) isText() bool {
+	switch string(u.typ) {
+	case "agent_thought_chunk", "agent_message_chunk":
+		return u.content && string(u.contentType) == "text"
+	}
+	return false
+}
+
+// textPrefix is what reading a text chunk line whole left at the start of
+// its text's value token: the bytes before it, and where each object's
+// walk stood there. Consecutive chunks of one session differ only from
+// their text on (an agent's encoder writes the same keys in the same
+// order), and the scan is a function of the bytes alone, so a line with
+// the very same bytes before its text is in the very same state there:
+// it is read from its text on, and what it must still hold (the end of
+// each object, nothing after the line's) is checked as the whole read
+// checks it. Reading those bytes again was most of a message chunk's cost
+// (intent 0008). FuzzFastPathResumed holds the resumed read to the whole
+// one.
+type textPrefix struct {
+	b    []byte    // the line up to its text's value token; nil: none kept
+	seen [4]uint32 // the walks' members seen: top, params, update, content
+	// Where the session id, the update's type and the content's type
+	// stand in the prefix (off < 0: after it, read by the rest of the
+	// walk), and where the update object starts.
+	sid, typ, contentType span
+	update                int
+}
+
+type span struct{ off, n int }
+
+// matches reports whether b starts with p's bytes and has more after them.
+func (p *textPrefix) matches(b []byte) bool {
+	return p.b != nil && len(b) > len(p.b) && string(b[:len(p.b)]) == string(p.b)
+}
+
+// keep makes b's prefix, read whole into u, p's.
+func (p *textPrefix) keep(b []byte, u *fastUpdate) {
+	if p.matches(b) {
+		return // the same prefix (a resume that gave way to the whole read)
+	}
+	in := func(v []byte, s span) span {
+		if v == nil || s.off+s.n > u.textAt {
+			return span{off: -1}
+		}
+		return s
+	}
+	p.b = append(p.b[:0], b[:u.textAt]...)
+	p.seen = u.seen
+	p.sid, p.typ, p.contentType = in(u.sid, u.sidAt), in(u.typ, u.typAt), in(u.contentType, u.contentTypeAt)
+	p.update = u.updateAt
+}
+
 // fastUpdate is what readFast picks out of a session/update line.
 type fastUpdate struct {
 	sid    []byte // contents of params.sessionId
@@ -65,7 +139,19 @@ type fastUpdate struct {
 	textPlain   bool   // text's contents are its value, as they are
 
 	tool toolSpans
+
+	// Where the walk stood at the text (for textPrefix): the token's
+	// offset (0: not reached), each walk's members seen when it went into
+	// the member holding the text, the spans above and the update's start.
+	textAt                      int
+	seen                        [4]uint32
+	sidAt, typAt, contentTypeAt span
+	updateAt                    int
+	method                      bool // the top walk read the method
 }
+
+// at is the span of tok, which ends at sc.i, without its quotes.
+func at(sc *jscan, tok []byte) span { return span{off: sc.i - len(tok) + 1, n: len(tok) - 2} }
 
 // toolSpans are a tool call's fields, as sent.
 type toolSpans struct {
@@ -89,8 +175,49 @@ var (
 // one, or not one readFast reads exactly.
 func (u *fastUpdate) scan(b []byte) bool {
 	sc := jscan{b: b}
-	method := false
 	w := sc.walk(topKeys)
+	return u.top(&sc, &w)
+}
+
+// resume reads b, which starts with p's bytes, from its text on: each walk
+// as p left it, the innermost first. False when the rest is not what
+// readFast reads exactly (the whole read then decides).
+func (u *fastUpdate) resume(b []byte, p *textPrefix) bool {
+	sc := jscan{b: b, i: len(p.b)}
+	for _, f := range []struct {
+		s   span
+		dst *[]byte
+	}{{p.sid, &u.sid}, {p.typ, &u.typ}, {p.contentType, &u.contentType}} {
+		if f.s.off >= 0 {
+			*f.dst = b[f.s.off : f.s.off+f.s.n]
+		}
+	}
+	// The text is content's, and the method was read before params when
+	// the top walk had seen it there.
+	u.content, u.method = true, p.seen[0]&1 != 0
+	resumed := func(names []string, seen uint32) objWalk {
+		return objWalk{sc: &sc, names: names, seen: seen}
+	}
+	if !u.readText(&sc) {
+		return false
+	}
+	if w := resumed(contentKeys, p.seen[3]); !u.contentMembers(&sc, &w) {
+		return false
+	}
+	if w := resumed(updateKeys, p.seen[2]); !u.updateMembers(&sc, &w) {
+		return false
+	}
+	u.update = b[p.update:sc.i]
+	if w := resumed(paramsKeys, p.seen[1]); !u.paramsMembers(&sc, &w) {
+		return false
+	}
+	w := resumed(topKeys, p.seen[0])
+	return u.top(&sc, &w)
+}
+
+// top reads the members of the notification from w on, and then the end
+// of the line.
+func (u *fastUpdate) top(sc *jscan, w *objWalk) bool {
 	for w.next() {
 		switch w.k {
 		case 0: // method
@@ -98,9 +225,10 @@ func (u *fastUpdate) scan(b []byte) bool {
 			if !ok || class != plainASCII || string(tok) != `"`+methodUpdate+`"` {
 				return false
 			}
-			method = true
+			u.method = true
 		case 1: // params
-			if !u.scanParams(&sc) {
+			u.seen[0] = w.seen
+			if !u.scanParams(sc) {
 				return false
 			}
 		default: // id, result and error make it something else
@@ -108,18 +236,22 @@ func (u *fastUpdate) scan(b []byte) bool {
 		}
 	}
 	sc.space()
-	return !w.bad && sc.i == len(b) && method && u.update != nil
+	return !w.bad && sc.i == len(sc.b) && u.method && u.update != nil
 }
 
 func (u *fastUpdate) scanParams(sc *jscan) bool {
 	w := sc.walk(paramsKeys)
+	return u.paramsMembers(sc, &w)
+}
+
+func (u *fastUpdate) paramsMembers(sc *jscan, w *objWalk) bool {
 	for w.next() {
 		if w.k == 0 { // sessionId
 			tok, class, ok := sc.str()
 			if !ok || class != plainASCII {
 				return false
 			}
-			u.sid = tok[1 : len(tok)-1]
+			u.sid, u.sidAt = tok[1:len(tok)-1], at(sc, tok)
 			continue
 		}
 		// update
@@ -127,6 +259,7 @@ func (u *fastUpdate) scanParams(sc *jscan) bool {
 			return false
 		}
 		start := sc.i
+		u.seen[1], u.updateAt = w.seen, start
 		if !u.scanUpdate(sc) {
 			return false
 		}
@@ -137,6 +270,10 @@ func (u *fastUpdate) scanParams(sc *jscan) bool {
 
 func (u *fastUpdate) scanUpdate(sc *jscan) bool {
 	w := sc.walk(updateKeys)
+	return u.updateMembers(sc, &w)
+}
+
+func (u *fastUpdate) updateMembers(sc *jscan, w *objWalk) bool {
 	for w.next() {
 		switch k := w.k; {
 		case k == 0: // sessionUpdate
@@ -144,7 +281,7 @@ func (u *fastUpdate) scanUpdate(sc *jscan) bool {
 			if !ok || class != plainASCII {
 				return false
 			}
-			u.typ = tok[1 : len(tok)-1]
+			u.typ, u.typAt = tok[1:len(tok)-1], at(sc, tok)
 		case k == 1: // content
 			if sc.peek() != '{' {
 				if !sc.value(0) {
@@ -153,6 +290,7 @@ func (u *fastUpdate) scanUpdate(sc *jscan) bool {
 				continue
 			}
 			u.content = true
+			u.seen[2] = w.seen
 			if !u.scanContent(sc) {
 				return false
 			}
@@ -195,32 +333,45 @@ func (u *fastUpdate) scanUpdate(sc *jscan) bool {
 
 func (u *fastUpdate) scanContent(sc *jscan) bool {
 	w := sc.walk(contentKeys)
+	return u.contentMembers(sc, &w)
+}
+
+func (u *fastUpdate) contentMembers(sc *jscan, w *objWalk) bool {
 	for w.next() {
 		if w.k == 0 { // type
 			tok, class, ok := sc.str()
 			if !ok || class != plainASCII {
 				return false
 			}
-			u.contentType = tok[1 : len(tok)-1]
+			u.contentType, u.contentTypeAt = tok[1:len(tok)-1], at(sc, tok)
 			continue
 		}
 		// text
-		switch sc.peek() {
-		case 'n':
-			if !sc.value(0) {
-				return false
-			}
-		case '"':
-			tok, class, ok := sc.str()
-			if !ok {
-				return false
-			}
-			u.text, u.textPlain = tok, class == plainASCII
-		default: // a type error in the general path
+		if sc.peek() == '"' {
+			u.seen[3], u.textAt = w.seen, sc.i
+		}
+		if !u.readText(sc) {
 			return false
 		}
 	}
 	return !w.bad
+}
+
+// readText reads the value of content.text.
+func (u *fastUpdate) readText(sc *jscan) bool {
+	switch sc.peek() {
+	case 'n':
+		return sc.value(0)
+	case '"':
+		tok, class, ok := sc.str()
+		if !ok {
+			return false
+		}
+		u.text, u.textPlain = tok, class == plainASCII
+		return true
+	default: // a type error in the general path
+		return false
+	}
 }
 
 // toolCall maps a tool call update of type typ. The fields never share

@@ -126,6 +126,9 @@ var fastLines = []struct {
 	{"bad escape", wrap(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"\x"}}`), false},
 	{"control character", wrap("{\"sessionUpdate\":\"agent_message_chunk\",\"content\":{\"type\":\"text\",\"text\":\"a\tb\"}}"), false},
 	{"truncated", `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk"`, false},
+	{"method after params", `{"jsonrpc":"2.0","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}},"method":"session/update"}`, true},
+	{"type after the text", wrap(`{"content":{"text":"x","type":"text"},"sessionUpdate":"agent_thought_chunk"}`), true},
+	{"session id after the update", `{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}},"sessionId":"s2"}}`, true},
 }
 
 func TestFastPathAgreesWithGeneral(t *testing.T) {
@@ -153,6 +156,84 @@ func FuzzFastPath(f *testing.F) {
 		fast, general, _ := fastVersusGeneral(line)
 		require.Equal(t, general, fast)
 	})
+}
+
+// FuzzFastPathResumed holds the read resumed at a kept text prefix to the
+// whole read: a text chunk line leaves its prefix, and any line made of
+// that prefix and another tail must read, resumed, exactly as read whole,
+// and reach the sink as the general path has it.
+func FuzzFastPathResumed(f *testing.F) {
+	tails := []string{`"hello"}}}}`, `"x","type":"text"}}}}`, `"x"}, "sessionUpdate":"agent_thought_chunk"}}}`,
+		`"x"}}},"method":"session/update"}`, `"x"}}}} trailing`, `"x"}}}`, `"\u00e9 \ud800"}}}}`, `"x","text":"y"}}}}`,
+		`"x"},"toolCallId":"t","rawOutput":{"a" : 1}}}}`, `"x"}},"sessionId":"s3"}}`, `"x"}}},"id":1}`, "\"\xff\"}}}}", `"a	b"}}}}`,
+		`null}}}}`, `42}}}}`, `"x"}}}}`, `"x"},"sessionUpdate":"tool_call"}}}`}
+	for _, tc := range fastLines {
+		for _, tail := range tails {
+			f.Add([]byte(tc.line), []byte(tail))
+		}
+	}
+	f.Fuzz(func(t *testing.T, line, tail []byte) {
+		var p textPrefix
+		trimmed := bytes.TrimSpace(line)
+		if len(trimmed) == 0 || trimmed[0] != '{' {
+			return
+		}
+		readFastAfter(trimmed, &p)
+		if p.b == nil {
+			return
+		}
+		second := append(bytes.Clone(p.b), tail...)
+		second = bytes.TrimRight(second, " \t\r\n")
+		if len(second) <= len(p.b) {
+			return
+		}
+		sid, m, ok := readFastAfter(second, &p)
+		wantSid, wantM, wantOK := readFast(second)
+		require.Equal(t, wantOK, ok, "taken")
+		require.Equal(t, string(wantSid), string(sid))
+		require.Equal(t, wantM, m)
+
+		// Through a session: the first line, then the second, against the
+		// general path's reading of the second.
+		a, g := &rawSink{}, &rawSink{}
+		var env envelope
+		s := newBareSession(a)
+		s.handleLine(&env, trimmed)
+		a.calls = nil
+		require.True(t, env.prefix.matches(second), "the first line left its prefix")
+		s.handleLine(&env, second)
+		var genv envelope
+		newBareSession(g).handleGeneral(&genv, second, second)
+		require.Equal(t, g.calls, a.calls)
+	})
+}
+
+// TestFastPathResumes checks that the kept prefix is used: the second
+// chunk of a session is read from its text on, and a chunk of another
+// session or type is read whole and keeps its own prefix.
+func TestFastPathResumes(t *testing.T) {
+	line := func(sid, typ, text string) []byte {
+		return []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"` + sid +
+			`","update":{"sessionUpdate":"` + typ + `","content":{"type":"text","text":"` + text + `"}}}}`)
+	}
+	var p textPrefix
+	_, m, ok := readFastAfter(line("s", "agent_message_chunk", "one"), &p)
+	require.True(t, ok)
+	require.Equal(t, "one", m.Text)
+	require.True(t, bytes.HasSuffix(p.b, []byte(`"text":`)), "the prefix ends before the text: %s", p.b)
+
+	var u fastUpdate
+	require.True(t, u.resume(line("s", "agent_message_chunk", "two"), &p), "the next chunk resumes")
+	_, m, ok = u.mapped()
+	require.True(t, ok)
+	require.Equal(t, Mapped{HasText: true, TextKind: Message, Text: "two"}, m)
+
+	for _, l := range [][]byte{line("s2", "agent_message_chunk", "x"), line("s", "agent_thought_chunk", "y")} {
+		require.False(t, p.matches(l))
+		_, _, ok = readFastAfter(l, &p)
+		require.True(t, ok)
+		require.True(t, p.matches(l[:len(l)-3]), "a line read whole keeps its own prefix")
+	}
 }
 
 func FuzzUnquote(f *testing.F) {

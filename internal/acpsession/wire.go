@@ -61,6 +61,9 @@ type envelope struct {
 	// sid is the session id of the last update the fast path read, kept
 	// across lines so that the same id is not copied for every line.
 	sid string
+	// prefix is the last text chunk's up to its text, kept across lines:
+	// the next chunk is read from its text on (textPrefix).
+	prefix textPrefix
 }
 
 // reset clears env for the next line, keeping its buffers.
@@ -323,7 +326,7 @@ func (s *Session) handleUpdate(env *envelope, clean bool) {
 // handleFast handles b (a trimmed line starting with '{') when readFast
 // reads it; false leaves the line to the general path, with nothing done.
 func (s *Session) handleFast(env *envelope, b []byte) bool {
-	sid, m, ok := readFast(b)
+	sid, m, ok := readFastAfter(b, &env.prefix)
 	if !ok {
 		return false
 	}
