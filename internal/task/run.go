@@ -732,7 +732,7 @@ func (r *taskRun) end(x supervisor.Exit, typ string, fields any, edits []ledger.
 	r.ended = true
 	r.turnEnded = typ == "turn_ended"
 	// Finished tasks stay in the ledger: let go of what only a live run needs.
-	r.pending = nil
+	r.pending, r.textBuf = nil, nil
 	r.cancelStart = nil
 	r.mu.Unlock()
 	r.finished()
