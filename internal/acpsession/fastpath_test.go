@@ -2,9 +2,7 @@ package acpsession
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -279,48 +277,4 @@ func TestHeldUpdatesDoNotShareTheLine(t *testing.T) {
 		fresh = append(fresh, f...)
 	}
 	assert.Equal(t, fresh, sink.calls)
-}
-
-// TestSpecial8 holds the word tests of the string scan to the byte test
-// they stand for (whether any byte needs a look, and which is the first):
-// every byte value in every position among plain bytes, and words of
-// random bytes.
-func TestSpecial8(t *testing.T) {
-	special := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 }
-	want := func(b []byte) bool {
-		for _, c := range b {
-			if special(c) {
-				return true
-			}
-		}
-		return false
-	}
-	first := func(b []byte) int {
-		for i, c := range b {
-			if special(c) {
-				return i
-			}
-		}
-		return 8
-	}
-	for pos := range 8 {
-		for c := range 256 {
-			b := []byte("abcdefgh")
-			b[pos] = byte(c)
-			require.Equal(t, want(b), special8(binary.LittleEndian.Uint64(b)), "byte %#x at %d", c, pos)
-			require.Equal(t, first(b), firstSpecial(binary.LittleEndian.Uint64(b)), "byte %#x at %d", c, pos)
-		}
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 100_000 {
-		b := make([]byte, 8)
-		for i := range b {
-			b[i] = byte(0x18 + rng.IntN(0x70)) // 0x18-0x87: both sides of each bound
-			if rng.IntN(4) == 0 {
-				b[i] = "\"\\ab"[rng.IntN(4)]
-			}
-		}
-		require.Equal(t, want(b), special8(binary.LittleEndian.Uint64(b)), "%x", b)
-		require.Equal(t, first(b), firstSpecial(binary.LittleEndian.Uint64(b)), "%x", b)
-	}
 }

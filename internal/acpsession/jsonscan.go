@@ -3,9 +3,10 @@ package acpsession
 import (
 	"bytes"
 	"encoding/binary"
-	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/symm-mcp/symm-mcp/internal/jsonstr"
 )
 
 // reencodesAsIs reports whether encoding/json (without HTML escaping)
@@ -195,7 +196,7 @@ func (sc *jscan) str() (tok []byte, class strClass, ok bool) {
 		// each byte up to it before, and it was a quarter of the reader's
 		// time on a message chunk (intent 0008).
 		for i+8 <= len(sc.b) {
-			n := firstSpecial(binary.LittleEndian.Uint64(sc.b[i:]))
+			n := jsonstr.FirstPlain(binary.LittleEndian.Uint64(sc.b[i:]))
 			i += n
 			if n < 8 {
 				break
@@ -244,27 +245,6 @@ func (sc *jscan) str() (tok []byte, class strClass, ok bool) {
 	}
 	return nil, 0, false
 }
-
-// special8 reports whether any of the eight bytes of w is one str must
-// look at: a quote, a backslash, a control byte or a byte over 0x7f. Each
-// test is the classic exact one for "some byte is zero" (or below a
-// bound, for bytes under 0x80), so a word without such a byte is skipped
-// whole and every other is read byte by byte as before.
-func special8(w uint64) bool { return special8Mask(w) != 0 }
-
-// special8Mask is special8's mask: the high bit of each byte flagged. A
-// borrow can flag a byte above one that is flagged rightly, never below,
-// so the lowest bit set marks the first byte str must look at exactly.
-func special8Mask(w uint64) uint64 {
-	const lo, hi = 0x0101010101010101, 0x8080808080808080
-	q := w ^ (lo * '"')
-	b := w ^ (lo * '\\')
-	return (w | (q-lo)&^q | (b-lo)&^b | (w-lo*0x20)&^w) & hi
-}
-
-// firstSpecial is the index (0-7, little-endian) of the first of the eight
-// bytes of w that str must look at, 8 when there is none.
-func firstSpecial(w uint64) int { return bits.TrailingZeros64(special8Mask(w)) >> 3 }
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 

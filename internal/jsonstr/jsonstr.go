@@ -31,7 +31,7 @@ func AppendContent(dst, src []byte, html bool) []byte {
 			if html {
 				n = firstHTML(w)
 			} else {
-				n = firstPlain(w)
+				n = FirstPlain(w)
 			}
 			i += n
 			if n < 8 {
@@ -102,13 +102,15 @@ func safeTable(also string) (t [utf8.RuneSelf]bool) {
 	return t
 }
 
-// firstPlain and firstHTML are the index (0-7, little-endian) of the first
+// FirstPlain and firstHTML are the index (0-7, little-endian) of the first
 // of the eight bytes of w that the table does not mark (a quote, a
 // backslash, a control byte, a byte over 0x7f, and for HTML <, > and &), 8
 // when there is none. Each test is the classic one for "some byte is zero"
 // (or below a bound): a borrow can flag a byte above one flagged rightly,
-// never below, so the lowest flag is exact.
-func firstPlain(w uint64) int {
+// never below, so the lowest flag is exact. FirstPlain's bytes are also
+// those a JSON string scanner must look at (the fast path's, in
+// acpsession).
+func FirstPlain(w uint64) int {
 	q, b := w^(lo*'"'), w^(lo*'\\')
 	m := w | (w-lo*0x20)&^w | (q-lo)&^q | (b-lo)&^b
 	return bits.TrailingZeros64(m&hi) >> 3

@@ -46,7 +46,7 @@ func TestFirst(t *testing.T) {
 		name  string
 		safe  *[utf8.RuneSelf]bool
 		first func(uint64) int
-	}{{"plain", &safePlain, firstPlain}, {"html", &safeHTML, firstHTML}} {
+	}{{"plain", &safePlain, FirstPlain}, {"html", &safeHTML, firstHTML}} {
 		want := func(b []byte) int {
 			for i, x := range b {
 				if x >= utf8.RuneSelf || !c.safe[x] {
