@@ -42,7 +42,7 @@ func readFastAfter(b []byte, p *textPrefix) (sid []byte, m Mapped, ok bool) {
 	if !u.scan(b) {
 		return nil, Mapped{}, false
 	}
-	if p != nil && u.textAt > 0 && u.isText() {
+	if p != nil && u.textAt > 0 && u.isText() && u.seen[2]&^updateTextKeys == 0 {
 		p.keep(b, &u)
 	}
 	return u.mapped()
@@ -90,7 +90,9 @@ func (u *fastUpdate) isText() bool {
 // the very same bytes before its text is in the very same state there:
 // it is read from its text on, and what it must still hold (the end of
 // each object, nothing after the line's) is checked as the whole read
-// checks it. Reading those bytes again was most of a message chunk's cost
+// checks it. A prefix restores the session id, the types, the method and
+// the walks' seen members; one in which the update held a tool call field
+// before its content is not kept (updateTextKeys). Reading those bytes again was most of a message chunk's cost
 // (intent 0008). FuzzFastPathResumed holds the resumed read to the whole
 // one.
 type textPrefix struct {
@@ -162,6 +164,12 @@ type toolSpans struct {
 	// re-encoded otherwise, a value of another type).
 	odd bool
 }
+
+// updateTextKeys are the members of the update (sessionUpdate, content)
+// that a kept prefix may hold: it restores no tool call field, so a prefix
+// in which the update held one before its content is not kept (the line's
+// type, read after its text, could make them its fields).
+const updateTextKeys = 1<<0 | 1<<1
 
 // The keys the fast path reads, in each object it looks into.
 var (

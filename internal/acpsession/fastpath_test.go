@@ -126,6 +126,7 @@ var fastLines = []struct {
 	{"truncated", `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk"`, false},
 	{"method after params", `{"jsonrpc":"2.0","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}},"method":"session/update"}`, true},
 	{"type after the text", wrap(`{"content":{"text":"x","type":"text"},"sessionUpdate":"agent_thought_chunk"}`), true},
+	{"tool fields before the content, the type after it", wrap(`{"toolCallId":"a","title":"T","kind":5,"content":{"type":"text","text":"x"},"sessionUpdate":"agent_message_chunk"}`), true},
 	{"session id after the update", `{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}},"sessionId":"s2"}}`, true},
 }
 
@@ -164,7 +165,8 @@ func FuzzFastPathResumed(f *testing.F) {
 	tails := []string{`"hello"}}}}`, `"x","type":"text"}}}}`, `"x"}, "sessionUpdate":"agent_thought_chunk"}}}`,
 		`"x"}}},"method":"session/update"}`, `"x"}}}} trailing`, `"x"}}}`, `"\u00e9 \ud800"}}}}`, `"x","text":"y"}}}}`,
 		`"x"},"toolCallId":"t","rawOutput":{"a" : 1}}}}`, `"x"}},"sessionId":"s3"}}`, `"x"}}},"id":1}`, "\"\xff\"}}}}", `"a	b"}}}}`,
-		`null}}}}`, `42}}}}`, `"x"}}}}`, `"x"},"sessionUpdate":"tool_call"}}}`}
+		`null}}}}`, `42}}}}`, `"x"}}}}`, `"x"},"sessionUpdate":"tool_call"}}}`, `"y"},"sessionUpdate":"tool_call_update"}}}`,
+		`"y"},"status":"done","sessionUpdate":"tool_call"}}}`}
 	for _, tc := range fastLines {
 		for _, tail := range tails {
 			f.Add([]byte(tc.line), []byte(tail))

@@ -27,7 +27,8 @@ type Ledger interface {
 	// Resolve records a judgement of a finished task and task_resolved.
 	Resolve(id string, r Resolution, note string, now time.Time) (Task, error)
 	// Append records one event and returns its seq. fields is a JSON
-	// object whose members follow seq, type and time; nil means none.
+	// object whose members follow seq, type and time; nil means none. The
+	// ledger keeps no reference to fields: callers reuse the buffer.
 	Append(id, typ string, now time.Time, fields []byte) (int64, error)
 	// AppendCapped records an event of a capped type: the task keeps at
 	// most capBytes of such events, dropping the oldest; their seqs are

@@ -33,6 +33,17 @@ func TestMarkersAreLinksToOneEmptyFile(t *testing.T) {
 		}
 	}
 	a, b, c := stat("a"), stat("b"), stat("c")
+	// A file system without O_TMPFILE places each marker: then they are
+	// files of their own, and the rest of the test has nothing to check.
+	src, err := openSource(filepath.Dir(m.Path("a")))
+	if err != nil {
+		if os.SameFile(a, b) || os.SameFile(b, c) {
+			t.Fatalf("O_TMPFILE fails here (%v), yet markers share a file", err)
+		}
+		t.Logf("O_TMPFILE fails here (%v): markers were placed one by one", err)
+		return
+	}
+	src.Close()
 	if !os.SameFile(a, b) || !os.SameFile(b, c) {
 		t.Fatal("markers are not links to one file")
 	}

@@ -27,9 +27,10 @@
 // Close removes the process's directory and everything in it; a marker
 // touched after Close never appears.
 //
-// Concurrency: Markers is safe for concurrent use and holds no lock; Touch
-// and Close are ordered by the closed flag and by the directory's removal
-// (a file cannot be created in a removed directory).
+// Concurrency: Markers is safe for concurrent use. Touch and Close are
+// ordered by the closed flag and by the directory's removal (a file cannot
+// be created in a removed directory); the one lock, srcMu, guards the file
+// the markers are links to, across each link.
 //
 // The package is POSIX only: ownership is read from the file's Unix stat.
 package notify
@@ -240,7 +241,14 @@ func (m *Markers) link(path string) error {
 			m.src = src
 		}
 		err := linkSource(m.src, path)
-		if !tooManyLinks(err) || fresh {
+		switch {
+		case err == nil, errors.Is(err, fs.ErrExist):
+			return err // a path taken is placed over, this once
+		case !tooManyLinks(err) || fresh:
+			// Links fail here for good (no /proc, a sandbox): every marker
+			// is placed from now on, without trying again.
+			m.src.Close()
+			m.src, m.noLink = nil, true
 			return err
 		}
 	}

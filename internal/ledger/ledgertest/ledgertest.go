@@ -53,9 +53,29 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"EventsAreCappedAtMaxEventBytes", eventsAreCappedAtMaxEventBytes},
 		{"WorktreeFields", worktreeFields},
 		{"DigestFields", digestFields},
+		{"AppendKeepsNoReferenceToItsFields", appendKeepsNoReference},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.test(t, open(t)) })
 	}
+}
+
+// appendKeepsNoReference: a caller reuses the buffer it hands to Append and
+// AppendCapped (the recorder does), and the events stay as written.
+func appendKeepsNoReference(t *testing.T, l ledger.Ledger) {
+	NewTask(t, l, "t")
+	buf := []byte(`{"text":"first"}`)
+	_, err := l.Append("t", "agent_message", T0, buf)
+	require.NoError(t, err)
+	copy(buf, `{"text":"XXXXX"}`)
+	capped := []byte(`{"line":"one"}`)
+	_, _, err = l.AppendCapped("t", "stderr", T0, capped, 1<<20)
+	require.NoError(t, err)
+	copy(capped, `{"line":"two"}`)
+	got := strings.Join(All(t, l, "t"), "\n")
+	require.Contains(t, got, `"text":"first"`)
+	require.Contains(t, got, `"line":"one"`)
+	require.NotContains(t, got, "XXXXX")
+	require.NotContains(t, got, `"line":"two"`)
 }
 
 // NewTask creates a plain task with id in l.
