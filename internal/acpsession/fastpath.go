@@ -42,7 +42,7 @@ func readFastAfter(b []byte, p *textPrefix) (sid []byte, m Mapped, ok bool) {
 	if !u.scan(b) {
 		return nil, Mapped{}, false
 	}
-	if p != nil && u.textAt > 0 && u.isText() && u.seen[2]&^updateTextKeys == 0 {
+	if p != nil && u.textAt > 0 && u.textAt <= maxTextPrefix && u.isText() && u.seen[2]&^updateTextKeys == 0 {
 		p.keep(b, &u)
 	}
 	return u.mapped()
@@ -170,6 +170,11 @@ type toolSpans struct {
 // in which the update held one before its content is not kept (the line's
 // type, read after its text, could make them its fields).
 const updateTextKeys = 1<<0 | 1<<1
+
+// maxTextPrefix bounds the prefix a reader keeps: an agent's chunk lines
+// have a few hundred bytes before their text, and one that sends large
+// members before it (a _meta of its own) is read whole, not copied.
+const maxTextPrefix = 1 << 10
 
 // The keys the fast path reads, in each object it looks into.
 var (

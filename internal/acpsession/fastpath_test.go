@@ -228,6 +228,13 @@ func TestFastPathResumes(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, Mapped{HasText: true, TextKind: Message, Text: "two"}, m)
 
+	long := []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"_meta":"` +
+		strings.Repeat("m", maxTextPrefix) + `","sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"z"}}}}`)
+	_, m, ok = readFastAfter(long, &p)
+	require.True(t, ok)
+	require.Equal(t, "z", m.Text)
+	require.LessOrEqual(t, len(p.b), maxTextPrefix, "a prefix past maxTextPrefix is not kept")
+
 	for _, l := range [][]byte{line("s2", "agent_message_chunk", "x"), line("s", "agent_thought_chunk", "y")} {
 		require.False(t, p.matches(l))
 		_, _, ok = readFastAfter(l, &p)
