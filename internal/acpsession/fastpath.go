@@ -25,13 +25,11 @@ import (
 // readFast reads b, a trimmed line starting with '{', as a session/update
 // notification: the session id (sharing b's memory) and the mapped update
 // (never sharing it). ok is false when b is not one, or not one read
-// exactly; the line then takes the general path.
-func readFast(b []byte) (sid []byte, m Mapped, ok bool) { return readFastAfter(b, nil) }
-
-// readFastAfter is readFast with a text prefix p kept between lines (nil:
-// none). A line that starts with p's bytes is read from its text on (see
-// textPrefix); a text chunk line read whole leaves its own prefix in p.
-func readFastAfter(b []byte, p *textPrefix) (sid []byte, m Mapped, ok bool) {
+// exactly; the line then takes the general path. p is the text prefix the
+// reader keeps between lines (nil: none): a line that starts with its
+// bytes is read from its text on (textPrefix), and a text chunk line read
+// whole leaves its own prefix in p.
+func readFast(b []byte, p *textPrefix) (sid []byte, m Mapped, ok bool) {
 	var u fastUpdate
 	if p != nil && p.matches(b) {
 		if u.resume(b, p) {
@@ -92,9 +90,9 @@ func (u *fastUpdate) isText() bool {
 // each object, nothing after the line's) is checked as the whole read
 // checks it. A prefix restores the session id, the types, the method and
 // the walks' seen members; one in which the update held a tool call field
-// before its content is not kept (updateTextKeys). Reading those bytes again was most of a message chunk's cost
-// (intent 0008). FuzzFastPathResumed holds the resumed read to the whole
-// one.
+// before its content is not kept (updateTextKeys). Reading those bytes
+// again was most of a message chunk's cost (intent 0008).
+// FuzzFastPathResumed holds the resumed read to the whole one.
 type textPrefix struct {
 	b    []byte    // the line up to its text's value token; nil: none kept
 	seen [4]uint32 // the walks' members seen: top, params, update, content
@@ -114,9 +112,6 @@ func (p *textPrefix) matches(b []byte) bool {
 
 // keep makes b's prefix, read whole into u, p's.
 func (p *textPrefix) keep(b []byte, u *fastUpdate) {
-	if p.matches(b) {
-		return // the same prefix (a resume that gave way to the whole read)
-	}
 	in := func(v []byte, s span) span {
 		if v == nil || s.off+s.n > u.textAt {
 			return span{off: -1}

@@ -178,7 +178,7 @@ func FuzzFastPathResumed(f *testing.F) {
 		if len(trimmed) == 0 || trimmed[0] != '{' {
 			return
 		}
-		readFastAfter(trimmed, &p)
+		readFast(trimmed, &p)
 		if p.b == nil {
 			return
 		}
@@ -187,8 +187,8 @@ func FuzzFastPathResumed(f *testing.F) {
 		if len(second) <= len(p.b) {
 			return
 		}
-		sid, m, ok := readFastAfter(second, &p)
-		wantSid, wantM, wantOK := readFast(second)
+		sid, m, ok := readFast(second, &p)
+		wantSid, wantM, wantOK := readFast(second, nil)
 		require.Equal(t, wantOK, ok, "taken")
 		require.Equal(t, string(wantSid), string(sid))
 		require.Equal(t, wantM, m)
@@ -217,7 +217,7 @@ func TestFastPathResumes(t *testing.T) {
 			`","update":{"sessionUpdate":"` + typ + `","content":{"type":"text","text":"` + text + `"}}}}`)
 	}
 	var p textPrefix
-	_, m, ok := readFastAfter(line("s", "agent_message_chunk", "one"), &p)
+	_, m, ok := readFast(line("s", "agent_message_chunk", "one"), &p)
 	require.True(t, ok)
 	require.Equal(t, "one", m.Text)
 	require.True(t, bytes.HasSuffix(p.b, []byte(`"text":`)), "the prefix ends before the text: %s", p.b)
@@ -230,14 +230,14 @@ func TestFastPathResumes(t *testing.T) {
 
 	long := []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"_meta":"` +
 		strings.Repeat("m", maxTextPrefix) + `","sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"z"}}}}`)
-	_, m, ok = readFastAfter(long, &p)
+	_, m, ok = readFast(long, &p)
 	require.True(t, ok)
 	require.Equal(t, "z", m.Text)
 	require.LessOrEqual(t, len(p.b), maxTextPrefix, "a prefix past maxTextPrefix is not kept")
 
 	for _, l := range [][]byte{line("s2", "agent_message_chunk", "x"), line("s", "agent_thought_chunk", "y")} {
 		require.False(t, p.matches(l))
-		_, _, ok = readFastAfter(l, &p)
+		_, _, ok = readFast(l, &p)
 		require.True(t, ok)
 		require.True(t, p.matches(l[:len(l)-3]), "a line read whole keeps its own prefix")
 	}

@@ -326,7 +326,7 @@ func (s *Session) handleUpdate(env *envelope, clean bool) {
 // handleFast handles b (a trimmed line starting with '{') when readFast
 // reads it; false leaves the line to the general path, with nothing done.
 func (s *Session) handleFast(env *envelope, b []byte) bool {
-	sid, m, ok := readFastAfter(b, &env.prefix)
+	sid, m, ok := readFast(b, &env.prefix)
 	if !ok {
 		return false
 	}

@@ -214,44 +214,57 @@ func (m *Markers) Touch(taskID string) error {
 }
 
 // link makes path a name of the marker file, opening one first (or a new
-// one, when the last has as many links as the file system allows, or was
-// written into). It fails when anything is at path, and when links cannot
+// one, when the last was written into, or has as many links as the file
+// system allows). It fails when anything is at path, and when links cannot
 // be made here; Touch then places the marker.
 func (m *Markers) link(path string) error {
 	m.srcMu.Lock()
 	defer m.srcMu.Unlock()
-	for fresh := false; ; fresh = true {
-		if m.noLink {
-			return errors.ErrUnsupported
-		}
-		if m.src != nil && !fresh {
-			if fi, err := m.src.Stat(); err != nil || fi.Size() != 0 {
-				fresh = true
-			}
-		}
-		if m.src == nil || fresh {
-			if m.src != nil {
-				m.src.Close()
-			}
-			src, err := openSource(m.dir)
-			if err != nil {
-				m.src, m.noLink = nil, true
-				return err
-			}
-			m.src = src
-		}
-		err := linkSource(m.src, path)
-		switch {
-		case err == nil, errors.Is(err, fs.ErrExist):
-			return err // a path taken is placed over, this once
-		case !tooManyLinks(err) || fresh:
-			// Links fail here for good (no /proc, a sandbox): every marker
-			// is placed from now on, without trying again.
-			m.src.Close()
-			m.src, m.noLink = nil, true
+	if m.noLink {
+		return errors.ErrUnsupported
+	}
+	if fi, err := statSource(m.src); err != nil || fi.Size() != 0 {
+		if err := m.renewLocked(); err != nil {
 			return err
 		}
 	}
+	err := linkSource(m.src, path)
+	if tooManyLinks(err) {
+		if err := m.renewLocked(); err != nil {
+			return err
+		}
+		err = linkSource(m.src, path)
+	}
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		// Links fail here for good (no /proc, a sandbox): every marker is
+		// placed from now on, without trying again.
+		m.src.Close()
+		m.src, m.noLink = nil, true
+	}
+	return err // a path taken is placed over, this once
+}
+
+// statSource stats the marker file; an error when there is none yet.
+func statSource(src *os.File) (fs.FileInfo, error) {
+	if src == nil {
+		return nil, fs.ErrNotExist
+	}
+	return src.Stat()
+}
+
+// renewLocked replaces the marker file by a new one; when none can be
+// opened, links are off. srcMu is held.
+func (m *Markers) renewLocked() error {
+	if m.src != nil {
+		m.src.Close()
+	}
+	src, err := openSource(m.dir)
+	if err != nil {
+		m.src, m.noLink = nil, true
+		return err
+	}
+	m.src = src
+	return nil
 }
 
 // place makes the marker a new empty file: created under a fresh name
