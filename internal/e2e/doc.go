@@ -16,7 +16,7 @@
 // each agent's time and the notes at the end.
 //
 // TestHosts runs symm-mcp inside the two real MCP hosts, registered with
-// the README's own lines (read from README.md): Claude Code through
+// the documents' own lines (read from README.md and docs/*.md): Claude Code through
 // `claude mcp add --scope user` and through `--mcp-config` with the
 // README's JSON, Codex through `codex mcp add` plus the README's
 // config.toml lines. Each host runs headless (`claude -p`, `codex exec`)
