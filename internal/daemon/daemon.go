@@ -84,14 +84,14 @@ type Config struct {
 
 // Daemon is a daemon listening on its socket, its locks held.
 type Daemon struct {
-	cfg   Config
-	log   *slog.Logger
-	uid   uint32
-	ln    *net.UnixListener
+	cfg Config
+	log *slog.Logger
+	uid uint32
+	ln  *net.UnixListener
 	// acceptor is what the accept loop accepts from: ln; tests wrap it
 	// to inject accept errors.
 	acceptor interface{ Accept() (net.Conn, error) }
-	locks []*lockFile
+	locks    []*lockFile
 
 	httpLn   net.Listener // nil: no HTTP
 	httpSrv  *http.Server
