@@ -334,6 +334,8 @@ func ShutdownWait(tasksBound, sessionBound time.Duration) time.Duration {
 const (
 	acceptRetryMin = 5 * time.Millisecond
 	acceptRetryMax = time.Second
+	// acceptLogEvery bounds the lines a run of failed accepts logs.
+	acceptLogEvery = 10 * time.Second
 )
 
 // accept accepts connections until the listener is closed (closing is
@@ -345,19 +347,25 @@ const (
 // hang on it for the daemon's whole life; so it waits and tries again,
 // sooner when a connection of its own ends and frees a descriptor.
 func (d *Daemon) accept(ctx context.Context, closing <-chan struct{}) {
-	var delay time.Duration
-	failed := 0
+	var (
+		delay    time.Duration // the wait before the next retry; 0 after a success
+		unlogged int           // failures since the last line logged
+		lastLine time.Time     // of the last failure logged
+		warned   bool          // a failure was logged and no recovery since
+	)
 	for {
 		c, err := d.acceptor.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			// One line per run of failures, not one per retry.
-			if failed == 0 {
-				d.log.Warn("accept failed; retrying", "err", err)
+			// At the edge of a shortage accepts fail and succeed by
+			// turns: one line per acceptLogEvery, with the count.
+			unlogged++
+			if now := time.Now(); now.Sub(lastLine) >= acceptLogEvery {
+				d.log.Warn("accept failed; retrying", "err", err, "failed_accepts", unlogged)
+				lastLine, unlogged, warned = now, 0, true
 			}
-			failed++
 			delay = min(max(2*delay, acceptRetryMin), acceptRetryMax)
 			t := time.NewTimer(delay)
 			select {
@@ -370,10 +378,11 @@ func (d *Daemon) accept(ctx context.Context, closing <-chan struct{}) {
 			}
 			continue
 		}
-		if failed > 0 {
-			d.log.Info("accepting again", "failed_accepts", failed)
-			failed, delay = 0, 0
+		if warned {
+			d.log.Info("accepting again")
+			warned = false
 		}
+		delay = 0
 		d.conn.Add(1)
 		go func() {
 			defer d.conn.Done()
