@@ -209,3 +209,70 @@ func TestStatusSaysWhatStartedTheDaemon(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "env file:   none\n")
 }
+
+// TestTempDirectoriesClaimedFirstDenyNothing: what another local user can
+// make in the temporary directory before the daemon starts (symm-mcp-<uid>
+// open to all, a symbolic link to a directory of theirs, a file) denies
+// neither the daemon, nor its fronts, nor its markers: none is used, the
+// socket and the markers are in the state directory under the home. A
+// state directory open to others is still refused, saying why.
+func TestTempDirectoriesClaimedFirstDenyNothing(t *testing.T) {
+	stripXDG(t)
+	agents := agentPath(t)
+	for _, tt := range []struct {
+		name  string
+		claim func(t *testing.T, path string)
+	}{
+		{"open to all", func(t *testing.T, p string) {
+			require.NoError(t, os.Mkdir(p, 0o700))
+			require.NoError(t, os.Chmod(p, 0o777))
+		}},
+		{"a symbolic link", func(t *testing.T, p string) {
+			require.NoError(t, os.Symlink(t.TempDir(), p))
+		}},
+		{"a file", func(t *testing.T, p string) {
+			require.NoError(t, os.WriteFile(p, nil, 0o666))
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			home, tmp := shortHome(t), shortHome(t)
+			claimed := filepath.Join(tmp, fmt.Sprintf("symm-mcp-%d", os.Geteuid()))
+			tt.claim(t, claimed)
+			state := filepath.Join(home, ".local", "state", "symm-mcp")
+			shutdownAtEnd(t, filepath.Join(state, "symm.sock"))
+			env := append([]string{"HOME=" + home, "TMPDIR=" + tmp}, agents...)
+			s := &session{server: startServer(t, env, "--shared")}
+			s.init(t)
+			out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
+			marker, _ := out["notify_path"].(string)
+			require.True(t, strings.HasPrefix(marker, filepath.Join(state, "markers")+"/"), "markers in the state directory: %v", out)
+			s.call(t, "wait_tasks", map[string]any{"task_ids": []string{out["task_id"].(string)}, "timeout_seconds": 30})
+			_, err := os.Stat(marker)
+			assert.NoError(t, err, "the marker is made")
+
+			raw, code := statusJSON(t, env)
+			require.Equal(t, 0, code, "%v", raw)
+			assert.Equal(t, filepath.Join(state, "symm.sock"), raw["socket"])
+			fi, err := os.Lstat(claimed)
+			require.NoError(t, err)
+			if fi.IsDir() {
+				entries, err := os.ReadDir(claimed)
+				require.NoError(t, err)
+				assert.Empty(t, entries, "nothing written in the claimed directory")
+			}
+		})
+	}
+
+	t.Run("state directory open to others", func(t *testing.T) {
+		home := shortHome(t)
+		state := filepath.Join(home, ".local", "state", "symm-mcp")
+		require.NoError(t, os.MkdirAll(state, 0o700))
+		require.NoError(t, os.Chmod(state, 0o777))
+		stderr, code := runWith(t, append(os.Environ(), "HOME="+home), "--shared")
+		assert.Equal(t, 1, code, stderr)
+		assert.Contains(t, stderr, state+": socket directory refused: its mode 0777 lets group or others in (chmod 700 it)")
+		entries, err := os.ReadDir(state)
+		require.NoError(t, err)
+		assert.Empty(t, entries, "nothing written in a refused state directory")
+	})
+}
