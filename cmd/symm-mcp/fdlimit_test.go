@@ -72,6 +72,7 @@ func TestDaemonRecoversFromDescriptorExhaustion(t *testing.T) {
 	_, err = io.WriteString(pending, "symm-mcp/1 status\n")
 	require.NoError(t, err)
 
+	heldN := len(held)
 	for _, c := range held {
 		require.NoError(t, c.Close())
 	}
@@ -80,6 +81,7 @@ func TestDaemonRecoversFromDescriptorExhaustion(t *testing.T) {
 	require.NoError(t, pending.SetReadDeadline(freed.Add(time.Second)))
 	answer, err := bufio.NewReader(pending).ReadBytes('\n')
 	require.NoError(t, err, "the status asked during the shortage is answered within a second of its end; stderr:\n%s", stderr.String())
+	t.Logf("answered %s after the descriptors were freed, %d connections held", time.Since(freed), heldN)
 	var st daemon.Status
 	require.NoError(t, json.Unmarshal(answer, &st))
 	assert.Equal(t, cmd.Process.Pid, st.PID)
