@@ -77,10 +77,10 @@ type credFunc func(net.Conn) (*syscall.Ucred, error)
 
 // dial connects to the daemon's socket; a socket that is missing or that
 // nobody listens on is ErrNotRunning. The client trusts the socket no more
-// than the daemon trusts its clients: with the temporary directory's
-// fallback another local user may have made the directory first and
-// listen in it, and would then read the host's messages or forge a
-// status. So the socket's directory must pass the check the daemon
+// than the daemon trusts its clients: a --socket in a shared directory,
+// or one of the places FindOthers asks (the temporary directory among
+// them), may be a directory another local user made first and listens
+// in, who would then read the host's messages or forge a status. So the socket's directory must pass the check the daemon
 // applies (ours, not a link, no group or other write), a *PathError
 // otherwise, and the listener's uid (SO_PEERCRED on our end) must be our
 // euid, ErrForeignListener otherwise; either way nothing is sent.
