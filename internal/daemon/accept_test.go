@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
 	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
 )
 
@@ -45,6 +46,7 @@ func (f *faultyAcceptor) Accept() (net.Conn, error) {
 // meanwhile is served, the run is logged once, and the daemon still shuts
 // down on request.
 func TestAcceptErrorsDoNotEndTheListener(t *testing.T) {
+	base := leakcheck.Take()
 	cfg := testConfig(t, &fakeTasks{live: 3})
 	logs := &syncbuf.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
@@ -71,11 +73,13 @@ func TestAcceptErrorsDoNotEndTheListener(t *testing.T) {
 	_, err = RequestShutdown(context.Background(), cfg.Socket)
 	require.NoError(t, err)
 	require.NoError(t, <-served)
+	base.Check(t, 5*time.Second, 0, 0)
 }
 
 // TestCloseEndsAnAcceptBackoff: a daemon told to stop while it waits to
 // retry a failed accept stops at once, not after its backoff.
 func TestCloseEndsAnAcceptBackoff(t *testing.T) {
+	base := leakcheck.Take()
 	cfg := testConfig(t, &fakeTasks{})
 	d, err := Listen(cfg)
 	require.NoError(t, err)
@@ -101,4 +105,5 @@ func TestCloseEndsAnAcceptBackoff(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 		t.Fatal("Serve waited out the accept backoff")
 	}
+	base.Check(t, 5*time.Second, 0, 0)
 }
