@@ -98,30 +98,55 @@ func (t *daemonTasks) Shutdown(ctx context.Context) error {
 
 func (t *daemonTasks) LiveTasks() int { return t.svc.LiveTasks() }
 
-// daemonPaths resolves --socket and --state-dir, or their defaults, to
+// daemonPaths resolves --state-dir and --socket, or their defaults, to
 // absolute paths: an autostarted daemon and every front must name the
-// same socket whatever their working directories.
+// same socket whatever their working directories and environments. The
+// state directory defaults to ~/.local/state/symm-mcp and the socket to
+// symm.sock in the state directory, neither read from an XDG variable,
+// which hosts pass or strip as they please (intent 0031).
 func daemonPaths(o *options) error {
-	e := daemon.Env{UID: os.Geteuid()}
-	if o.socket == "" {
-		o.socket = daemon.DefaultSocket(e)
-	}
 	if o.stateDir == "" {
-		d, err := daemon.DefaultStateDir(e)
+		d, err := daemon.DefaultStateDir(daemon.Env{UID: os.Geteuid()})
 		if err != nil {
 			return err
 		}
 		o.stateDir = d
 	}
 	var err error
-	if o.socket, err = filepath.Abs(o.socket); err != nil {
+	if o.stateDir, err = filepath.Abs(o.stateDir); err != nil {
 		return err
 	}
-	if o.stateDir, err = filepath.Abs(o.stateDir); err != nil {
+	if o.socket == "" {
+		o.socket = daemon.DefaultSocket(o.stateDir)
+	}
+	if o.socket, err = filepath.Abs(o.socket); err != nil {
 		return err
 	}
 	return daemon.CheckSocketPath(o.socket)
 }
+
+// otherDaemonsWait bounds the look for other daemons of the user: the
+// sockets are local, and a missing one answers at once.
+const otherDaemonsWait = time.Second
+
+// otherDaemons lists the daemons of this user that answer on another
+// socket than socket: each keeps a ledger of its own. The daemon on
+// socket, if one answers, is left out however else it is reached.
+func otherDaemons(socket string) []daemon.OtherDaemon {
+	ctx, cancel := context.WithTimeout(context.Background(), otherDaemonsWait)
+	defer cancel()
+	exclude := 0
+	if st, err := daemon.QueryStatus(ctx, socket); err == nil {
+		exclude = st.PID
+	}
+	return daemon.FindOthers(ctx, daemon.OtherSockets(daemon.Env{UID: os.Geteuid()}, socket), exclude)
+}
+
+// markerBase is where serve keeps its completion markers when
+// --notify-dir is not given: in its state directory, which is ours and
+// private, rather than in a runtime directory that a host may not name
+// or a temporary one another user may claim first.
+func markerBase(stateDir string) string { return filepath.Join(stateDir, "markers") }
 
 // serveDaemon is `symm-mcp serve`: the daemon on its socket.
 func serveDaemon(args []string, stderr io.Writer) int {
@@ -177,9 +202,15 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 		return 2
 	}
+	// Read first, while the front that started this daemon still waits
+	// for it as its parent.
+	origin := daemon.ReadOrigin(o.envFile)
 	env, code := agentEnv(o.envFile, os.Environ(), "symm-mcp serve", stderr)
 	if code != 0 {
 		return code
+	}
+	if o.notifyDir == "" {
+		o.notifyDir = markerBase(o.stateDir)
 	}
 	sigpipe := make(chan os.Signal, 1)
 	signal.Notify(sigpipe, syscall.SIGPIPE)
@@ -196,7 +227,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	}
 	version := buildVersion()
 	d, err := daemon.Listen(daemon.Config{
-		Socket: o.socket, StateDir: o.stateDir, Tasks: tasks, Version: version, Ledger: *ledger, Logger: log,
+		Socket: o.socket, StateDir: o.stateDir, Tasks: tasks, Version: version, Ledger: *ledger, Logger: log, Origin: &origin,
 		ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(*ledger),
 		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
 			out2 := mcpserver.ServeShared(ctx, tasks.svc, version, in, out)
@@ -298,7 +329,8 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	if cluster != nil {
 		tasks.stopIntake = cluster.stopIntake
 	}
-	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", ledgerName, "tasks", recovered.Tasks, "version", version)
+	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", ledgerName, "tasks", recovered.Tasks, "version", version,
+		"started_by", origin.PID, "command", origin.Command, "host", origin.Host, "dir", origin.Dir, "env_file", origin.EnvFile)
 	if u := d.HTTPURL(); u != "" {
 		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(o.stateDir))
 		log.Info("serving the live view", "url", strings.TrimSuffix(u, daemon.HTTPPath)+"/", "actions", *actions)
@@ -342,6 +374,14 @@ func front(o options, stderr io.Writer) int {
 	if err != nil {
 		log.Error("cannot find this executable to start the daemon", "err", err)
 		return 1
+	}
+	// A second daemon of the user keeps a second ledger: this host would
+	// not see its tasks, nor its host this one's. Said, never stopped:
+	// it may be running tasks.
+	for _, od := range otherDaemons(o.socket) {
+		log.Warn("another daemon of yours is running on another socket: its tasks are not seen here, nor this daemon's there; "+
+			"stop it with `symm-mcp shutdown --socket "+od.Socket+"` once its tasks are done",
+			"pid", od.PID, "socket", od.Socket, "state_dir", od.StateDir, "this_socket", o.socket)
 	}
 	f := daemon.NewFront(daemon.FrontConfig{
 		Socket: o.socket, StateDir: o.stateDir, Logger: log,
@@ -391,17 +431,19 @@ func status(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := daemon.QueryStatus(ctx, o.socket)
+	others := otherDaemons(o.socket)
 	if err != nil {
 		if asJSON {
-			b, _ := json.Marshal(map[string]any{"running": false, "socket": o.socket, "state_dir": o.stateDir, "error": err.Error()})
+			b, _ := json.Marshal(map[string]any{"running": false, "socket": o.socket, "state_dir": o.stateDir, "error": err.Error(), "other_daemons": others})
 			fmt.Fprintf(stdout, "%s\n", b)
 		} else {
 			fmt.Fprintf(stdout, "not running: %v\n", err)
+			printOthers(stdout, others)
 		}
 		return 1
 	}
 	if asJSON {
-		b, _ := json.Marshal(st)
+		b, _ := json.Marshal(statusOutput{Status: st, OtherDaemons: others})
 		fmt.Fprintf(stdout, "%s\n", b)
 		return 0
 	}
@@ -411,7 +453,36 @@ func status(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "running: pid %d, version %s\nsocket:     %s\nstate dir:  %s\nledger:     %s\nhttp:       %s\nhost:       %s\nlive tasks: %d\n",
 		st.PID, st.Version, st.Socket, st.StateDir, st.Ledger, httpAddr, st.Host, st.LiveTasks)
+	if o := st.StartedBy; o != nil {
+		by := fmt.Sprintf("pid %d", o.PID)
+		if o.Command != "" {
+			by = fmt.Sprintf("%s (pid %d)", o.Command, o.PID)
+		}
+		if o.Host != "" {
+			by += fmt.Sprintf(", run by %s (pid %d)", o.Host, o.HostPID)
+		}
+		envFile := "none"
+		if o.EnvFile != "" {
+			envFile = o.EnvFile
+		}
+		fmt.Fprintf(stdout, "started by: %s\ndirectory:  %s\nenv file:   %s\n", by, o.Dir, envFile)
+	}
+	printOthers(stdout, others)
 	return 0
+}
+
+// statusOutput is status --json: the daemon's answer, and the other
+// daemons of the user that status found.
+type statusOutput struct {
+	daemon.Status
+	OtherDaemons []daemon.OtherDaemon `json:"other_daemons"`
+}
+
+func printOthers(w io.Writer, others []daemon.OtherDaemon) {
+	for _, od := range others {
+		fmt.Fprintf(w, "another daemon of yours: pid %d on %s (state dir %s), with a ledger of its own; `symm-mcp shutdown --socket %s` stops it\n",
+			od.PID, od.Socket, od.StateDir, od.Socket)
+	}
 }
 
 // shutdown is `symm-mcp shutdown`: exit 0 once the daemon exited (or none

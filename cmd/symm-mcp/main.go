@@ -193,7 +193,7 @@ func addServerFlags(fs *flag.FlagSet, o *options) serverFlags {
 	var f serverFlags
 	f.showVersion = fs.Bool("version", false, "print the version and exit")
 	f.level = fs.String("log-level", "info", "log level on stderr: debug, info, warn or error")
-	fs.StringVar(&o.notifyDir, "notify-dir", "", "base directory for completion markers (default $XDG_RUNTIME_DIR/symm-mcp or symm-mcp-<uid> in the temp dir)")
+	fs.StringVar(&o.notifyDir, "notify-dir", "", "base directory for completion markers (default $XDG_RUNTIME_DIR/symm-mcp or symm-mcp-<uid> in the temp dir; for serve, markers/ in the state directory)")
 	fs.BoolVar(&o.noNotify, "no-notify", false, "turn completion markers off")
 	fs.Int64Var(&o.stderrCapMiB, "stderr-cap-mib", task.DefaultStderrCap>>20,
 		"MiB of stderr events kept per task; past it the oldest are dropped and counted (0: no cap)")
@@ -202,8 +202,8 @@ func addServerFlags(fs *flag.FlagSet, o *options) serverFlags {
 }
 
 func addDaemonFlags(fs *flag.FlagSet, o *options) {
-	fs.StringVar(&o.socket, "socket", "", "the daemon's Unix socket (default $XDG_RUNTIME_DIR/symm-mcp/symm.sock, else /run/user/<uid>/symm-mcp/symm.sock, else symm-mcp-<uid>/symm.sock in the temp dir)")
-	fs.StringVar(&o.stateDir, "state-dir", "", "the daemon's state directory (default $XDG_STATE_HOME/symm-mcp, else ~/.local/state/symm-mcp)")
+	fs.StringVar(&o.socket, "socket", "", "the daemon's Unix socket (default symm.sock in the state directory)")
+	fs.StringVar(&o.stateDir, "state-dir", "", "the daemon's state directory (default ~/.local/state/symm-mcp, whatever XDG variables a host passes)")
 }
 
 const usage = `Usage: symm-mcp [flags]
@@ -424,7 +424,7 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 
 // worktreeRoot is where isolation="worktree" puts worktrees: under the
 // daemon's state directory (set for serve), else under the default one
-// ($XDG_STATE_HOME/symm-mcp, else ~/.local/state/symm-mcp). "" when
+// (~/.local/state/symm-mcp). "" when
 // neither can be named: the tasks that ask for a worktree are refused.
 func worktreeRoot(o options, log *slog.Logger) string {
 	dir := o.stateDir

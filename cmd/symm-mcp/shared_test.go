@@ -57,7 +57,15 @@ func (d *shared) front(t *testing.T) *session {
 // run runs a control command (status, shutdown) on the daemon's socket.
 func (d *shared) run(t *testing.T, args ...string) (stdout string, code int) {
 	t.Helper()
-	cmd := exec.Command(binary, append(args, "--socket", d.socket)...)
+	return runWith(t, nil, append(args, "--socket", d.socket)...)
+}
+
+// runWith runs the binary to its end in env (nil: the test's own) and
+// returns its stdout and stderr, and its exit code.
+func runWith(t *testing.T, env []string, args ...string) (stdout string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = env
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -49,6 +50,9 @@ type Status struct {
 	HTTP      *string `json:"http"` // the Streamable HTTP endpoint's URL, on its bound address; null when not served
 	Host      string  `json:"host"` // the machine the daemon runs on
 	LiveTasks int     `json:"live_tasks"`
+	// StartedBy is what started the daemon, from where, with which env
+	// file; null from a daemon that does not say.
+	StartedBy *Origin `json:"started_by"`
 }
 
 // ShutdownReply is the answer to shutdown.
@@ -73,10 +77,10 @@ type credFunc func(net.Conn) (*syscall.Ucred, error)
 
 // dial connects to the daemon's socket; a socket that is missing or that
 // nobody listens on is ErrNotRunning. The client trusts the socket no more
-// than the daemon trusts its clients: with the temporary directory's
-// fallback another local user may have made the directory first and
-// listen in it, and would then read the host's messages or forge a
-// status. So the socket's directory must pass the check the daemon
+// than the daemon trusts its clients: a --socket in a shared directory,
+// or one of the places FindOthers asks (the temporary directory among
+// them), may be a directory another local user made first and listens
+// in, who would then read the host's messages or forge a status. So the socket's directory must pass the check the daemon
 // applies (ours, not a link, no group or other write), a *PathError
 // otherwise, and the listener's uid (SO_PEERCRED on our end) must be our
 // euid, ErrForeignListener otherwise; either way nothing is sent.
@@ -173,4 +177,43 @@ func RequestShutdown(ctx context.Context, socket string) (ShutdownReply, error) 
 	var r ShutdownReply
 	err := control(ctx, socket, verbShutdown, &r, nil)
 	return r, err
+}
+
+// OtherDaemon is a daemon of this user that answers on another socket
+// than the one in use: a second ledger, whose tasks this one's sessions
+// do not see.
+type OtherDaemon struct {
+	PID      int    `json:"pid"`
+	Socket   string `json:"socket"`
+	StateDir string `json:"state_dir"`
+	Version  string `json:"version"`
+}
+
+// FindOthers asks each of sockets (OtherSockets) for its status, all at
+// once within ctx, and returns the daemons of ours that answer, leaving
+// out the process exclude (the daemon in use, reached through another
+// path; 0: none). A socket that no daemon of ours answers on (missing,
+// stale, in a directory or behind a listener that is not ours) is no
+// daemon.
+func FindOthers(ctx context.Context, sockets []string, exclude int) []OtherDaemon {
+	found := make([]*OtherDaemon, len(sockets))
+	var wg sync.WaitGroup
+	for i, s := range sockets {
+		wg.Go(func() {
+			st, err := QueryStatus(ctx, s)
+			if err == nil && st.Running && st.PID != exclude {
+				found[i] = &OtherDaemon{PID: st.PID, Socket: s, StateDir: st.StateDir, Version: st.Version}
+			}
+		})
+	}
+	wg.Wait()
+	out := []OtherDaemon{}
+	seen := map[int]bool{}
+	for _, o := range found {
+		if o != nil && !seen[o.PID] {
+			seen[o.PID] = true
+			out = append(out, *o)
+		}
+	}
+	return out
 }

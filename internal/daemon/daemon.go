@@ -55,6 +55,9 @@ type Config struct {
 	// Version and Ledger are what status reports.
 	Version string
 	Ledger  string
+	// Origin is what started the daemon (ReadOrigin), for status; nil:
+	// not said.
+	Origin *Origin
 	// HTTP, when not "", is a loopback address (CheckHTTPAddr) on which
 	// HTTPHandler serves Streamable HTTP at HTTPPath, behind the bearer
 	// token kept in the state directory (TokenPath).
@@ -81,11 +84,14 @@ type Config struct {
 
 // Daemon is a daemon listening on its socket, its locks held.
 type Daemon struct {
-	cfg   Config
-	log   *slog.Logger
-	uid   uint32
-	ln    *net.UnixListener
-	locks []*lockFile
+	cfg Config
+	log *slog.Logger
+	uid uint32
+	ln  *net.UnixListener
+	// acceptor is what the accept loop accepts from: ln; tests wrap it
+	// to inject accept errors.
+	acceptor interface{ Accept() (net.Conn, error) }
+	locks    []*lockFile
 
 	httpLn   net.Listener // nil: no HTTP
 	httpSrv  *http.Server
@@ -94,6 +100,9 @@ type Daemon struct {
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed by a shutdown request
+	// freed wakes an accept loop waiting after a failed accept: a
+	// connection ended and closed its descriptor.
+	freed chan struct{}
 
 	mu      sync.Mutex
 	waiters []net.Conn     // shutdown requests, answered at the end
@@ -127,7 +136,7 @@ func Listen(cfg Config) (_ *Daemon, err error) {
 		cfg.statfs = syscall.Statfs
 	}
 	uid := os.Geteuid()
-	d := &Daemon{cfg: cfg, log: cfg.Logger, uid: uint32(uid), stop: make(chan struct{})}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, uid: uint32(uid), stop: make(chan struct{}), freed: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			d.release()
@@ -183,7 +192,7 @@ func Listen(cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, &PathError{Path: cfg.Socket, Err: fmt.Errorf("cannot listen: %w", err)}
 	}
-	d.ln = ln
+	d.ln, d.acceptor = ln, ln
 	// The directory already keeps others out; the socket's own mode is a
 	// second wall, and the peer check a third.
 	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
@@ -239,9 +248,10 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	sessCtx, cancelSessions := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSessions()
 	accepted := make(chan struct{})
+	closing := make(chan struct{})
 	go func() {
 		defer close(accepted)
-		d.accept(sessCtx)
+		d.accept(sessCtx, closing)
 	}()
 	servedHTTP := make(chan struct{})
 	if d.httpSrv != nil {
@@ -260,6 +270,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	case <-d.stop:
 		d.log.Info("shutting down on request")
 	}
+	close(closing)
 	_ = d.ln.Close() // accept returns; the socket is removed
 	<-accepted
 
@@ -318,20 +329,69 @@ func ShutdownWait(tasksBound, sessionBound time.Duration) time.Duration {
 	return tasksBound + sessionBound + shutdownReplyWrite + shutdownExitMargin
 }
 
-func (d *Daemon) accept(ctx context.Context) {
+// The accept loop's backoff after a failed accept, as net/http's
+// Server.Serve: 5 ms, doubling, at most 1 s.
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+	// acceptLogEvery bounds the lines a run of failed accepts logs.
+	acceptLogEvery = 10 * time.Second
+)
+
+// accept accepts connections until the listener is closed (closing is
+// closed first). Any other accept error leaves the socket listening, with
+// connections queuing: a brief shortage (too many open files, in the
+// process or the system; no buffer space) or a connection aborted before
+// it was taken. Ending the loop on one would leave a socket that accepts
+// connections nobody serves, and every front, status and shutdown would
+// hang on it for the daemon's whole life; so it waits and tries again,
+// sooner when a connection of its own ends and frees a descriptor.
+func (d *Daemon) accept(ctx context.Context, closing <-chan struct{}) {
+	var (
+		delay    time.Duration // the wait before the next retry; 0 after a success
+		unlogged int           // failures since the last line logged
+		lastLine time.Time     // of the last failure logged
+		warned   bool          // a failure was logged and no recovery since
+	)
 	for {
-		c, err := d.ln.Accept()
+		c, err := d.acceptor.Accept()
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				d.log.Error("accept", "err", err)
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			// At the edge of a shortage accepts fail and succeed by
+			// turns: one line per acceptLogEvery, with the count.
+			unlogged++
+			if now := time.Now(); now.Sub(lastLine) >= acceptLogEvery {
+				d.log.Warn("accept failed; retrying", "err", err, "failed_accepts", unlogged)
+				lastLine, unlogged, warned = now, 0, true
+			}
+			delay = min(max(2*delay, acceptRetryMin), acceptRetryMax)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-d.freed:
+				t.Stop()
+			case <-closing:
+				t.Stop()
+				return
+			}
+			continue
 		}
+		if warned {
+			d.log.Info("accepting again")
+			warned = false
+		}
+		delay = 0
 		d.conn.Add(1)
 		go func() {
 			defer d.conn.Done()
 			if keep := d.handle(ctx, c); !keep {
 				_ = c.Close()
+				select {
+				case d.freed <- struct{}{}:
+				default:
+				}
 			}
 		}()
 	}
@@ -400,7 +460,7 @@ func (d *Daemon) status() Status {
 	host, _ := os.Hostname()
 	s := Status{
 		Running: true, PID: os.Getpid(), Version: d.cfg.Version, Socket: d.cfg.Socket, StateDir: d.cfg.StateDir,
-		Ledger: d.cfg.Ledger, Host: host, LiveTasks: d.cfg.Tasks.LiveTasks(),
+		Ledger: d.cfg.Ledger, Host: host, LiveTasks: d.cfg.Tasks.LiveTasks(), StartedBy: d.cfg.Origin,
 	}
 	if d.httpURL != "" {
 		s.HTTP = &d.httpURL

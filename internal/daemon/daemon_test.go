@@ -359,21 +359,50 @@ func TestSocketPathLimit(t *testing.T) {
 	assert.ErrorContains(t, err, "at most 108")
 }
 
+// TestDefaults: the state directory comes from HOME, else the passwd
+// entry's home, never from an XDG variable; the socket is in the state
+// directory. So whatever a host strips, every front finds one daemon.
 func TestDefaults(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	assert.Equal(t, "/xdg/symm-mcp/symm.sock", DefaultSocket(Env{Getenv: env(map[string]string{"XDG_RUNTIME_DIR": "/xdg"}), UID: 4242}))
-	assert.Equal(t, "/t/symm-mcp-4242/symm.sock", DefaultSocket(Env{Getenv: env(map[string]string{"TMPDIR": "/t"}), UID: 4242}),
-		"no /run/user/4242 here")
-	assert.Equal(t, "/tmp/symm-mcp-4242/symm.sock", DefaultSocket(Env{Getenv: env(map[string]string{"XDG_RUNTIME_DIR": "relative"}), UID: 4242}))
+	noPasswd := func(int) (string, error) { return "", errors.New("no entry") }
+	passwd := func(uid int) (string, error) {
+		if uid != 4242 {
+			return "", errors.New("no entry")
+		}
+		return "/home/u", nil
+	}
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"home", map[string]string{"HOME": "/h"}, "/h/.local/state/symm-mcp"},
+		{"XDG_STATE_HOME is not read", map[string]string{"HOME": "/h", "XDG_STATE_HOME": "/st", "XDG_RUNTIME_DIR": "/xdg"}, "/h/.local/state/symm-mcp"},
+		{"no HOME: the passwd entry's", map[string]string{"XDG_STATE_HOME": "/st"}, "/home/u/.local/state/symm-mcp"},
+		{"relative HOME: the passwd entry's", map[string]string{"HOME": "h"}, "/home/u/.local/state/symm-mcp"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := DefaultStateDir(Env{Getenv: env(tt.env), UID: 4242, LookupHome: passwd})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, d)
+			assert.Equal(t, tt.want+"/symm.sock", DefaultSocket(d))
+		})
+	}
+	_, err := DefaultStateDir(Env{Getenv: env(map[string]string{}), UID: 4242, LookupHome: noPasswd})
+	assert.ErrorContains(t, err, "give --state-dir")
+	_, err = DefaultStateDir(Env{Getenv: env(map[string]string{}), UID: 4243, LookupHome: func(int) (string, error) { return "", nil }})
+	assert.ErrorContains(t, err, "give --state-dir")
 
-	d, err := DefaultStateDir(Env{Getenv: env(map[string]string{"XDG_STATE_HOME": "/st", "HOME": "/h"})})
-	require.NoError(t, err)
-	assert.Equal(t, "/st/symm-mcp", d)
-	d, err = DefaultStateDir(Env{Getenv: env(map[string]string{"HOME": "/h"})})
-	require.NoError(t, err)
-	assert.Equal(t, "/h/.local/state/symm-mcp", d)
-	_, err = DefaultStateDir(Env{Getenv: env(map[string]string{})})
-	assert.Error(t, err)
+	// The other places list where a daemon of an earlier version, or of
+	// another environment, listens; never the socket in use, never twice.
+	e := Env{Getenv: env(map[string]string{"HOME": "/h", "XDG_RUNTIME_DIR": "/xdg", "TMPDIR": "/t/", "XDG_STATE_HOME": "/st"}), UID: 4242, LookupHome: passwd}
+	assert.Equal(t, []string{
+		"/xdg/symm-mcp/symm.sock", "/run/user/4242/symm-mcp/symm.sock", "/t/symm-mcp-4242/symm.sock", "/tmp/symm-mcp-4242/symm.sock",
+		"/st/symm-mcp/symm.sock", "/home/u/.local/state/symm-mcp/symm.sock",
+	}, OtherSockets(e, "/h/.local/state/symm-mcp/symm.sock"))
+	e = Env{Getenv: env(map[string]string{"TMPDIR": "/tmp"}), UID: 4242, LookupHome: passwd}
+	assert.Equal(t, []string{"/run/user/4242/symm-mcp/symm.sock", "/tmp/symm-mcp-4242/symm.sock"},
+		OtherSockets(e, "/home/u/.local/state/symm-mcp/symm.sock"))
 }
 
 func TestWaitExited(t *testing.T) {

@@ -1,9 +1,9 @@
 package daemon
 
 import (
-	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -18,10 +18,13 @@ const MaxSocketPath = 108
 // SocketName is the socket's file name in the default directories.
 const SocketName = "symm.sock"
 
-// Env is what the defaults read of the environment.
+// Env is what the defaults read of the environment and the user database.
 type Env struct {
 	Getenv func(string) string // nil: os.Getenv
 	UID    int                 // the effective uid
+	// LookupHome returns the home directory of uid's passwd entry (nil:
+	// os/user); read only when HOME is not an absolute path.
+	LookupHome func(uid int) (string, error)
 }
 
 func (e Env) getenv(k string) string {
@@ -31,39 +34,96 @@ func (e Env) getenv(k string) string {
 	return e.Getenv(k)
 }
 
-// DefaultSocket is $XDG_RUNTIME_DIR/symm-mcp/symm.sock, else
-// /run/user/<uid>/symm-mcp/symm.sock when /run/user/<uid> exists, is ours
-// and is 0700, else symm-mcp-<uid>/symm.sock in the temporary directory.
-// Hosts strip environments (Codex passes no XDG_RUNTIME_DIR), so the
-// fallback finds the directory a session's XDG_RUNTIME_DIR names anyway.
-func DefaultSocket(e Env) string {
-	if x := e.getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
-		return filepath.Join(x, "symm-mcp", SocketName)
+// Home is the user's home directory: HOME when it is an absolute path,
+// else the home of the uid's passwd entry. Every host passes HOME or
+// none (Codex keeps it among the few variables it passes); none strips
+// the passwd entry.
+func (e Env) Home() (string, error) {
+	if h := e.getenv("HOME"); filepath.IsAbs(h) {
+		return filepath.Clean(h), nil
 	}
-	run := filepath.Join("/run/user", strconv.Itoa(e.UID))
-	if fi, err := os.Lstat(run); err == nil && fi.IsDir() && fi.Mode().Perm() == 0o700 {
-		if owner, ok := fsowner.Owner(fi); ok && owner == e.UID {
-			return filepath.Join(run, "symm-mcp", SocketName)
-		}
+	lookup := e.LookupHome
+	if lookup == nil {
+		lookup = passwdHome
 	}
-	tmp := e.getenv("TMPDIR")
-	if tmp == "" {
-		tmp = "/tmp"
+	h, err := lookup(e.UID)
+	if err != nil {
+		return "", fmt.Errorf("HOME is not an absolute path and the user database has no home for uid %d (%w): give --state-dir", e.UID, err)
 	}
-	return filepath.Join(tmp, "symm-mcp-"+strconv.Itoa(e.UID), SocketName)
+	if !filepath.IsAbs(h) {
+		return "", fmt.Errorf("HOME is not an absolute path and the home of uid %d is %q: give --state-dir", e.UID, h)
+	}
+	return filepath.Clean(h), nil
 }
 
-// DefaultStateDir is $XDG_STATE_HOME/symm-mcp, else
-// ~/.local/state/symm-mcp.
-func DefaultStateDir(e Env) (string, error) {
-	if x := e.getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
-		return filepath.Join(x, "symm-mcp"), nil
+func passwdHome(uid int) (string, error) {
+	u, err := user.LookupId(strconv.Itoa(uid))
+	if err != nil {
+		return "", err
 	}
-	home := e.getenv("HOME")
-	if !filepath.IsAbs(home) {
-		return "", errors.New("neither XDG_STATE_HOME nor HOME is an absolute path: give --state-dir")
+	return u.HomeDir, nil
+}
+
+// DefaultStateDir is ~/.local/state/symm-mcp, the home being Home's. It
+// reads no XDG variable: hosts pass different environments to the
+// servers they start (Codex strips XDG_STATE_HOME, Claude Code passes
+// the shell's), and every front and daemon of one user must find the
+// same directory, hence the same daemon (intent 0031).
+func DefaultStateDir(e Env) (string, error) {
+	home, err := e.Home()
+	if err != nil {
+		return "", err
 	}
 	return filepath.Join(home, ".local", "state", "symm-mcp"), nil
+}
+
+// DefaultSocket is symm.sock in the state directory: private to the user
+// (the state directory is 0700 and checked), under the home where no
+// other user can claim it first, the same for every front whatever its
+// environment, and there as long as the daemon is (a runtime directory
+// goes with the user's last login session).
+func DefaultSocket(stateDir string) string {
+	return filepath.Join(stateDir, SocketName)
+}
+
+// OtherSockets lists where another daemon of this user may listen (one of
+// an earlier version, which read XDG_RUNTIME_DIR and fell back to the
+// temporary directory, or one started with another HOME or state
+// directory), socket itself left out: a front and status look there to
+// say that a second daemon keeps a second ledger.
+func OtherSockets(e Env, socket string) []string {
+	uid := strconv.Itoa(e.UID)
+	var c []string
+	if x := e.getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
+		c = append(c, filepath.Join(x, "symm-mcp", SocketName))
+	}
+	c = append(c, filepath.Join("/run/user", uid, "symm-mcp", SocketName))
+	if t := e.getenv("TMPDIR"); filepath.IsAbs(t) {
+		c = append(c, filepath.Join(t, "symm-mcp-"+uid, SocketName))
+	}
+	c = append(c, filepath.Join("/tmp", "symm-mcp-"+uid, SocketName))
+	if x := e.getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
+		c = append(c, filepath.Join(x, "symm-mcp", SocketName))
+	}
+	if h := e.getenv("HOME"); filepath.IsAbs(h) {
+		c = append(c, DefaultSocket(filepath.Join(h, ".local", "state", "symm-mcp")))
+	}
+	lookup := e.LookupHome
+	if lookup == nil {
+		lookup = passwdHome
+	}
+	if h, err := lookup(e.UID); err == nil && filepath.IsAbs(h) {
+		c = append(c, DefaultSocket(filepath.Join(h, ".local", "state", "symm-mcp")))
+	}
+	seen := map[string]bool{filepath.Clean(socket): true}
+	var out []string
+	for _, p := range c {
+		if p = filepath.Clean(p); !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // CheckSocketPath refuses a path the system cannot bind.
