@@ -9,9 +9,14 @@ cd "$(dirname "$0")/.."
 
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
-make -s dist DIST_DIR="$work/a"
+# The version, commit and its time, read once from the Makefile: both
+# builds are of one commit even if HEAD moves meanwhile.
+read -r version commit commit_time < <(make -s --no-print-directory -f - print <<<'include Makefile
+print: ; @echo $(VERSION) $(COMMIT) $(COMMIT_TIME)')
+set -- VERSION="$version" COMMIT="$commit" COMMIT_TIME="$commit_time"
+make -s dist DIST_DIR="$work/a" "$@"
 mkdir -p "$work/cache" "$work/tmp"
-(umask 077 && GOCACHE="$work/cache" TMPDIR="$work/tmp" make -s dist DIST_DIR="$work/b")
+(umask 077 && GOCACHE="$work/cache" TMPDIR="$work/tmp" make -s dist DIST_DIR="$work/b" "$@")
 
 (cd "$work/a" && ls) >"$work/a.list"
 (cd "$work/b" && ls) >"$work/b.list"
@@ -22,14 +27,11 @@ for f in $(cat "$work/a.list"); do
 done
 (cd "$work/a" && sha256sum --quiet -c SHA256SUMS)
 
-version=$(make -s --no-print-directory -f - <<<'include Makefile
-print: ; @echo $(VERSION) $(COMMIT)' print)
-set -- $version
 archive=$(ls "$work/a"/symm-mcp_*_linux_amd64.tar.gz)
 tar -C "$work" -xzf "$archive"
 dir=$(basename "$archive" .tar.gz)
 [ "$(cd "$work/$dir" && ls | tr '\n' ' ')" = "LICENSE-APACHE LICENSE-MIT README.md symm-mcp " ] || { echo "dist-check: $dir holds $(ls "$work/$dir")" >&2; exit 1; }
 got=$("$work/$dir/symm-mcp" --version 2>&1)
-want="symm-mcp $1+${2:0:12}"
+want="symm-mcp $version+${commit:0:12}"
 [ "$got" = "$want" ] || { echo "dist-check: --version: got '$got', want '$want'" >&2; exit 1; }
 echo "dist-check: two builds byte-identical; $dir: $got" >&2
