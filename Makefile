@@ -39,7 +39,8 @@ check: lint test
 	./scripts/changelog-guard.sh
 
 ## bench: build the server, the fake agent and the load harness, install the
-## peer (acpx), and print the harness's table of figures and targets, then
+## peer (acpx), and print the harness's table of figures and targets (the
+## npm launcher's start-up among them: node runs it), then
 ## the live view's figures in headless Chromium (first paint with 1,000
 ## tasks; a 100,000-update turn followed by a task page); every part runs,
 ## and it fails at the end when a part missed a target
