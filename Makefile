@@ -8,7 +8,7 @@ BIN         := bin/symm-mcp
 # about 0.5 ms (intent 0008).
 BUILD       := CGO_ENABLED=0 $(GO) build -trimpath
 
-.PHONY: all build run test lint check fuzz bench bench-scale bench-bin acpx e2e webview-e2e clean
+.PHONY: all build run test lint check fuzz bench bench-scale bench-bin acpx e2e webview-e2e dist npm clean
 
 all: check
 
@@ -39,7 +39,8 @@ check: lint test
 	./scripts/changelog-guard.sh
 
 ## bench: build the server, the fake agent and the load harness, install the
-## peer (acpx), and print the harness's table of figures and targets, then
+## peer (acpx), and print the harness's table of figures and targets (the
+## npm launcher's start-up among them: node runs it), then
 ## the live view's figures in headless Chromium (first paint with 1,000
 ## tasks; a 100,000-update turn followed by a task page); every part runs,
 ## and it fails at the end when a part missed a target
@@ -100,5 +101,24 @@ e2e: build
 	echo "e2e: $${iso:-no isolation}: $$run" >&2; \
 	E2E_SYMM_MCP="$(CURDIR)/$(BIN)" $$iso sh -c "ip link set lo up 2>/dev/null; exec $$run"
 
+## dist: the release archives in DIST_DIR (scripts/dist.sh): static
+## binaries for linux and darwin on amd64 and arm64, each packed with the
+## licenses and README.md as symm-mcp_<version>_<os>_<arch>.tar.gz, and
+## SHA256SUMS; two runs on one commit give the same bytes
+## (scripts/dist-check.sh). VERSION is the tag on HEAD (vX.Y.Z), else
+## v0.0.0-dev; COMMIT and COMMIT_TIME are HEAD's.
+DIST_DIR    ?= dist
+VERSION     ?= $(or $(shell git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null),v0.0.0-dev)
+COMMIT      ?= $(shell git rev-parse HEAD)
+COMMIT_TIME ?= $(shell git log -1 --format=%ct)
+dist:
+	DIST_DIR="$(DIST_DIR)" VERSION="$(VERSION)" COMMIT="$(COMMIT)" COMMIT_TIME="$(COMMIT_TIME)" GO="$(GO)" ./scripts/dist.sh
+
+## npm: the npm packages (scripts/npm-pack.sh) from the archives of make
+## dist: symm-mcp, the launcher, and @symm-mcp/<os>-<cpu> with each
+## binary, packed with npm pack into $(DIST_DIR)/npm
+npm: dist
+	DIST_DIR="$(DIST_DIR)" VERSION="$(VERSION)" ./scripts/npm-pack.sh
+
 clean:
-	rm -rf bin
+	rm -rf bin dist

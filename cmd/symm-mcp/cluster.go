@@ -25,6 +25,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/version"
 )
 
 // clusterFlags are serve's flags for a ledger on a NATS cluster (intent
@@ -290,7 +291,7 @@ func callAnswer(b json.RawMessage, err error) ([]byte, error) {
 }
 
 func (x *clusterLedger) info(svc *task.Service) ledger.Host {
-	return ledger.Host{Name: x.host, Version: buildVersion(), Agents: x.agents, LiveTasks: svc.LiveTasks(), LastSeen: ledger.Time{Time: time.Now()}}
+	return ledger.Host{Name: x.host, Version: version.String(), Agents: x.agents, LiveTasks: svc.LiveTasks(), LastSeen: ledger.Time{Time: time.Now()}}
 }
 
 // ListHosts is list_hosts on a cluster.
@@ -355,7 +356,7 @@ func (h *oneHost) ListHosts(context.Context) ([]ledger.Host, error) {
 	if s := h.svc.Load(); s != nil {
 		live = s.LiveTasks()
 	}
-	return []ledger.Host{{Name: h.name, Version: buildVersion(), Agents: h.agents(), LiveTasks: live, LastSeen: ledger.Time{Time: time.Now()}}}, nil
+	return []ledger.Host{{Name: h.name, Version: version.String(), Agents: h.agents(), LiveTasks: live, LastSeen: ledger.Time{Time: time.Now()}}}, nil
 }
 
 // agentsOnPath lists the registered agents whose executables are on the

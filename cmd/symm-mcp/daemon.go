@@ -23,6 +23,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/version"
 	"github.com/symm-mcp/symm-mcp/internal/webview"
 )
 
@@ -171,7 +172,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		return code
 	}
 	if *f.showVersion {
-		fmt.Fprintf(stderr, "symm-mcp %s\n", buildVersion())
+		fmt.Fprintf(stderr, "symm-mcp %s\n", version.String())
 		return 0
 	}
 	if err := o.logLevel.UnmarshalText([]byte(*f.level)); err != nil {
@@ -225,7 +226,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	if *httpAddr != "" {
 		hub = webview.NewHub()
 	}
-	version := buildVersion()
+	version := version.String()
 	d, err := daemon.Listen(daemon.Config{
 		Socket: o.socket, StateDir: o.stateDir, Tasks: tasks, Version: version, Ledger: *ledger, Logger: log, Origin: &origin,
 		ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(*ledger),
@@ -244,7 +245,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		},
 		WebHandler: func(token string) http.Handler {
 			return lazyHandler(func() http.Handler {
-				return webview.New(webview.Config{Tasks: tasks.svc, Hub: hub, Token: token, Actions: *actions, Logger: log.With("view", true)})
+				return webview.New(webview.Config{Tasks: tasks.svc, Hub: hub, Token: token, Actions: *actions, Version: version, Logger: log.With("view", true)})
 			})
 		},
 	})

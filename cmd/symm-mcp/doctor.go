@@ -21,6 +21,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/version"
 )
 
 // doctorConfig is what the doctor runs against; zero fields take the
@@ -47,6 +48,7 @@ type doctorAgent struct {
 // is unusable, which is also when the exit status is 1.
 type doctorReport struct {
 	OK        bool          `json:"ok"`
+	Version   string        `json:"version"` // symm-mcp's own, as --version prints it
 	Workspace string        `json:"workspace"`
 	Agents    []doctorAgent `json:"agents"`
 }
@@ -106,13 +108,14 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	if cfg.env != nil {
 		getenv = func(k string) string { return envValue(cfg.env, k) }
 	}
-	svc := task.New(task.Config{Store: store.New(), Agents: reg, Supervisor: sup, Workspace: cfg.dir, Getenv: getenv, Logger: log, Version: buildVersion()})
+	svc := task.New(task.Config{Store: store.New(), Agents: reg, Supervisor: sup, Workspace: cfg.dir, Getenv: getenv, Logger: log, Version: version.String()})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, cfg.deadline)
 	report := describeAll(ctx, svc, reg.Names(), cfg.dir)
 	cancel()
+	report.Version = version.String()
 
 	// Every describe ended its agent; Shutdown confirms nothing is left.
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownBound)
@@ -188,6 +191,7 @@ func judge(d task.Description) doctorAgent {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func printReport(w io.Writer, r doctorReport) {
+	fmt.Fprintf(w, "symm-mcp %s\n\n", r.Version)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tEXECUTABLE\tVERSION\tHANDSHAKE\tRESUME\tPINS\tMODEL\tEFFORT\tPROBLEM")
 	for _, a := range r.Agents {

@@ -27,10 +27,16 @@ import (
 // endpoint's URL (from status) and the token (from the state directory).
 func startServeHTTP(t *testing.T, d *shared) (url, token string, s *server) {
 	t.Helper()
+	return startServeHTTPOf(t, binary, d)
+}
+
+// startServeHTTPOf is startServeHTTP of the binary bin.
+func startServeHTTPOf(t *testing.T, bin string, d *shared) (url, token string, s *server) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	defer r.Close()
-	cmd := exec.Command(binary, "serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
+	cmd := exec.Command(bin, "serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
 		"--http", "127.0.0.1:0", fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))
 	cmd.Env = append(os.Environ(), d.env...)
 	s = &server{cmd: cmd, stderr: &syncbuf.Buffer{}}

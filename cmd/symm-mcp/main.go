@@ -31,11 +31,8 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/version"
 )
-
-// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
-// it the module's build information is used.
-var version string
 
 func main() {
 	ctx, stop := context.WithCancel(context.Background())
@@ -150,23 +147,6 @@ func tuneGC(ctx context.Context, interval time.Duration) {
 	}
 }
 
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += "+" + s.Value[:12]
-		}
-	}
-	return v
-}
-
 type options struct {
 	logLevel     slog.Level
 	notifyDir    string
@@ -238,7 +218,7 @@ func parse(args []string, stderr io.Writer) (o options, code int, done bool) {
 		return o, code, true
 	}
 	if *f.showVersion {
-		fmt.Fprintf(stderr, "symm-mcp %s\n", buildVersion())
+		fmt.Fprintf(stderr, "symm-mcp %s\n", version.String())
 		return o, 0, true
 	}
 	if err := o.logLevel.UnmarshalText([]byte(*f.level)); err != nil {
@@ -368,7 +348,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	// The session ends with the client (EOF, or a reply it does not read),
 	// or on a signal; either way every task is stopped first, then the
 	// requests already read are answered.
-	out := mcpserver.RunStdio(ctx, svc, buildVersion())
+	out := mcpserver.RunStdio(ctx, svc, version.String())
 	switch {
 	case errors.Is(out.Reason, context.Canceled):
 		log.Info("shut down on a signal")
@@ -410,7 +390,7 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 	caller, _ := hosts.(task.Caller)
 	cfg := task.Config{
 		Store: led, Agents: agents.Default(), Supervisor: sup, Markers: markers,
-		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: buildVersion(),
+		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: version.String(),
 		Getenv:       func(k string) string { return envValue(env.all, k) },
 		WorktreeRoot: worktreeRoot(o, log),
 		Host:         host, Hosts: hosts, Keys: keys, Caller: caller,

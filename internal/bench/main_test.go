@@ -26,11 +26,12 @@ var (
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
 	acpxCLI   = flag.String("acpx", "", "acpx "+acpxVersion+"'s CLI script (node_modules/acpx/dist/cli.js), the peer the large turn is set beside")
 	natsBin   = flag.String("natscluster", "bin/natscluster", "the loopback NATS cluster helper (internal/jetstream/testdata/natscluster) the cluster rows run on")
+	launcher  = flag.String("launcher", "npm/symm-mcp/bin/symm-mcp.js", "the npm package's launcher script, whose start-up the launcher row times (run with node)")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
 	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale 10 min)")
 	misses    = flag.String("misses", "fail", "what a missed target does to the exit status: fail (exit 1, make bench and make bench-scale) or report (printed as FAIL in its row and in the summary, exit 0; .ci/run's scale run, where only a measurement that could not run fails)")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, spawn, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, finished); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -42,7 +43,7 @@ func TestMain(m *testing.M) {
 		debug.SetGCPercent(400)
 		cfg := fullScale()
 		cfg.server, cfg.agent, cfg.acpx, cfg.reps, cfg.scale = *serverBin, *agentBin, *acpxCLI, *reps, *scale
-		cfg.natscluster = *natsBin
+		cfg.natscluster, cfg.launcher = *natsBin, *launcher
 		switch *misses {
 		case "fail":
 		case "report":
@@ -71,6 +72,7 @@ type config struct {
 	server, agent string
 	acpx          string // the peer's CLI script, run with node
 	natscluster   string // the NATS cluster helper's binary
+	launcher      string // the npm launcher script (npm/symm-mcp/bin/symm-mcp.js)
 
 	only  []string // measurements to run; nil: all
 	scale bool     // the scale runs instead of the others
@@ -137,6 +139,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		fn   func(context.Context, *env, *table) error
 	}{
 		{"start", measureStart},
+		{"launcher", measureLauncher},
 		{"spawn", measureSpawn},
 		{"turn", measureTurn},
 		{"peer", measurePeer},
@@ -253,6 +256,7 @@ func TestHarness(t *testing.T) {
 		streams: 4, streamUpdates: 500, bigLog: 2000, smallLog: 100, pageSamples: 3,
 		smallTasks: 200, restartTasks: 20, restartEvents: 2000, worktreeFiles: 300, fleet: 8,
 		clusterEvents: 20, natscluster: filepath.Join(dir, "natscluster"),
+		launcher: filepath.Join(root, "npm", "symm-mcp", "bin", "symm-mcp.js"),
 	}
 	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent",
 		cfg.natscluster: "./internal/jetstream/testdata/natscluster"} {
@@ -268,7 +272,7 @@ func TestHarness(t *testing.T) {
 		cfg.acpx = cli
 	} else {
 		t.Log("acpx is not installed (make acpx): the peer rows are left out")
-		cfg.only = []string{"start", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
+		cfg.only = []string{"start", "launcher", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
 		names = nil
 	}
 	var out, log strings.Builder
@@ -276,7 +280,7 @@ func TestHarness(t *testing.T) {
 	t.Log(log.String())
 	t.Log(out.String())
 	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
-	for _, name := range append(names, "exec → initialize", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
+	for _, name := range append(names, "exec → initialize", "npm launcher: exec → initialize answered", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
 		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",

@@ -142,7 +142,14 @@ func (e *env) start(ctx context.Context) (*server, time.Duration, error) {
 
 // startWith is start with more arguments (--shared and its paths).
 func (e *env) startWith(ctx context.Context, args ...string) (*server, time.Duration, error) {
-	cmd := exec.Command(e.server, append([]string{"--log-level", "warn", "--notify-dir", filepath.Join(e.dir, "notify")}, args...)...)
+	return e.startArgv(ctx, []string{e.server}, args...)
+}
+
+// startArgv is startWith of the server as argv runs it: the binary, or a
+// launcher and its script (node launcher.js).
+func (e *env) startArgv(ctx context.Context, argv []string, args ...string) (*server, time.Duration, error) {
+	args = append(append(argv[1:len(argv):len(argv)], "--log-level", "warn", "--notify-dir", filepath.Join(e.dir, "notify")), args...)
+	cmd := exec.Command(argv[0], args...)
 	cmd.Dir = e.workspace
 	cmd.Env = []string{"PATH=" + e.pathDir, "HOME=" + e.dir, "TMPDIR=" + e.dir}
 	st := &syncbuf.Buffer{Max: 8 << 10}

@@ -73,7 +73,7 @@ var ErrForeignListener = errors.New("the socket's listener is not our user")
 
 // credFunc reads a connection's peer credentials (SO_PEERCRED); tests
 // inject others.
-type credFunc func(net.Conn) (*syscall.Ucred, error)
+type credFunc func(net.Conn) (*ucred, error)
 
 // dial connects to the daemon's socket; a socket that is missing or that
 // nobody listens on is ErrNotRunning. The client trusts the socket no more

@@ -77,7 +77,7 @@ type Config struct {
 	MinFree Room
 
 	// peerCred reads a connection's credentials; tests inject others.
-	peerCred func(net.Conn) (*syscall.Ucred, error)
+	peerCred func(net.Conn) (*ucred, error)
 	// statfs reads a file system's free room; tests inject a full one.
 	statfs func(path string, st *syscall.Statfs_t) error
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"syscall"
 )
 
 // PeerError refuses a connection from a process of another user.
@@ -21,7 +20,7 @@ func (e *PeerError) Error() string {
 // directory anyway, but it has no business driving this user's agents
 // through the daemon, and a mistaken sudo should not mix two users'
 // ledgers).
-func checkPeer(cred *syscall.Ucred, uid uint32) error {
+func checkPeer(cred *ucred, uid uint32) error {
 	if cred == nil {
 		return errors.New("connection refused: its peer's credentials are unknown")
 	}
@@ -32,8 +31,8 @@ func checkPeer(cred *syscall.Ucred, uid uint32) error {
 }
 
 // peerCred reads the credentials the kernel recorded for the peer when it
-// connected (SO_PEERCRED).
-func peerCred(c net.Conn) (*syscall.Ucred, error) {
+// connected (SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS).
+func peerCred(c net.Conn) (*ucred, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return nil, fmt.Errorf("not a Unix connection: %T", c)
@@ -42,15 +41,15 @@ func peerCred(c net.Conn) (*syscall.Ucred, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cred *syscall.Ucred
+	var cred *ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+		cred, credErr = sockPeerCred(int(fd))
 	}); err != nil {
 		return nil, err
 	}
 	if credErr != nil {
-		return nil, fmt.Errorf("SO_PEERCRED: %w", credErr)
+		return nil, credErr
 	}
 	return cred, nil
 }

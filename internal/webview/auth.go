@@ -294,12 +294,14 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request, sess *session) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// sessionInfo tells the page its CSRF token and whether actions are on.
+// sessionInfo tells the page its CSRF token, whether actions are on, and
+// the daemon's version.
 func (s *Server) sessionInfo(w http.ResponseWriter, _ *http.Request, sess *session) {
 	b, _ := json.Marshal(struct {
 		CSRF      string    `json:"csrf"`
 		Actions   bool      `json:"actions"`
 		ExpiresAt time.Time `json:"expires_at"`
-	}{sess.csrf, s.cfg.Actions, sess.expires.UTC()})
+		Version   string    `json:"version"`
+	}{sess.csrf, s.cfg.Actions, sess.expires.UTC(), s.cfg.Version})
 	writeJSON(w, b)
 }

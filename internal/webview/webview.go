@@ -73,6 +73,9 @@ type Config struct {
 	Token string
 	// Actions serves cancel and resolve (--dashboard-actions).
 	Actions bool
+	// Version is the daemon's version, as --version prints it; the page
+	// shows it in its header.
+	Version string
 	Logger  *slog.Logger
 	Now     func() time.Time
 	// SessionTTL is how long a session lasts after its login (0:

@@ -70,7 +70,7 @@ func newRigWith(t *testing.T, cfg rigConfig) *rig {
 	}
 	view := webview.New(webview.Config{
 		Tasks: r.svc, Hub: hub, Token: token, Actions: cfg.actions, PushInterval: time.Millisecond,
-		Now: now, SessionTTL: cfg.ttl,
+		Now: now, SessionTTL: cfg.ttl, Version: testVersion,
 	})
 	r.srv = httptest.NewServer(view)
 	t.Cleanup(func() {

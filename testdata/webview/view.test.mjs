@@ -14,7 +14,9 @@ import { join } from 'node:path';
 
 import { chromium } from 'playwright-core';
 
-import { MCP, WAIT, browserPath, gitRepo, script, shots, startDaemon } from './lib.mjs';
+import { spawnSync } from 'node:child_process';
+
+import { MCP, WAIT, browserPath, gitRepo, script, server, shots, startDaemon } from './lib.mjs';
 
 describe('live view in headless Chromium', () => {
   let dir, d, mcp, browser, ctx, page;
@@ -94,6 +96,10 @@ describe('live view in headless Chromium', () => {
     await other.close();
     await page.waitForSelector('body[data-ready=true]');
     await page.waitForSelector('.conn.live');
+    // The header shows the daemon's version, as --version prints it.
+    const version = spawnSync(server, ['--version'], { encoding: 'utf8' }).stderr.trim().replace(/^symm-mcp /, '');
+    assert.match(version, /^v\d+\.\d+\.\d+/);
+    await page.waitForFunction((v) => document.getElementById('version').textContent === v, version);
   });
 
   let done;

@@ -187,6 +187,14 @@ export async function act(path, body) {
   return data;
 }
 
+// showVersion puts the daemon's version (as `symm-mcp --version` prints
+// it) into the header's #version.
+export async function showVersion() {
+  try {
+    document.getElementById('version').textContent = (await getSession()).version || '';
+  } catch { /* the session's end shows elsewhere */ }
+}
+
 export function wireLogout() {
   document.getElementById('logout').addEventListener('click', async () => {
     try { await act('/api/logout'); } catch { /* gone already */ }

@@ -1,6 +1,6 @@
 // The list page: every task the stream sends, newest first, grouped by
 // initiator, filtered by status and agent (the filters live in the URL).
-import { el, taskLink, age, usageText, costText, badge, wireLogout, openStream, TERMINAL } from './common.js';
+import { el, taskLink, age, usageText, costText, badge, wireLogout, showVersion, openStream, TERMINAL } from './common.js';
 
 const rows = new Map(); // task id -> row
 let waiting = {}; // task id -> permission questions open on it
@@ -128,3 +128,4 @@ openStream('/api/stream/tasks', {
 }, document.getElementById('conn'));
 setInterval(schedule, 30000); // ages move on
 wireLogout();
+showVersion();

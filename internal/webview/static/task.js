@@ -1,6 +1,6 @@
 // A task's page: its record, its worktree diff, and its events as a
 // timeline that follows the task live. The task is the URL's: /tasks/<id>.
-import { el, clippedText, preview, age, duration, usageText, costText, badge, getSession, act, wireLogout, openStream, TERMINAL } from './common.js';
+import { el, clippedText, preview, age, duration, usageText, costText, badge, getSession, act, wireLogout, showVersion, openStream, TERMINAL } from './common.js';
 
 const id = decodeURIComponent(location.pathname.slice('/tasks/'.length));
 const timeline = document.getElementById('timeline');
@@ -328,6 +328,7 @@ function scrollIfFollowing() {
 
 async function main() {
   wireLogout();
+  showVersion();
   try { actionsOn = (await getSession()).actions; } catch { return; }
   openStream('/api/stream/tasks/' + encodeURIComponent(id), {
     task: (data) => { renderRecord(JSON.parse(data)); document.body.dataset.status = record.status; },

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `go install github.com/symm-mcp/symm-mcp/cmd/symm-mcp@VERSION` works
+# (intent 0034): a module proxy made of this checkout's HEAD, a file://
+# GOPROXY directory as the module proxy protocol lays it out
+# (<module>/@v/{list,V.info,V.mod,V.zip}; the zip is git archive's with the
+# <module>@<version>/ prefix, which is the module zip format: no vendor
+# directory, no nested module, no symbolic link here), is put before the
+# real proxy, which serves the dependencies (after the local module cache,
+# so that a warm machine needs no network). go install builds from it into
+# a fresh GOBIN and module cache, and the binary's --version is the
+# version: the build information path of internal/version, with no VCS
+# stamp and no link-time values. HEAD, not the working tree: commit first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+module=github.com/symm-mcp/symm-mcp
+version=${GOINSTALL_VERSION:-v0.0.1-check}
+work=$(mktemp -d)
+trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
+at=$work/proxy/$module/@v
+mkdir -p "$at"
+git archive --format=zip --prefix="$module@$version/" -o "$at/$version.zip" HEAD
+git show HEAD:go.mod >"$at/$version.mod"
+time=$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD)
+printf '{"Version":"%s","Time":"%s"}\n' "$version" "$time" >"$at/$version.info"
+echo "$version" >"$at/list"
+
+cache=$(go env GOMODCACHE)/cache/download
+env GOFLAGS=-modcacherw GOMODCACHE="$work/modcache" GOBIN="$work/bin" GOTOOLCHAIN=local \
+  GOPROXY="file://$work/proxy,file://$cache,https://proxy.golang.org" GONOSUMDB="$module" GOPRIVATE= \
+  go install "$module/cmd/symm-mcp@$version"
+got=$("$work/bin/symm-mcp" --version 2>&1)
+[ "$got" = "symm-mcp $version" ] || { echo "goinstall-check: --version said '$got'; want 'symm-mcp $version'" >&2; exit 1; }
+go version -m "$work/bin/symm-mcp" | grep -q "^[[:space:]]mod[[:space:]]$module[[:space:]]$version[[:space:]]" ||
+  { echo "goinstall-check: the binary's build information names another module version:" >&2; go version -m "$work/bin/symm-mcp" >&2; exit 1; }
+echo "goinstall-check: go install $module/cmd/symm-mcp@$version from a file:// proxy: $got" >&2
