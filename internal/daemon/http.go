@@ -148,7 +148,7 @@ func listenHTTP(addr, token string, handler, web HTTPHandlerFunc, reqs *sync.Wai
 	}
 	// No WriteTimeout: it would cut the long-lived responses (the /mcp
 	// GET stream, SSE replies, the live view's event streams). ReadTimeout
-	// bounds the request only: guard lifts it once the body is read.
+	// bounds the request only (see HTTPLimits.Read).
 	srv := &http.Server{
 		Handler:           guard(mux, refused),
 		ReadHeaderTimeout: lim.ReadHeader,

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,9 +16,11 @@ type HTTPLimits struct {
 	// ReadHeader bounds reading a request's headers (default 10 s).
 	ReadHeader time.Duration
 	// Read bounds reading a whole request, headers and body (default
-	// 30 s). It ends once the body is read: a response may stream for as
-	// long as it lasts (the /mcp GET stream, an SSE reply to a long
-	// wait_tasks, the live view's event streams).
+	// 30 s). It bounds the request only: net/http lifts the connection's
+	// read deadline once the body is read (its background read, which
+	// watches for the client going), so a response may stream for as long
+	// as it lasts (the /mcp GET stream, an SSE reply to a long wait_tasks,
+	// the live view's event streams); TestHTTPLongResponse holds that.
 	Read time.Duration
 	// Idle bounds how long a keep-alive connection waits for its next
 	// request (default 60 s).
@@ -110,39 +111,14 @@ func (c *capConn) Close() error {
 	return err
 }
 
-// guard wraps every handler of the listener: a request's read deadline
-// (http.Server.ReadTimeout) is lifted once its body is read, so that it
-// bounds the request and never the response; a 401 closes the connection
-// (net/http then does not read the body the handler left unread) and is
-// counted in the refusal log.
+// guard wraps every handler of the listener: a 401 closes the connection
+// (net/http then does not read the body the handler left unread, which it
+// otherwise does up to 256 KiB before it replies) and is counted in the
+// refusal log.
 func guard(h http.Handler, refused *refusals) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		if r.Body == nil || r.Body == http.NoBody {
-			_ = rc.SetReadDeadline(time.Time{})
-		} else {
-			r.Body = &liftAtEOF{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
-		}
 		h.ServeHTTP(&refusalWriter{ResponseWriter: w, r: r, refused: refused}, r)
 	})
-}
-
-// liftAtEOF lifts the connection's read deadline when the body is read
-// to its end: net/http then reads the connection in the background to
-// see the client go, and a deadline passing there would end the
-// request's context in the middle of a long response.
-type liftAtEOF struct {
-	io.ReadCloser
-	once sync.Once
-	lift func()
-}
-
-func (b *liftAtEOF) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF {
-		b.once.Do(b.lift)
-	}
-	return n, err
 }
 
 // refusalWriter sees the status a handler answers with.
