@@ -25,13 +25,14 @@ import (
 // startServeHTTP starts `symm-mcp serve --http 127.0.0.1:0` with the
 // daemon's agent environment, waits for its readiness, and returns the
 // endpoint's URL (from status) and the token (from the state directory).
-func startServeHTTP(t *testing.T, d *shared) (url, token string, s *server) {
+// extra are more flags of serve.
+func startServeHTTP(t *testing.T, d *shared, extra ...string) (url, token string, s *server) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	defer r.Close()
-	cmd := exec.Command(binary, "serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
-		"--http", "127.0.0.1:0", fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))
+	cmd := exec.Command(binary, append([]string{"serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
+		"--http", "127.0.0.1:0", fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD)}, extra...)...)
 	cmd.Env = append(os.Environ(), d.env...)
 	s = &server{cmd: cmd, stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = s.stderr
@@ -243,4 +244,30 @@ func TestServeHTTPLiveView(t *testing.T) {
 	stderr, exit := runBinary(t, "serve", "--dashboard-actions")
 	assert.Equal(t, 2, exit, stderr)
 	assert.Contains(t, stderr, "--dashboard-actions needs --http")
+}
+
+// TestServeHTTPSessionIdle: a Streamable HTTP session its client abandons
+// (never closed) is closed by the daemon after --http-session-idle; a
+// later request with its Mcp-Session-Id is 404, and a new session works.
+func TestServeHTTPSessionIdle(t *testing.T) {
+	d := newShared(t, nil)
+	url, token, _ := startServeHTTP(t, d, "--http-session-idle", "3s")
+	cs := connectHTTP(t, url, token)
+	id := cs.ID()
+	require.NotEmpty(t, id)
+	ended := make(chan error, 1)
+	go func() { ended <- cs.Wait() }()
+	select {
+	case <-ended: // the daemon closed the session: the client's stream ended
+	case <-time.After(30 * time.Second):
+		t.Fatal("the idle session was never closed")
+	}
+	code, body := post(t, url, map[string]string{"Authorization": "Bearer " + token, "Mcp-Session-Id": id})
+	assert.Equal(t, http.StatusNotFound, code, body)
+
+	again := connectHTTP(t, url, token)
+	_, err := again.ListTools(context.Background(), nil)
+	assert.NoError(t, err)
+	code, body = post(t, url, map[string]string{"Authorization": "Bearer " + token, "Mcp-Session-Id": again.ID()})
+	assert.NotEqual(t, http.StatusNotFound, code, "a live session is found: %s", body)
 }
