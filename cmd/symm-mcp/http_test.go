@@ -271,3 +271,40 @@ func TestServeHTTPSessionIdle(t *testing.T) {
 	code, body = post(t, url, map[string]string{"Authorization": "Bearer " + token, "Mcp-Session-Id": again.ID()})
 	assert.NotEqual(t, http.StatusNotFound, code, "a live session is found: %s", body)
 }
+
+// TestServeHTTPRefusalLog: a flood of wrong tokens, at /mcp and at the
+// live view's login, writes a bounded log that counts them all: the first
+// refusal, then counts (the last one at shutdown).
+func TestServeHTTPRefusalLog(t *testing.T) {
+	d := newShared(t, nil)
+	mcpURL, _, s := startServeHTTP(t, d)
+	const flood = 40
+	for i := range flood {
+		code, _ := post(t, mcpURL, map[string]string{"Authorization": fmt.Sprintf("Bearer wrong-%d", i)})
+		require.Equal(t, http.StatusUnauthorized, code)
+		resp, err := http.PostForm(strings.TrimSuffix(mcpURL, daemon.HTTPPath)+"/login", map[string][]string{"token": {"wrong"}})
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	_, code := d.run(t, "shutdown")
+	require.Equal(t, 0, code)
+	require.Equal(t, 0, s.waitExit(t))
+	var lines, counted int
+	for _, line := range strings.Split(s.stderr.String(), "\n") {
+		switch {
+		case strings.Contains(line, "refused an unauthenticated request"):
+			lines++
+			counted++
+		case strings.Contains(line, "more unauthenticated requests refused"):
+			lines++
+			var n int
+			_, err := fmt.Sscanf(line[strings.Index(line, "count=")+len("count="):], "%d", &n)
+			require.NoError(t, err, line)
+			counted += n
+		}
+	}
+	assert.Equal(t, 2*flood, counted, "every refusal counted:\n%s", s.stderr.String())
+	assert.Less(t, lines, 10, "a bounded log:\n%s", s.stderr.String())
+	assert.NotContains(t, s.stderr.String(), "a login with a wrong token")
+}
