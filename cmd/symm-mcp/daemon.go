@@ -158,6 +158,8 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	addDaemonFlags(fs, &o)
 	ledger := fs.String("ledger", defaultLedger, "where tasks and events are kept: jetstream (in the state directory, kept across restarts) or memory (lost when the daemon ends)")
 	httpAddr := fs.String("http", "", "also serve Streamable HTTP at /mcp on this loopback `ADDR` (127.0.0.1:PORT; port 0 picks one), behind the bearer token in <state-dir>/token")
+	httpConns := fs.Int("http-max-conns", daemon.DefaultHTTPMaxConns, "cap on the --http listener's connections open at once; more wait until one closes")
+	httpIdle := fs.Duration("http-session-idle", mcpserver.DefaultSessionIdle, "close a Streamable HTTP session of --http after this `DURATION` without a request")
 	actions := fs.Bool("dashboard-actions", false, "let the live view at / of --http cancel tasks and record resolutions (it is read-only without)")
 	readyFD := fs.Int("ready-fd", 0, "descriptor to report readiness on (used by --shared when it starts the daemon)")
 	var cf clusterFlags
@@ -234,13 +236,13 @@ func serveDaemon(args []string, stderr io.Writer) int {
 			out2 := mcpserver.ServeShared(ctx, tasks.svc, version, in, out)
 			log.Debug("MCP session ended", "reason", out2.Reason)
 		},
-		HTTP: *httpAddr,
+		HTTP: *httpAddr, HTTPLimits: daemon.HTTPLimits{MaxConns: *httpConns},
 		// Both handlers are built at their first request: the service
 		// exists only once Listen holds the state directory's lock (which
 		// the ledger needs), and HTTP is served from Serve on, after it.
 		HTTPHandler: func(token string) http.Handler {
 			return lazyHandler(func() http.Handler {
-				return mcpserver.HTTPHandler(tasks.svc, version, token, log.With("http", true))
+				return mcpserver.HTTPHandler(tasks.svc, version, token, log.With("http", true), *httpIdle)
 			})
 		},
 		WebHandler: func(token string) http.Handler {

@@ -25,19 +25,20 @@ import (
 // startServeHTTP starts `symm-mcp serve --http 127.0.0.1:0` with the
 // daemon's agent environment, waits for its readiness, and returns the
 // endpoint's URL (from status) and the token (from the state directory).
-func startServeHTTP(t *testing.T, d *shared) (url, token string, s *server) {
+// extra are more flags of serve.
+func startServeHTTP(t *testing.T, d *shared, extra ...string) (url, token string, s *server) {
 	t.Helper()
-	return startServeHTTPOf(t, binary, d)
+	return startServeHTTPOf(t, binary, d, extra...)
 }
 
 // startServeHTTPOf is startServeHTTP of the binary bin.
-func startServeHTTPOf(t *testing.T, bin string, d *shared) (url, token string, s *server) {
+func startServeHTTPOf(t *testing.T, bin string, d *shared, extra ...string) (url, token string, s *server) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	defer r.Close()
-	cmd := exec.Command(bin, "serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
-		"--http", "127.0.0.1:0", fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))
+	cmd := exec.Command(bin, append([]string{"serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
+		"--http", "127.0.0.1:0", fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD)}, extra...)...)
 	cmd.Env = append(os.Environ(), d.env...)
 	s = &server{cmd: cmd, stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = s.stderr
@@ -249,4 +250,67 @@ func TestServeHTTPLiveView(t *testing.T) {
 	stderr, exit := runBinary(t, "serve", "--dashboard-actions")
 	assert.Equal(t, 2, exit, stderr)
 	assert.Contains(t, stderr, "--dashboard-actions needs --http")
+}
+
+// TestServeHTTPSessionIdle: a Streamable HTTP session its client abandons
+// (never closed) is closed by the daemon after --http-session-idle; a
+// later request with its Mcp-Session-Id is 404, and a new session works.
+func TestServeHTTPSessionIdle(t *testing.T) {
+	d := newShared(t, nil)
+	url, token, _ := startServeHTTP(t, d, "--http-session-idle", "3s")
+	cs := connectHTTP(t, url, token)
+	id := cs.ID()
+	require.NotEmpty(t, id)
+	ended := make(chan error, 1)
+	go func() { ended <- cs.Wait() }()
+	select {
+	case <-ended: // the daemon closed the session: the client's stream ended
+	case <-time.After(30 * time.Second):
+		t.Fatal("the idle session was never closed")
+	}
+	code, body := post(t, url, map[string]string{"Authorization": "Bearer " + token, "Mcp-Session-Id": id})
+	assert.Equal(t, http.StatusNotFound, code, body)
+
+	again := connectHTTP(t, url, token)
+	_, err := again.ListTools(context.Background(), nil)
+	assert.NoError(t, err)
+	code, body = post(t, url, map[string]string{"Authorization": "Bearer " + token, "Mcp-Session-Id": again.ID()})
+	assert.NotEqual(t, http.StatusNotFound, code, "a live session is found: %s", body)
+}
+
+// TestServeHTTPRefusalLog: a flood of wrong tokens, at /mcp and at the
+// live view's login, writes a bounded log that counts them all: the first
+// refusal, then counts (the last one at shutdown).
+func TestServeHTTPRefusalLog(t *testing.T) {
+	d := newShared(t, nil)
+	mcpURL, _, s := startServeHTTP(t, d)
+	const flood = 40
+	for i := range flood {
+		code, _ := post(t, mcpURL, map[string]string{"Authorization": fmt.Sprintf("Bearer wrong-%d", i)})
+		require.Equal(t, http.StatusUnauthorized, code)
+		resp, err := http.PostForm(strings.TrimSuffix(mcpURL, daemon.HTTPPath)+"/login", map[string][]string{"token": {"wrong"}})
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	_, code := d.run(t, "shutdown")
+	require.Equal(t, 0, code)
+	require.Equal(t, 0, s.waitExit(t))
+	var lines, counted int
+	for _, line := range strings.Split(s.stderr.String(), "\n") {
+		switch {
+		case strings.Contains(line, "refused an unauthenticated request"):
+			lines++
+			counted++
+		case strings.Contains(line, "more unauthenticated requests refused"):
+			lines++
+			var n int
+			_, err := fmt.Sscanf(line[strings.Index(line, "count=")+len("count="):], "%d", &n)
+			require.NoError(t, err, line)
+			counted += n
+		}
+	}
+	assert.Equal(t, 2*flood, counted, "every refusal counted:\n%s", s.stderr.String())
+	assert.Less(t, lines, 10, "a bounded log:\n%s", s.stderr.String())
+	assert.NotContains(t, s.stderr.String(), "a login with a wrong token")
 }

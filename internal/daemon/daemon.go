@@ -66,6 +66,8 @@ type Config struct {
 	// WebHandler, when set, serves every other path of the HTTP listener
 	// (the live view), from the same token.
 	WebHandler HTTPHandlerFunc
+	// HTTPLimits bounds the HTTP listener's clients (zero: the defaults).
+	HTTPLimits HTTPLimits
 	Logger     *slog.Logger
 	// ShutdownBound bounds the tasks' cleanup at shutdown (0: 30 s).
 	ShutdownBound time.Duration
@@ -206,7 +208,7 @@ func Listen(cfg Config) (_ *Daemon, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if d.httpLn, d.httpSrv, err = listenHTTP(cfg.HTTP, token, cfg.HTTPHandler, cfg.WebHandler, &d.httpReqs); err != nil {
+		if d.httpLn, d.httpSrv, err = listenHTTP(cfg.HTTP, token, cfg.HTTPHandler, cfg.WebHandler, &d.httpReqs, cfg.HTTPLimits, d.log); err != nil {
 			return nil, err
 		}
 		d.httpURL = httpURL(d.httpLn)

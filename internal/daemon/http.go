@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 )
@@ -122,12 +122,15 @@ func createToken(path string) (string, error) {
 // listenHTTP listens on addr and builds the server of the handler at
 // HTTPPath and, when web is not nil, of web at every other path, every
 // request counted in reqs, which the daemon's end waits for
-// (http.Server.Close does not).
-func listenHTTP(addr, token string, handler, web HTTPHandlerFunc, reqs *sync.WaitGroup) (net.Listener, *http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
+// (http.Server.Close does not), within lim (see HTTPLimits).
+func listenHTTP(addr, token string, handler, web HTTPHandlerFunc, reqs *sync.WaitGroup, lim HTTPLimits, log *slog.Logger) (net.Listener, *http.Server, error) {
+	lim = lim.withDefaults()
+	tcp, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, &AddrError{Addr: addr, Err: err}
 	}
+	refused := &refusals{log: log, every: lim.RefusalLog}
+	ln := newCapListener(tcp, lim.MaxConns, refused.close)
 	h := handler(token)
 	mux := http.NewServeMux()
 	mux.Handle(HTTPPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -143,7 +146,15 @@ func listenHTTP(addr, token string, handler, web HTTPHandlerFunc, reqs *sync.Wai
 			wh.ServeHTTP(w, r)
 		}))
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// No WriteTimeout: it would cut the long-lived responses (the /mcp
+	// GET stream, SSE replies, the live view's event streams). ReadTimeout
+	// bounds the request only (see HTTPLimits.Read).
+	srv := &http.Server{
+		Handler:           guard(mux, refused),
+		ReadHeaderTimeout: lim.ReadHeader,
+		ReadTimeout:       lim.Read,
+		IdleTimeout:       lim.Idle,
+	}
 	return ln, srv, nil
 }
 

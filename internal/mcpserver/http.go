@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -25,18 +26,28 @@ import (
 //     that is not a loopback name is 403.
 //
 // Its sessions share one server, and so one watcher per subscribed task
-// resource; each subscription ends with its session.
-func HTTPHandler(svc Service, version, token string, log *slog.Logger) http.Handler {
-	return httpHandler(svc, version, token, log, options{})
+// resource; each subscription ends with its session. A session that gets
+// no request for sessionIdle (0: DefaultSessionIdle) is closed by the
+// SDK (its SessionTimeout): a client that never ends its session does not
+// keep it for the daemon's life. Its tasks go on.
+func HTTPHandler(svc Service, version, token string, log *slog.Logger, sessionIdle time.Duration) http.Handler {
+	return httpHandler(svc, version, token, log, sessionIdle, options{})
 }
 
-func httpHandler(svc Service, version, token string, log *slog.Logger, o options) http.Handler {
+// DefaultSessionIdle is how long a Streamable HTTP session may go without
+// a request before it is closed.
+const DefaultSessionIdle = 30 * time.Minute
+
+func httpHandler(svc Service, version, token string, log *slog.Logger, sessionIdle time.Duration, o options) http.Handler {
+	if sessionIdle <= 0 {
+		sessionIdle = DefaultSessionIdle
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	srv, _ := newServer(svc, version, o)
 	register(srv, svc, o)
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Logger: log})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: sessionIdle})
 	bearer := auth.RequireBearerToken(tokenVerifier(token), &auth.RequireBearerTokenOptions{
 		AllowMissingExpiration: true, // the token lives in the state directory until it is removed
 	})

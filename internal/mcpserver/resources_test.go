@@ -318,7 +318,7 @@ func TestSubscriptionsOverHTTP(t *testing.T) {
 	clock := newFakeClock()
 	hubs := make(chan *subscriptions, 1)
 	const token = "test-token"
-	ts := httptest.NewServer(httpHandler(svc, "test", token, nil, options{clock: clock, hub: func(h *subscriptions) { hubs <- h }}))
+	ts := httptest.NewServer(httpHandler(svc, "test", token, nil, 0, options{clock: clock, hub: func(h *subscriptions) { hubs <- h }}))
 	t.Cleanup(ts.Close)
 	r := &clockRig{clock: clock, hub: <-hubs}
 
