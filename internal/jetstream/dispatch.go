@@ -82,6 +82,8 @@ type Dispatcher struct {
 	opts   DispatchOptions
 	log    *slog.Logger
 	claims jetstream.KeyValue
+	// refused counts and logs the spawns refused for their proof.
+	refused *refusals
 
 	inbox string // the prefix of our reply subjects: <inbox>.<task id>
 	sub   *nats.Subscription
@@ -143,7 +145,7 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 	}
 	hctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
-		c: c, opts: o, log: o.Logger, claims: claims,
+		c: c, opts: o, log: o.Logger, claims: claims, refused: newRefusals(o.Logger, "dispatch"),
 		inbox: c.nc.NewRespInbox(), waiting: map[string]chan []byte{}, ctx: hctx, cancel: cancel,
 	}
 	// One subscription for every reply, made before any spawn is handed
@@ -256,6 +258,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, host, taskID string, body []b
 	msg.Header.Set(jetstream.MsgIDHeader, taskID)
 	msg.Header.Set(replyHeader, d.inbox+"."+taskID)
 	msg.Data = body
+	d.c.proof.sign(msg.Header, kindDispatch, msg.Subject, taskID, d.inbox+"."+taskID, body)
 	// The stream's acknowledgement is not waited for before the reply:
 	// the host takes the spawn as soon as the stream stored it, and its
 	// reply usually comes after the acknowledgement anyway. A refusal of
@@ -359,8 +362,8 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 	}
 	d.cc, err = cons.Consume(func(m jetstream.Msg) {
 		// Checked here, in order, before anything is claimed or run.
-		if err := checkHanded(m.Headers()); err != nil {
-			d.log.Warn("dispatch: a spawn is dropped", "subject", m.Subject(), "err", err)
+		if err := d.checkHanded(m); err != nil {
+			d.refused.note(refusal(err), m.Subject())
 			_ = m.Term()
 			return
 		}
@@ -386,12 +389,28 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 	return nil
 }
 
-// checkHanded refuses a handed spawn without a task id, or whose reply
+// checkHanded refuses a handed spawn whose headers checkHeaders refuses,
+// or without the proof that a daemon of this cluster sent it. A
+// redelivery of a spawn checked before (the stream's, after a claim that
+// failed) is not a replay: the claim decides whether it runs.
+func (d *Dispatcher) checkHanded(m jetstream.Msg) error {
+	h := m.Headers()
+	if err := checkHeaders(h); err != nil {
+		return err
+	}
+	fresh := true
+	if meta, err := m.Metadata(); err == nil && meta.NumDelivered > 1 {
+		fresh = false
+	}
+	return d.c.proof.verify(h, kindDispatch, m.Subject(), h.Get(jetstream.MsgIDHeader), h.Get(replyHeader), m.Data(), fresh)
+}
+
+// checkHeaders refuses a handed spawn without a task id, or whose reply
 // subject is not a dispatcher's inbox for that task (_INBOX.….<task id>,
 // as Dispatch writes it): the reply is published with this daemon's
 // permissions, so a header naming any other subject (symm.call.…,
 // $JS.API.…) would have it publish there.
-func checkHanded(h nats.Header) error {
+func checkHeaders(h nats.Header) error {
 	id := h.Get(jetstream.MsgIDHeader)
 	if !validToken(id) {
 		return fmt.Errorf("task id %q is not a subject token", id)
@@ -466,5 +485,6 @@ func (d *Dispatcher) Close() {
 		}
 		d.wg.Wait()
 		_ = d.sub.Unsubscribe()
+		d.refused.flush()
 	})
 }
