@@ -68,6 +68,7 @@ func (e *errRefused) Error() string { return "refused: " + e.reason }
 type prover struct {
 	key []byte
 	now func() time.Time
+	max int // proofs remembered at most: maxSeen
 
 	mu      sync.Mutex
 	seen    map[[sha256.Size]byte]struct{}
@@ -76,7 +77,7 @@ type prover struct {
 }
 
 func newProver(key []byte) *prover {
-	return &prover{key: append([]byte(nil), key...), now: time.Now, seen: map[[sha256.Size]byte]struct{}{}}
+	return &prover{key: append([]byte(nil), key...), now: time.Now, max: maxSeen, seen: map[[sha256.Size]byte]struct{}{}}
 }
 
 // mac is the HMAC of one message.
@@ -141,7 +142,7 @@ func (p *prover) verify(hdr nats.Header, kind, subject, id, reply string, body [
 		return &errRefused{refusedReplayed}
 	}
 	// Forget what is out of the window: a replay of it is stale.
-	for len(p.byTime) > 0 && (p.byTime[0].sent < now-int64(ProofWindow) || len(p.byTime) >= maxSeen) {
+	for len(p.byTime) > 0 && (p.byTime[0].sent < now-int64(ProofWindow) || len(p.byTime) >= p.max) {
 		old := heap.Pop(&p.byTime).(seenProof)
 		delete(p.seen, old.mac)
 		p.horizon = max(p.horizon, old.sent)
