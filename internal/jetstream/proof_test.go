@@ -316,4 +316,3 @@ func TestUserWithoutTheGrantsStartsNothing(t *testing.T) {
 	require.NoError(t, err)
 	cl.Close()
 }
-
