@@ -254,11 +254,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, host, taskID string, body []b
 		delete(d.waiting, taskID)
 		d.mu.Unlock()
 	}()
-	msg := nats.NewMsg(DispatchSubject + host)
-	msg.Header.Set(jetstream.MsgIDHeader, taskID)
-	msg.Header.Set(replyHeader, d.inbox+"."+taskID)
-	msg.Data = body
-	d.c.proof.sign(msg.Header, kindDispatch, msg.Subject, taskID, d.inbox+"."+taskID, body)
+	msg := spawnMsg(d.c.proof, host, taskID, d.inbox+"."+taskID, body)
 	// The stream's acknowledgement is not waited for before the reply:
 	// the host takes the spawn as soon as the stream stored it, and its
 	// reply usually comes after the acknowledgement anyway. A refusal of
@@ -394,15 +390,37 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 // redelivery of a spawn checked before (the stream's, after a claim that
 // failed) is not a replay: the claim decides whether it runs.
 func (d *Dispatcher) checkHanded(m jetstream.Msg) error {
-	h := m.Headers()
-	if err := checkHeaders(h); err != nil {
-		return err
-	}
 	fresh := true
 	if meta, err := m.Metadata(); err == nil && meta.NumDelivered > 1 {
 		fresh = false
 	}
-	return d.c.proof.verify(h, kindDispatch, m.Subject(), h.Get(jetstream.MsgIDHeader), h.Get(replyHeader), m.Data(), fresh)
+	return checkSpawn(d.c.proof, m.Headers(), m.Subject(), m.Data(), fresh)
+}
+
+// spawnMsg is the message that hands the spawn body of task taskID to
+// host, its reply to go to reply, with p's proof (none when p is nil:
+// ProofCost's path without it).
+func spawnMsg(p *prover, host, taskID, reply string, body []byte) *nats.Msg {
+	msg := nats.NewMsg(DispatchSubject + host)
+	msg.Header.Set(jetstream.MsgIDHeader, taskID)
+	msg.Header.Set(replyHeader, reply)
+	msg.Data = body
+	if p != nil {
+		p.sign(msg.Header, kindDispatch, msg.Subject, taskID, reply, body)
+	}
+	return msg
+}
+
+// checkSpawn is checkHeaders, then p's check of the proof (none when p
+// is nil).
+func checkSpawn(p *prover, h nats.Header, subject string, body []byte, fresh bool) error {
+	if err := checkHeaders(h); err != nil {
+		return err
+	}
+	if p == nil {
+		return nil
+	}
+	return p.verify(h, kindDispatch, subject, h.Get(jetstream.MsgIDHeader), h.Get(replyHeader), body, fresh)
 }
 
 // checkHeaders refuses a handed spawn without a task id, or whose reply
