@@ -63,11 +63,11 @@ func awaitKnown(t *testing.T, s *session, host, id string) {
 // record carrying host b; B's service's refusals come back with their
 // code; a host that is not live is invalid_request naming it.
 func TestClusterRoutedCalls(t *testing.T) {
-	urls := natsCluster(t)
+	nt := natsCluster(t)
 	da, db := newShared(t, agentPath(t)), newShared(t, agentPath(t))
-	_, stderr, code := serveNATS(t, da, urls, "a")
+	_, stderr, code := serveNATS(t, da, nt, "a")
 	require.Equal(t, 0, code, stderr)
-	b, stderr, code := serveNATS(t, db, urls[1:], "b")
+	b, stderr, code := serveNATS(t, db, nt.from(1), "b")
 	require.Equal(t, 0, code, stderr)
 	sa, sb := da.front(t), db.front(t)
 	pathOf := func(d *shared) string {

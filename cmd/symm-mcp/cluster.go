@@ -33,14 +33,21 @@ import (
 type clusterFlags struct {
 	nats     string
 	creds    string
+	nkey     string
+	token    string
 	ca       string
+	keyFile  string
 	replicas int
 	host     string
+	key      []byte // read from keyFile by check
 }
 
 func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
 	fs.StringVar(&c.nats, "nats", "", "keep the ledger on the NATS cluster at these `URLs` (comma-separated nats:// or tls://), shared with the daemons of other hosts, instead of an embedded server")
-	fs.StringVar(&c.creds, "nats-creds", "", "NATS credentials `FILE` (mode 0600, ours); needed, with TLS, for a URL off loopback")
+	fs.StringVar(&c.creds, "nats-creds", "", "NATS credentials `FILE` (a .creds file, mode 0600, ours); --nats needs this, --nats-nkey or --nats-token")
+	fs.StringVar(&c.nkey, "nats-nkey", "", "NATS nkey seed `FILE` (mode 0600, ours), instead of --nats-creds")
+	fs.StringVar(&c.token, "nats-token", "", "NATS token `FILE` (mode 0600, ours), instead of --nats-creds")
+	fs.StringVar(&c.keyFile, "cluster-key", "", "the cluster's key `FILE` (at least 32 bytes, mode 0600, ours; the same on every host), which proves the dispatches and calls of its daemons; make one with: (umask 077; head -c 32 /dev/urandom > cluster.key)")
 	fs.StringVar(&c.ca, "nats-ca", "", "certificate authority `FILE` of the NATS nodes' TLS certificates")
 	fs.IntVar(&c.replicas, "nats-replicas", jetstream.DefaultReplicas, "how many nodes keep each bucket and stream (fewer on a smaller cluster)")
 	fs.StringVar(&c.host, "host", "", "this daemon's host `NAME` on the cluster (default: the machine's hostname)")
@@ -61,7 +68,8 @@ const hostIDName = "host-id"
 // check validates the flags; a refusal is a usage error (exit 2).
 func (c *clusterFlags) check(ledgerKind string) error {
 	if c.nats == "" {
-		for name, v := range map[string]bool{"--nats-creds": c.creds != "", "--nats-ca": c.ca != "", "--host": c.host != ""} {
+		for name, v := range map[string]bool{"--nats-creds": c.creds != "", "--nats-nkey": c.nkey != "", "--nats-token": c.token != "",
+			"--cluster-key": c.keyFile != "", "--nats-ca": c.ca != "", "--host": c.host != ""} {
 			if v {
 				return fmt.Errorf("%s goes with --nats", name)
 			}
@@ -74,13 +82,22 @@ func (c *clusterFlags) check(ledgerKind string) error {
 	if c.replicas < 1 || c.replicas > 5 {
 		return fmt.Errorf("--nats-replicas %d: want 1 to 5", c.replicas)
 	}
-	if err := jetstream.CheckURLs(c.urls(), c.creds, c.ca); err != nil {
-		return err
-	}
-	if c.creds != "" {
-		if err := checkPrivateFile("--nats-creds", c.creds); err != nil {
+	for _, f := range []struct{ flag, path string }{{"--nats-creds", c.creds}, {"--nats-nkey", c.nkey}, {"--nats-token", c.token}, {"--cluster-key", c.keyFile}} {
+		if f.path == "" {
+			continue
+		}
+		if err := checkPrivateFile(f.flag, f.path); err != nil {
 			return err
 		}
+	}
+	if c.keyFile != "" {
+		var err error
+		if c.key, err = os.ReadFile(c.keyFile); err != nil {
+			return fmt.Errorf("--cluster-key: %w", err)
+		}
+	}
+	if err := c.options().Check(); err != nil {
+		return err
 	}
 	if c.host == "" {
 		h, err := os.Hostname()
@@ -93,6 +110,14 @@ func (c *clusterFlags) check(ledgerKind string) error {
 		return fmt.Errorf("host name %q: want letters, digits, '-' and '_', at most 63, starting with a letter or digit (give --host)", c.host)
 	}
 	return nil
+}
+
+// options are the connection's options.
+func (c *clusterFlags) options() jetstream.ClusterOptions {
+	return jetstream.ClusterOptions{
+		URLs: c.urls(), CredsFile: c.creds, NkeyFile: c.nkey, TokenFile: c.token, CAFile: c.ca, Key: c.key,
+		Replicas: c.replicas, Name: c.host,
+	}
 }
 
 func (c *clusterFlags) urls() []string {
@@ -174,9 +199,9 @@ func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerOpenWait)
 	defer cancel()
-	cl, err := jetstream.Dial(ctx, jetstream.ClusterOptions{
-		URLs: c.urls(), CredsFile: c.creds, CAFile: c.ca, Replicas: c.replicas, Name: c.host, Logger: log,
-	})
+	o := c.options()
+	o.Logger = log
+	cl, err := jetstream.Dial(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +220,7 @@ func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.
 		cl.Close()
 		return nil, err
 	}
-	log.Info("ledger on the NATS cluster", "urls", c.nats, "replicas", cl.Replicas(), "host", c.host)
+	log.Info("ledger on the NATS cluster", "urls", jetstream.RedactURLs(c.nats), "replicas", cl.Replicas(), "host", c.host)
 	return x, nil
 }
 

@@ -39,15 +39,15 @@ func (s *session) callFails(t *testing.T, tool string, args map[string]any) stri
 // have are invalid_request naming them; an agent B's PATH lacks (A's has
 // it) gives a failed task with an error event, as a local start failure.
 func TestClusterDispatch(t *testing.T) {
-	urls := natsCluster(t)
+	nt := natsCluster(t)
 	pathA := agentPath(t)
 	binA := strings.TrimPrefix(pathA[0], "PATH=")
 	require.NoError(t, os.Symlink(fakeBin, filepath.Join(binA, "codex")))
 	da, db := newShared(t, pathA), newShared(t, agentPath(t))
 	notifyA, notifyB := t.TempDir(), t.TempDir()
-	_, stderr, code := serveNATSWith(t, da, urls, "a", "--notify-dir", notifyA)
+	_, stderr, code := serveNATSWith(t, da, nt, "a", "--notify-dir", notifyA)
 	require.Equal(t, 0, code, stderr)
-	_, stderr, code = serveNATSWith(t, db, urls[1:], "b", "--notify-dir", notifyB)
+	_, stderr, code = serveNATSWith(t, db, nt.from(1), "b", "--notify-dir", notifyB)
 	require.Equal(t, 0, code, stderr)
 	sa := da.front(t)
 

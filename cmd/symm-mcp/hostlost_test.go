@@ -14,8 +14,8 @@ import (
 // finds its heartbeat refused by the compare-and-set, says so and exits
 // 1, and the name stays the other daemon's (intent 0028, phase 2).
 func TestClusterDaemonLosesItsName(t *testing.T) {
-	urls := natsCluster(t)
-	b, stderr, code := serveNATS(t, newShared(t, agentPath(t)), urls, "b")
+	nt := natsCluster(t)
+	b, stderr, code := serveNATS(t, newShared(t, agentPath(t)), nt, "b")
 	require.Equal(t, 0, code, stderr)
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGSTOP))
 	stopped := time.Now()
@@ -24,7 +24,7 @@ func TestClusterDaemonLosesItsName(t *testing.T) {
 	for x == nil {
 		require.Less(t, time.Since(stopped), 90*time.Second, "the name of a stopped daemon is free after 10 s")
 		var code int
-		x, stderr, code = serveNATS(t, xd, urls, "b")
+		x, stderr, code = serveNATS(t, xd, nt, "b")
 		if code != 0 {
 			require.Contains(t, stderr, `host name "b" is held by another live daemon`)
 		}

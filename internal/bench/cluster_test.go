@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ import (
 // natsCluster is the helper program's cluster; close ends it.
 type natsCluster struct {
 	urls  string
+	auth  string // natscluster -auth's directory: a.nk, b.nk, cluster.key
 	stdin io.Closer
 	cmd   *exec.Cmd
 }
@@ -37,7 +39,17 @@ func (e *env) startCluster(ctx context.Context) (*natsCluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(e.cfg.natscluster, "-n", "3", "-dir", dir)
+	// The nodes run SECURITY.md's configuration of the daemons' users;
+	// the helper writes the users' seeds and the cluster key in auth.
+	security, err := repoFile("SECURITY.md")
+	if err != nil {
+		return nil, err
+	}
+	auth, err := os.MkdirTemp(e.dir, "auth")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(e.cfg.natscluster, "-n", "3", "-dir", dir, "-auth", auth, "-conf", security)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -51,7 +63,7 @@ func (e *env) startCluster(ctx context.Context) (*natsCluster, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &natsCluster{stdin: stdin, cmd: cmd}
+	c := &natsCluster{stdin: stdin, cmd: cmd, auth: auth}
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(stdout).ReadString('\n')
@@ -91,7 +103,8 @@ func (e *env) clusterHost(ctx context.Context, c *natsCluster, name string, firs
 	}
 	urls := strings.Split(c.urls, ",")
 	first %= len(urls)
-	d, err := e.serve(ctx, socket, state, "--nats", strings.Join(append(urls[first:], urls[:first]...), ","), "--host", name)
+	d, err := e.serve(ctx, socket, state, "--nats", strings.Join(append(urls[first:], urls[:first]...), ","), "--host", name,
+		"--nats-nkey", filepath.Join(c.auth, name+".nk"), "--cluster-key", filepath.Join(c.auth, "cluster.key"))
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +123,9 @@ func (h *clusterHost) close() error { return errors.Join(h.s.close(), h.d.stop()
 // paged in from a beside the same turn on a single daemon's durable
 // ledger, interleaved.
 func measureCluster(ctx context.Context, e *env, t *table) (err error) {
+	if err := clusterProof(t); err != nil {
+		return fmt.Errorf("the proof's cost: %w", err)
+	}
 	c, err := e.startCluster(ctx)
 	if err != nil {
 		return err
@@ -370,5 +386,25 @@ func awaitListed(ctx context.Context, s *server, host, id string) error {
 			return ctx.Err()
 		case <-tick.C:
 		}
+	}
+}
+
+// repoFile finds name in the working directory or the nearest one above
+// it with a go.mod: the harness runs from the checkout's root (make
+// bench), its tests from the package's directory.
+func repoFile(name string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, name), nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", fmt.Errorf("no go.mod above the working directory to find %s in", name)
+		}
+		dir = up
 	}
 }

@@ -286,7 +286,7 @@ func TestHarness(t *testing.T) {
 		"daemon restart", "list_tasks first page",
 		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process",
 		"cluster: event on b → get_events on a", "cluster: wait_tasks on a wakes", "cluster: 2k turn on b, paged in from a",
-		"spawn_task(host=b) from a") {
+		"spawn_task(host=b) from a", "cluster: the proof per dispatch") {
 		assert.Contains(t, out.String(), name)
 	}
 

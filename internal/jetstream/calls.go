@@ -69,11 +69,15 @@ type reply struct {
 // its own (a cancel waits for an agent's end: it must not hold up the
 // others), which Close cancels and waits for.
 type Calls struct {
-	sub    *nats.Subscription
-	handle CallHandler
-	log    *slog.Logger
-	ctx    context.Context
-	cancel context.CancelFunc
+	sub   *nats.Subscription
+	proof *prover
+	// refused counts and logs the calls refused: a reply subject that is
+	// not an inbox, or no proof.
+	refused *refusals
+	handle  CallHandler
+	log     *slog.Logger
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	mu     sync.Mutex
 	closed bool
@@ -86,7 +90,7 @@ func ServeCalls(c *Cluster, host string, h CallHandler, log *slog.Logger) (*Call
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Calls{handle: h, log: log, ctx: ctx, cancel: cancel}
+	s := &Calls{handle: h, log: log, ctx: ctx, cancel: cancel, proof: c.proof, refused: newRefusals(log, "call")}
 	sub, err := c.nc.Subscribe(callPrefix+host+".*", s.receive)
 	if err != nil {
 		cancel()
@@ -104,8 +108,12 @@ func ServeCalls(c *Cluster, host string, h CallHandler, log *slog.Logger) (*Call
 }
 
 // receive is the subscription's callback: it hands the call to a goroutine
-// of its own, unless Close began.
+// of its own, unless Close began or the call is refused.
 func (s *Calls) receive(m *nats.Msg) {
+	if err := s.check(m); err != nil {
+		s.refused.note(refusal(err), m.Subject)
+		return
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -117,6 +125,19 @@ func (s *Calls) receive(m *nats.Msg) {
 		defer s.wg.Done()
 		s.answer(m)
 	}()
+}
+
+// check refuses a call whose reply subject is not an inbox (the answer is
+// published with this daemon's permissions: a reply subject naming a
+// bucket, a stream or the JetStream API would have it write there; one
+// with none cannot be answered), or without the proof that a daemon of
+// this cluster sent it.
+func (s *Calls) check(m *nats.Msg) error {
+	inbox, ok := strings.CutPrefix(m.Reply, nats.InboxPrefix)
+	if !ok || !allTokens(inbox) {
+		return fmt.Errorf("reply subject %q is not an inbox", m.Reply)
+	}
+	return s.proof.verify(m.Header, kindCall, m.Subject, "", "", m.Data, true)
 }
 
 func (s *Calls) answer(m *nats.Msg) {
@@ -158,6 +179,7 @@ func (s *Calls) Close() {
 	_ = s.sub.Unsubscribe()
 	s.cancel()
 	s.wg.Wait()
+	s.refused.flush()
 }
 
 // Call asks host's daemon to do op with req and returns its result. It
@@ -170,7 +192,10 @@ func (c *Cluster) Call(ctx context.Context, host, op string, req []byte, wait ti
 	}
 	cctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(cctx, callPrefix+host+"."+op, req)
+	msg := nats.NewMsg(callPrefix + host + "." + op)
+	msg.Data = req
+	c.proof.sign(msg.Header, kindCall, msg.Subject, "", "", req)
+	m, err := c.nc.RequestMsgWithContext(cctx, msg)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, &NoAnswerError{Host: host, Op: op}

@@ -15,7 +15,7 @@ func dialNode(t *testing.T, c *testCluster, node int, name string) *Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(node), Name: name})
+	cl, err := Dial(ctx, c.options(node, name))
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	return cl

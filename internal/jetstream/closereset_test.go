@@ -27,7 +27,9 @@ func TestClusterLedgerClosesWhileItsFollowerResets(t *testing.T) {
 	p := startPauseProxy(t, c.urls(0)[0][len("nats://"):], []byte("$JS.API.CONSUMER.CREATE."))
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, ClusterOptions{URLs: []string{"nats://" + p.addr()}, Name: "a"})
+	o := c.options(0, "a")
+	o.URLs = []string{"nats://" + p.addr()}
+	cl, err := Dial(ctx, o)
 	require.NoError(t, err)
 	defer cl.Close()
 	l, err := OpenCluster(ctx, cl, "a", Options{})

@@ -24,9 +24,14 @@ const DefaultReplicas = 3
 type ClusterOptions struct {
 	// URLs are the cluster's nodes (nats://host:port or tls://host:port).
 	URLs []string
-	// CredsFile is a NATS credentials file (a user JWT and its nkey seed);
-	// CAFile the certificate authority of the nodes' TLS certificates.
-	CredsFile, CAFile string
+	// The connection's credentials, one of: CredsFile, a NATS credentials
+	// file (a user JWT and its nkey seed); NkeyFile, an nkey seed; TokenFile,
+	// a token; or a user and password (or a token) in the URLs. CAFile is
+	// the certificate authority of the nodes' TLS certificates.
+	CredsFile, NkeyFile, TokenFile, CAFile string
+	// Key is the cluster's key, the same on every daemon of the cluster,
+	// at least MinKeyBytes: the proof of its dispatches and calls.
+	Key []byte
 	// Replicas is how many nodes keep each bucket and stream (0:
 	// DefaultReplicas); it is cut to the cluster's size.
 	Replicas int
@@ -37,42 +42,41 @@ type ClusterOptions struct {
 
 // ErrInsecureURL is a NATS URL off loopback without both TLS and
 // credentials: anyone who can publish to the cluster can make agents run.
-var ErrInsecureURL = errors.New("a NATS URL that is not on loopback needs TLS (tls:// or --nats-ca) and credentials (--nats-creds)")
+var ErrInsecureURL = errors.New("a NATS URL that is not on loopback needs TLS (tls:// or --nats-ca) and credentials (--nats-creds, --nats-nkey or --nats-token)")
 
 // CheckURLs parses the URLs and refuses one off loopback unless the
-// connection has both TLS and credentials. A name that resolves to
-// loopback is still a name: only localhost and loopback addresses count.
-func CheckURLs(urls []string, credsFile, caFile string) error {
+// connection has both TLS and credentials (creds). A name that resolves
+// to loopback is still a name: only localhost and loopback addresses
+// count. The URLs are quoted redacted.
+func CheckURLs(urls []string, creds bool, caFile string) error {
 	if len(urls) == 0 {
 		return errors.New("no NATS URL")
 	}
 	for _, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("NATS URL %q: want nats://HOST:PORT or tls://HOST:PORT", raw)
+			return fmt.Errorf("NATS URL %q: want nats://HOST:PORT or tls://HOST:PORT", RedactURL(raw))
 		}
 		switch u.Scheme {
 		case "nats", "tls":
 		default:
-			return fmt.Errorf("NATS URL %q: scheme %q, want nats or tls", raw, u.Scheme)
+			return fmt.Errorf("NATS URL %q: scheme %q, want nats or tls", RedactURL(raw), u.Scheme)
 		}
 		if isLoopback(u.Hostname()) {
 			continue
 		}
-		if credsFile == "" || (u.Scheme != "tls" && caFile == "") {
-			return fmt.Errorf("NATS URL %q: %w", raw, ErrInsecureURL)
+		if !creds || (u.Scheme != "tls" && caFile == "") {
+			return fmt.Errorf("NATS URL %q: %w", RedactURL(raw), ErrInsecureURL)
 		}
 	}
 	return nil
 }
 
-// secure reports whether a connection has both TLS on every URL and
-// credentials: then a node's advertised addresses are followed as the
-// given ones are (the certificate and the credentials hold on them too).
-func secure(urls []string, credsFile, caFile string) bool {
-	if credsFile == "" {
-		return false
-	}
+// secure reports whether a connection has TLS on every URL (its
+// credentials are checked before): then a node's advertised addresses are
+// followed as the given ones are (the certificate and the credentials
+// hold on them too).
+func secure(urls []string, caFile string) bool {
 	if caFile != "" {
 		return true
 	}
@@ -140,20 +144,27 @@ type Cluster struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	replicas int
+	proof    *prover
+	log      *slog.Logger
 }
 
 // dialWait bounds the first connection to the cluster.
 const dialWait = 10 * time.Second
 
-// Dial connects to the cluster. It reconnects on its own for as long as
-// it lives; Close it once its Ledger and Hosts are closed.
+// Dial connects to the cluster with the options' credentials, and
+// refuses a server that did not ask for any (ErrUnauthenticatedServer).
+// It reconnects on its own for as long as it lives; Close it once its
+// Ledger and Hosts are closed. No error or log line of it carries a
+// URL's password or token.
 func Dial(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := CheckURLs(o.URLs, o.CredsFile, o.CAFile); err != nil {
+	if err := o.Check(); err != nil {
 		return nil, err
 	}
+	hide := secrets(o.URLs)
+	where := RedactURLs(strings.Join(o.URLs, ","))
 	opts := []nats.Option{
 		nats.Name("symm-mcp " + o.Name), nats.MaxReconnects(-1), nats.Timeout(dialWait),
 		nats.ReconnectWait(250 * time.Millisecond),
@@ -162,14 +173,14 @@ func Dial(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 			if sub != nil {
 				subject = sub.Subject
 			}
-			o.Logger.Warn("nats client", "err", err, "subject", subject)
+			o.Logger.Warn("nats client", "err", redact(err, hide), "subject", subject)
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			o.Logger.Warn("nats: disconnected", "err", err)
+			o.Logger.Warn("nats: disconnected", "err", redact(err, hide))
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { o.Logger.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { o.Logger.Info("nats: reconnected", "url", RedactURL(nc.ConnectedUrl())) }),
 	}
-	if !secure(o.URLs, o.CredsFile, o.CAFile) {
+	if !secure(o.URLs, o.CAFile) {
 		// The nodes tell a client the addresses of the others (INFO
 		// connect_urls), and a reconnect follows them: the URLs passed
 		// CheckURLs on loopback, so must every address dialled. Names are
@@ -177,15 +188,23 @@ func Dial(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		opts = append(opts, nats.SetCustomDialer(&loopbackDialer{log: o.Logger, dial: (&net.Dialer{Timeout: dialWait}).Dial}),
 			nats.SkipHostLookup())
 	}
-	if o.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	auth, err := o.authOptions()
+	if err != nil {
+		return nil, redact(err, hide)
 	}
+	opts = append(opts, auth...)
 	if o.CAFile != "" {
 		opts = append(opts, nats.RootCAs(o.CAFile))
 	}
 	nc, err := nats.Connect(strings.Join(o.URLs, ","), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s: %w", strings.Join(o.URLs, ","), err)
+		return nil, redact(fmt.Errorf("connecting to NATS at %s: %w", where, err), hide)
+	}
+	// The server says in its INFO whether it asks for credentials: one
+	// that does not took ours without looking at them.
+	if !nc.AuthRequired() {
+		nc.Close()
+		return nil, fmt.Errorf("NATS at %s: %w", where, ErrUnauthenticatedServer)
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -196,13 +215,13 @@ func Dial(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	// JetStream API leaves a request unanswered until it has one.
 	if err := untilAnswered(ctx, func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }); err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("JetStream on %s: %w", strings.Join(o.URLs, ","), err)
+		return nil, redact(fmt.Errorf("JetStream on %s: %w", where, err), hide)
 	}
 	want := o.Replicas
 	if want <= 0 {
 		want = DefaultReplicas
 	}
-	return &Cluster{nc: nc, js: js, replicas: max(1, min(want, clusterSize(nc)))}, nil
+	return &Cluster{nc: nc, js: js, replicas: max(1, min(want, clusterSize(nc))), proof: newProver(o.Key), log: o.Logger}, nil
 }
 
 // clusterSize is how many nodes the connection knows of: the URLs it was

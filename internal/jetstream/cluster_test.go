@@ -31,6 +31,7 @@ const clusterWait = 30 * time.Second
 // testCluster is an in-process NATS cluster on loopback.
 type testCluster struct {
 	t     testing.TB
+	auth  *testAuth
 	opts  []*server.Options
 	nodes []*server.Server
 }
@@ -56,14 +57,14 @@ func startCluster(t testing.TB, n int) *testCluster {
 	for _, p := range routes {
 		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", p))
 	}
-	c := &testCluster{t: t}
+	c := &testCluster{t: t, auth: newTestAuth(t)}
 	for i := range n {
-		o := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: client[i],
-			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, MaxPayload: maxPayload,
-			Cluster: server.ClusterOpts{Name: "symm", Host: "127.0.0.1", Port: routes[i]},
-			Routes:  server.RoutesFromStr(strings.Join(urls, ",")),
-		}
+		// Every node runs SECURITY.md's configuration of the daemons' user.
+		o := c.auth.serverOptions(t)
+		o.ServerName, o.Host, o.Port = fmt.Sprintf("n%d", i), "127.0.0.1", client[i]
+		o.JetStream, o.StoreDir, o.NoSigs, o.MaxPayload = true, t.TempDir(), true, maxPayload
+		o.Cluster = server.ClusterOpts{Name: "symm", Host: "127.0.0.1", Port: routes[i]}
+		o.Routes = server.RoutesFromStr(strings.Join(urls, ","))
 		if n == 1 { // a lone node: JetStream without a cluster
 			o.Cluster, o.Routes = server.ClusterOpts{}, nil
 		}
@@ -143,7 +144,7 @@ func (c *testCluster) join(t testing.TB, node int, host string) *member {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(node), Name: host})
+	cl, err := Dial(ctx, c.options(node, host))
 	require.NoError(t, err)
 	m := &member{cl: cl, changed: make(chan struct{})}
 	l, err := OpenCluster(ctx, cl, host, Options{OnChange: func(string) {
@@ -507,7 +508,7 @@ func TestClusterPendingEventsOfAnEndedTaskAreDropped(t *testing.T) {
 	a := c.join(t, 0, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(1), Name: "b"})
+	cl, err := Dial(ctx, c.options(1, "b"))
 	require.NoError(t, err)
 	defer cl.Close()
 	// B flushes only when asked: its appends stay pending.
@@ -577,7 +578,7 @@ func TestClusterReaderSeesTheEndAfterItsEvents(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(0), Name: "a"})
+	cl, err := Dial(ctx, c.options(0, "a"))
 	require.NoError(t, err)
 	defer cl.Close()
 	l, err := OpenCluster(ctx, cl, "a", Options{OnChange: func(id string) {
@@ -642,7 +643,7 @@ func TestClusterHeldRecordServedAfterItsBound(t *testing.T) {
 	b := c.join(t, 1, "b")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(0), Name: "a"})
+	cl, err := Dial(ctx, c.options(0, "a"))
 	require.NoError(t, err)
 	defer cl.Close()
 	var logs syncbuf.Buffer

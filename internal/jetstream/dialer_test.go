@@ -42,18 +42,16 @@ func TestLoopbackDialerRefusesOffLoopback(t *testing.T) {
 func TestSecure(t *testing.T) {
 	for _, c := range []struct {
 		urls        []string
-		creds, ca   string
+		ca          string
 		want        bool
 		explanation string
 	}{
-		{[]string{"nats://127.0.0.1:4222"}, "", "", false, "neither"},
-		{[]string{"tls://10.0.0.1:4222"}, "", "", false, "TLS without credentials"},
-		{[]string{"nats://10.0.0.1:4222"}, "u.creds", "", false, "credentials without TLS"},
-		{[]string{"tls://10.0.0.1:4222", "nats://10.0.0.2:4222"}, "u.creds", "", false, "one URL without TLS"},
-		{[]string{"tls://10.0.0.1:4222", "tls://10.0.0.2:4222"}, "u.creds", "", true, "TLS everywhere and credentials"},
-		{[]string{"nats://10.0.0.1:4222"}, "u.creds", "ca.pem", true, "a CA makes every URL TLS"},
+		{[]string{"nats://127.0.0.1:4222"}, "", false, "no TLS"},
+		{[]string{"tls://10.0.0.1:4222", "nats://10.0.0.2:4222"}, "", false, "one URL without TLS"},
+		{[]string{"tls://10.0.0.1:4222", "tls://10.0.0.2:4222"}, "", true, "TLS everywhere"},
+		{[]string{"nats://10.0.0.1:4222"}, "ca.pem", true, "a CA makes every URL TLS"},
 	} {
-		assert.Equal(t, c.want, secure(c.urls, c.creds, c.ca), c.explanation)
+		assert.Equal(t, c.want, secure(c.urls, c.ca), c.explanation)
 	}
 }
 
@@ -64,11 +62,13 @@ func TestDialFollowsLoopbackNodes(t *testing.T) {
 	c := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(0)[:1], Name: "a"})
+	o := c.options(0, "a")
+	o.URLs = o.URLs[:1]
+	cl, err := Dial(ctx, o)
 	require.NoError(t, err)
 	defer cl.Close()
 	_, guarded := cl.nc.Opts.CustomDialer.(*loopbackDialer)
-	require.True(t, guarded, "a connection without TLS and credentials dials through the loopback guard")
+	require.True(t, guarded, "a connection without TLS dials through the loopback guard")
 	require.Eventually(t, func() bool { return len(cl.nc.DiscoveredServers()) >= 2 }, clusterWait, 10*time.Millisecond,
 		"the cluster told the client of the other nodes")
 

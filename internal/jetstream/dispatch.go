@@ -82,6 +82,8 @@ type Dispatcher struct {
 	opts   DispatchOptions
 	log    *slog.Logger
 	claims jetstream.KeyValue
+	// refused counts and logs the spawns refused for their proof.
+	refused *refusals
 
 	inbox string // the prefix of our reply subjects: <inbox>.<task id>
 	sub   *nats.Subscription
@@ -143,7 +145,7 @@ func OpenDispatch(ctx context.Context, c *Cluster, o DispatchOptions) (*Dispatch
 	}
 	hctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
-		c: c, opts: o, log: o.Logger, claims: claims,
+		c: c, opts: o, log: o.Logger, claims: claims, refused: newRefusals(o.Logger, "dispatch"),
 		inbox: c.nc.NewRespInbox(), waiting: map[string]chan []byte{}, ctx: hctx, cancel: cancel,
 	}
 	// One subscription for every reply, made before any spawn is handed
@@ -252,10 +254,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, host, taskID string, body []b
 		delete(d.waiting, taskID)
 		d.mu.Unlock()
 	}()
-	msg := nats.NewMsg(DispatchSubject + host)
-	msg.Header.Set(jetstream.MsgIDHeader, taskID)
-	msg.Header.Set(replyHeader, d.inbox+"."+taskID)
-	msg.Data = body
+	msg := spawnMsg(d.c.proof, host, taskID, d.inbox+"."+taskID, body)
 	// The stream's acknowledgement is not waited for before the reply:
 	// the host takes the spawn as soon as the stream stored it, and its
 	// reply usually comes after the acknowledgement anyway. A refusal of
@@ -359,8 +358,8 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 	}
 	d.cc, err = cons.Consume(func(m jetstream.Msg) {
 		// Checked here, in order, before anything is claimed or run.
-		if err := checkHanded(m.Headers()); err != nil {
-			d.log.Warn("dispatch: a spawn is dropped", "subject", m.Subject(), "err", err)
+		if err := d.checkHanded(m); err != nil {
+			d.refused.note(refusal(err), m.Subject())
 			_ = m.Term()
 			return
 		}
@@ -386,12 +385,50 @@ func (d *Dispatcher) Serve(ctx context.Context, handle DispatchHandler) error {
 	return nil
 }
 
-// checkHanded refuses a handed spawn without a task id, or whose reply
+// checkHanded refuses a handed spawn whose headers checkHeaders refuses,
+// or without the proof that a daemon of this cluster sent it. A
+// redelivery of a spawn checked before (the stream's, after a claim that
+// failed) is not a replay: the claim decides whether it runs.
+func (d *Dispatcher) checkHanded(m jetstream.Msg) error {
+	fresh := true
+	if meta, err := m.Metadata(); err == nil && meta.NumDelivered > 1 {
+		fresh = false
+	}
+	return checkSpawn(d.c.proof, m.Headers(), m.Subject(), m.Data(), fresh)
+}
+
+// spawnMsg is the message that hands the spawn body of task taskID to
+// host, its reply to go to reply, with p's proof (none when p is nil:
+// ProofCost's path without it).
+func spawnMsg(p *prover, host, taskID, reply string, body []byte) *nats.Msg {
+	msg := nats.NewMsg(DispatchSubject + host)
+	msg.Header.Set(jetstream.MsgIDHeader, taskID)
+	msg.Header.Set(replyHeader, reply)
+	msg.Data = body
+	if p != nil {
+		p.sign(msg.Header, kindDispatch, msg.Subject, taskID, reply, body)
+	}
+	return msg
+}
+
+// checkSpawn is checkHeaders, then p's check of the proof (none when p
+// is nil).
+func checkSpawn(p *prover, h nats.Header, subject string, body []byte, fresh bool) error {
+	if err := checkHeaders(h); err != nil {
+		return err
+	}
+	if p == nil {
+		return nil
+	}
+	return p.verify(h, kindDispatch, subject, h.Get(jetstream.MsgIDHeader), h.Get(replyHeader), body, fresh)
+}
+
+// checkHeaders refuses a handed spawn without a task id, or whose reply
 // subject is not a dispatcher's inbox for that task (_INBOX.….<task id>,
 // as Dispatch writes it): the reply is published with this daemon's
 // permissions, so a header naming any other subject (symm.call.…,
 // $JS.API.…) would have it publish there.
-func checkHanded(h nats.Header) error {
+func checkHeaders(h nats.Header) error {
 	id := h.Get(jetstream.MsgIDHeader)
 	if !validToken(id) {
 		return fmt.Errorf("task id %q is not a subject token", id)
@@ -466,5 +503,6 @@ func (d *Dispatcher) Close() {
 		}
 		d.wg.Wait()
 		_ = d.sub.Unsubscribe()
+		d.refused.flush()
 	})
 }

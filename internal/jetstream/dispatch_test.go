@@ -30,7 +30,7 @@ func (c *testCluster) dispatcher(t testing.TB, node int, host string, o Dispatch
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, ClusterOptions{URLs: c.urls(node), Name: host})
+	cl, err := Dial(ctx, c.options(node, host))
 	require.NoError(t, err)
 	h, err := JoinHosts(ctx, cl, HostsOptions{Name: host, ID: "id-" + host})
 	require.NoError(t, err)
