@@ -49,6 +49,9 @@ type Status struct {
 	HTTP      *string `json:"http"` // the Streamable HTTP endpoint's URL, on its bound address; null when not served
 	Host      string  `json:"host"` // the machine the daemon runs on
 	LiveTasks int     `json:"live_tasks"`
+	// SkippedEntries counts the ledger's entries and messages left out as
+	// unreadable since the daemon started (their keys are in its log).
+	SkippedEntries int `json:"skipped_entries"`
 }
 
 // ShutdownReply is the answer to shutdown.
