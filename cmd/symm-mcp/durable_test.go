@@ -162,7 +162,7 @@ func TestServeSkipsUnreadableEntries(t *testing.T) {
 	bad := map[string]string{
 		"garbage":     "\x00\xffnot an entry",
 		"wrong-shape": `{"pos":0,"last_seq":1,"record_bytes":2,"tail_bytes":0}` + "\n[]",
-		"bad-status":  `{"pos":0,"last_seq":0,"record_bytes":43,"tail_bytes":0}` + "\n" + `{"task_id":"bad-status","status":"exploded"}`,
+		"bad-status":  `{"pos":0,"last_seq":0,"record_bytes":44,"tail_bytes":0}` + "\n" + `{"task_id":"bad-status","status":"exploded"}`,
 	}
 	for key, v := range bad {
 		_, err := kv.Put(ctx, key, []byte(v))
