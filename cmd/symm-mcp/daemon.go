@@ -86,6 +86,16 @@ type daemonTasks struct {
 	// after would only end failed, "shutting down".
 	stopIntake  func()
 	closeLedger func()
+	// skipped counts the ledger's unreadable entries left out (nil: a
+	// ledger that has none, the memory one).
+	skipped func() int
+}
+
+func (t *daemonTasks) SkippedEntries() int {
+	if t.skipped == nil {
+		return 0
+	}
+	return t.skipped()
 }
 
 func (t *daemonTasks) Shutdown(ctx context.Context) error {
@@ -276,6 +286,10 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 		return 1
 	}
+	var skipped func() int
+	if sk, ok := led.(interface{ Skipped() int }); ok {
+		skipped = sk.Skipped
+	}
 	if hub != nil {
 		led = hub.Watch(led)
 	}
@@ -328,7 +342,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 			return 1
 		}
 	}
-	tasks.svc, tasks.closeLedger = svc, closeLedger
+	tasks.svc, tasks.closeLedger, tasks.skipped = svc, closeLedger, skipped
 	if cluster != nil {
 		tasks.stopIntake = cluster.stopIntake
 	}
@@ -469,6 +483,9 @@ func status(args []string, stdout, stderr io.Writer) int {
 			envFile = o.EnvFile
 		}
 		fmt.Fprintf(stdout, "started by: %s\ndirectory:  %s\nenv file:   %s\n", by, o.Dir, envFile)
+	}
+	if st.SkippedEntries > 0 {
+		fmt.Fprintf(stdout, "skipped:    %d unreadable ledger entries (named in the daemon's log)\n", st.SkippedEntries)
 	}
 	printOthers(stdout, others)
 	return 0

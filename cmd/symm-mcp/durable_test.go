@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
+	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 )
 
 // TestServeRefusesAnUnusableStore: a JetStream store that held a ledger
@@ -134,4 +135,54 @@ func TestRestartsLoseNothing(t *testing.T) {
 	assert.Equal(t, "accepted", list["tasks"].([]any)[1].(map[string]any)["resolution"])
 	assert.Equal(t, allBefore, c.call(t, "get_events", map[string]any{"task_id": live, "limit": 1000})["events"])
 	assert.Equal(t, 3, strings.Count(d.log(t), "daemon listening"))
+}
+
+// TestServeSkipsUnreadableEntries: task entries in the store that no
+// daemon wrote (garbage, JSON of the wrong shape, a record in an unknown
+// status), put there with a NATS client, do not stop the next daemon: it
+// starts, serves every other task, names each key in its log and counts
+// them in status.
+func TestServeSkipsUnreadableEntries(t *testing.T) {
+	d := newShared(t, agentPath(t))
+	s := d.front(t)
+	out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
+	id := out["task_id"].(string)
+	s.call(t, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 30})
+	before := s.call(t, "get_events", map[string]any{"task_id": id, "limit": 1000})["events"]
+	res, code := d.run(t, "shutdown")
+	require.Equal(t, 0, code, res)
+	require.NoError(t, s.stdin.Close())
+	s.waitExit(t)
+
+	srv, err := jetstream.Start(filepath.Join(d.state, "jetstream"), nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	kv, err := srv.JetStream().KeyValue(ctx, jetstream.Bucket)
+	require.NoError(t, err)
+	bad := map[string]string{
+		"garbage":     "\x00\xffnot an entry",
+		"wrong-shape": `{"pos":0,"last_seq":1,"record_bytes":2,"tail_bytes":0}` + "\n[]",
+		"bad-status":  `{"pos":0,"last_seq":0,"record_bytes":44,"tail_bytes":0}` + "\n" + `{"task_id":"bad-status","status":"exploded"}`,
+	}
+	for key, v := range bad {
+		_, err := kv.Put(ctx, key, []byte(v))
+		require.NoError(t, err, key)
+	}
+	srv.Close()
+
+	b := d.front(t) // starts a new daemon over them
+	st, code := d.status(t)
+	require.Equal(t, 0, code)
+	assert.Equal(t, len(bad), st.SkippedEntries)
+	text, code := d.run(t, "status")
+	require.Equal(t, 0, code)
+	assert.Contains(t, text, fmt.Sprintf("skipped:    %d unreadable ledger entries", len(bad)))
+	for key := range bad {
+		assert.Contains(t, d.log(t), "key="+key, "the log names the key")
+	}
+	list := b.call(t, "list_tasks", map[string]any{})
+	require.Len(t, list["tasks"], 1)
+	assert.Equal(t, id, list["tasks"].([]any)[0].(map[string]any)["task_id"])
+	assert.Equal(t, before, b.call(t, "get_events", map[string]any{"task_id": id, "limit": 1000})["events"])
+	b.call(t, "resolve_task", map[string]any{"task_id": id, "resolution": "accepted"})
 }

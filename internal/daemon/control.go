@@ -53,6 +53,9 @@ type Status struct {
 	// StartedBy is what started the daemon, from where, with which env
 	// file; null from a daemon that does not say.
 	StartedBy *Origin `json:"started_by"`
+	// SkippedEntries counts the ledger's entries and messages left out as
+	// unreadable since the daemon started (their keys are in its log).
+	SkippedEntries int `json:"skipped_entries"`
 }
 
 // ShutdownReply is the answer to shutdown.

@@ -41,6 +41,10 @@ type Tasks interface {
 	LiveTasks() int
 }
 
+// Skipper is what status asks of Tasks that have it: how many of the
+// ledger's entries were left out as unreadable.
+type Skipper interface{ SkippedEntries() int }
+
 // SessionFunc serves one MCP session: it reads requests from in, writes
 // replies to out (a connection, with write deadlines), and closes in when
 // the session ends. Its end must not stop the shared service's tasks.
@@ -463,6 +467,9 @@ func (d *Daemon) status() Status {
 	s := Status{
 		Running: true, PID: os.Getpid(), Version: d.cfg.Version, Socket: d.cfg.Socket, StateDir: d.cfg.StateDir,
 		Ledger: d.cfg.Ledger, Host: host, LiveTasks: d.cfg.Tasks.LiveTasks(), StartedBy: d.cfg.Origin,
+	}
+	if sk, ok := d.cfg.Tasks.(Skipper); ok {
+		s.SkippedEntries = sk.SkippedEntries()
 	}
 	if d.httpURL != "" {
 		s.HTTP = &d.httpURL

@@ -307,16 +307,12 @@ func (l *Ledger) followRecord(m jetstream.Msg, rev uint64) {
 	}
 	key := strings.TrimPrefix(m.Subject(), "$KV."+Bucket+".")
 	v, err := decodeValue(m.Data())
-	if err != nil {
-		l.log.Warn("ledger: a task entry of the cluster cannot be read", "key", key, "err", err)
-		return
-	}
-	if v.by == l.host {
+	if err == nil && v.by == l.host {
 		return // this ledger's own write, in its memory already
 	}
-	rec, err := ledger.DecodeRecord(v.record)
+	v, rec, _, err := readEntry(key, m.Data())
 	if err != nil {
-		l.log.Warn("ledger: a task entry of the cluster cannot be read", "key", key, "err", err)
+		l.skip("task entry", key, err)
 		return
 	}
 	if t, served := l.takeRecord(key, v, rec, rev); t != nil && served {
@@ -556,7 +552,7 @@ func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (*task, bool) {
 	}
 	t.mu.Unlock()
 	if err != nil {
-		l.log.Warn("ledger: an event batch of the cluster cannot be read", "task", id, "stream_seq", seq, "err", err)
+		l.skip("event message", strconv.FormatUint(seq, 10), fmt.Errorf("of task %s: %w", id, err))
 	}
 	return t, grew
 }
@@ -569,13 +565,9 @@ func (l *Ledger) fetchRecord(key string) *task {
 	if err != nil {
 		return nil
 	}
-	v, err := decodeValue(e.Value())
+	v, rec, _, err := readEntry(key, e.Value())
 	if err != nil {
-		return nil
-	}
-	rec, err := ledger.DecodeRecord(v.record)
-	if err != nil {
-		return nil
+		return nil // the record's follower skips and counts it
 	}
 	t, _ := l.takeRecord(key, v, rec, e.Revision())
 	return t

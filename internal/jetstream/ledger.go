@@ -105,6 +105,8 @@ type Ledger struct {
 	log    *slog.Logger
 	types  *typeTable
 	losses []Loss
+	// skipped counts the unreadable entries and messages left out (skip).
+	skipped atomic.Int64
 
 	createMu sync.Mutex // serializes Create across its write, so that positions follow creation
 

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -42,17 +44,13 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) (ends str
 			return nil // a deletion or a purge: this ledger makes neither
 		}
 		key := strings.TrimPrefix(m.Subject(), kvPrefix)
-		v, err := decodeValue(m.Data())
+		v, rec, enc, err := readEntry(key, m.Data())
 		if err != nil {
-			return fmt.Errorf("task entry %s: %w", key, err)
-		}
-		rec, err := ledger.DecodeRecord(v.record)
-		if err != nil {
-			return fmt.Errorf("task entry %s: %w", key, err)
-		}
-		enc, err := ledger.EncodeRecord(rec)
-		if err != nil {
-			return fmt.Errorf("task entry %s: %w", key, err)
+			// One entry nobody can read (another host's, a bug's, a
+			// hostile member's) must not keep every daemon from starting:
+			// it is left out, named, and counted.
+			l.skip("task entry", key, err)
+			return nil
 		}
 		v.record = nil
 		t := &task{id: rec.TaskID, key: key, pos: v.pos, rec: *rec, enc: enc, rev: rev, lastSeq: v.lastSeq}
@@ -72,7 +70,7 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) (ends str
 		if key, ok := strings.CutPrefix(subject, capPrefix); ok {
 			if t := byKey[key]; t != nil {
 				if err := t.log.fill(m.Data(), seq); err != nil {
-					return fmt.Errorf("message %d of the event stream, of task %s: %w", seq, t.id, err)
+					l.skip("stderr message", strconv.FormatUint(seq, 10), err)
 				}
 			}
 			return nil
@@ -82,7 +80,9 @@ func (l *Ledger) restore(ctx context.Context, stream jetstream.Stream) (ends str
 			return nil // events of a task whose record was never written
 		}
 		if err := l.apply(t, m.Headers().Get(hdrFirstSeq), m.Headers().Get(hdrDroppedThrough), m.Data()); err != nil {
-			return fmt.Errorf("message %d of the event stream: %w", seq, err)
+			// The events before it are kept; the record's last_seq
+			// reports what is missing as a Loss.
+			l.skip("event message", strconv.FormatUint(seq, 10), err)
 		}
 		t.evStream = seq
 		return nil
@@ -216,3 +216,47 @@ func field(b []byte) (f, rest []byte, ok bool) {
 	}
 	return b[k : k+int(n)], b[k+int(n):], true
 }
+
+// readEntry decodes a task entry of the bucket at key, checking what the
+// ledger relies on: the record names the task its key is, in a status and
+// with a resolution the ledger knows, and a tail event is JSON.
+func readEntry(key string, data []byte) (value, *ledger.Task, ledger.Encoded, error) {
+	v, err := decodeValue(data)
+	if err != nil {
+		return value{}, nil, ledger.Encoded{}, err
+	}
+	rec, err := ledger.DecodeRecord(v.record)
+	if err != nil {
+		return value{}, nil, ledger.Encoded{}, err
+	}
+	switch {
+	case rec.TaskID == "" || keyOf(rec.TaskID) != key:
+		return value{}, nil, ledger.Encoded{}, fmt.Errorf("a record of task %q under another key", rec.TaskID)
+	case !slices.Contains(ledger.Statuses, rec.Status):
+		return value{}, nil, ledger.Encoded{}, fmt.Errorf("a record in the unknown status %q", rec.Status)
+	case rec.Resolution != ledger.Unresolved && !slices.Contains(ledger.Judgements, rec.Resolution):
+		return value{}, nil, ledger.Encoded{}, fmt.Errorf("a record with the unknown resolution %q", rec.Resolution)
+	case v.pos < 0 || v.lastSeq < 0:
+		return value{}, nil, ledger.Encoded{}, fmt.Errorf("a task entry at position %d with last_seq %d", v.pos, v.lastSeq)
+	case v.tail != nil && (v.tailType == "" || !json.Valid(v.tail)):
+		return value{}, nil, ledger.Encoded{}, errors.New("a task entry whose tail event is not JSON")
+	}
+	enc, err := ledger.EncodeRecord(rec)
+	if err != nil {
+		return value{}, nil, ledger.Encoded{}, err
+	}
+	return v, rec, enc, nil
+}
+
+// skip warns of an entry of the bucket or a message of the event stream
+// that cannot be read and is left out (what names it: its key or its
+// stream seq), and counts it for Skipped.
+func (l *Ledger) skip(what, name string, err error) {
+	l.skipped.Add(1)
+	l.log.Warn("ledger: left out an unreadable "+what, "key", name, "err", err)
+}
+
+// Skipped counts the entries of the task bucket and the messages of the
+// event stream this ledger left out, unreadable, since it opened (at its
+// restore, and on a cluster as it follows the other daemons).
+func (l *Ledger) Skipped() int { return int(l.skipped.Load()) }
