@@ -194,10 +194,13 @@ const usage = `Usage: symm-mcp [flags]
        symm-mcp doctor [--json] [--env-file FILE]
 
 symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.
-Register it, for example: claude mcp add symm -- symm-mcp
+Register it by its absolute path, so that the host finds it whatever its
+own PATH, for every directory (Claude Code):
+  claude mcp add --scope user symm -- %[1]s
 With --shared it relays to the user's daemon (symm-mcp serve), starting it
 when none answers, so that tasks outlive the host and every host sees them:
-claude mcp add symm -- symm-mcp --shared
+  claude mcp add --scope user symm -- %[1]s --shared
+Codex, Cursor, VS Code and the settings each needs: docs/setup.md.
 symm-mcp status reports the daemon; symm-mcp shutdown ends its tasks and it.
 symm-mcp doctor checks the agents on PATH and reports what each offers.
 
@@ -211,7 +214,7 @@ func parse(args []string, stderr io.Writer) (o options, code int, done bool) {
 	fs.BoolVar(&o.shared, "shared", false, "relay to the user's daemon, starting `symm-mcp serve` when none answers")
 	addDaemonFlags(fs, &o)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
+		fmt.Fprintf(fs.Output(), usage, selfPath())
 		fs.PrintDefaults()
 	}
 	if code, ok := parseArgs(fs, args, stderr); !ok {
@@ -326,9 +329,9 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	defer signal.Stop(sigpipe)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	if isTerminal(stdin) {
-		fmt.Fprintln(stderr, "symm-mcp speaks MCP over stdio and is meant to be launched by an MCP client.\n"+
-			"Register it, for example:  claude mcp add symm -- symm-mcp\n"+
-			"(Ctrl-D or Ctrl-C ends it.)")
+		fmt.Fprintf(stderr, "symm-mcp speaks MCP over stdio and is meant to be launched by an MCP client.\n"+
+			"Register it by its absolute path, for example:  claude mcp add --scope user symm -- %s\n"+
+			"(Ctrl-D or Ctrl-C ends it.)\n", selfPath())
 	}
 
 	one := newOneHost(env.all)
@@ -435,4 +438,19 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok 
 		return 2, false
 	}
 	return 0, true
+}
+
+// selfPath is the absolute path of the running binary, links resolved, for
+// the registration lines of --help and the terminal hint: a host started
+// without the user's PATH cannot find a bare name. "symm-mcp" when the
+// path cannot be read.
+func selfPath() string {
+	p, err := os.Executable()
+	if err != nil {
+		return "symm-mcp"
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		p = r
+	}
+	return p
 }

@@ -156,7 +156,12 @@ func TestFlags(t *testing.T) {
 
 	out, err = exec.Command(binary, "--help").CombinedOutput()
 	require.NoError(t, err)
-	assert.Contains(t, string(out), "claude mcp add symm -- symm-mcp")
+	self, err := filepath.EvalSymlinks(binary)
+	require.NoError(t, err)
+	self, err = filepath.Abs(self)
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "claude mcp add --scope user symm -- "+self+"\n")
+	assert.Contains(t, string(out), "claude mcp add --scope user symm -- "+self+" --shared\n")
 	assert.Contains(t, string(out), "-no-notify")
 
 	err = exec.Command(binary, "--log-level", "loud").Run()
