@@ -42,6 +42,10 @@ type doctorAgent struct {
 	// Usable is true when the agent was described and offers every pin.
 	Usable   bool     `json:"usable"`
 	Problems []string `json:"problems"`
+	// Install is the command that installs a missing agent at the version
+	// symm-mcp is tested with; empty when the agent is installed or is not
+	// on npm. symm-mcp never runs it (Symm's rule: it installs nothing).
+	Install string `json:"install,omitempty"`
 }
 
 // doctorReport is the doctor's answer; OK is false when an installed agent
@@ -115,6 +119,11 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	ctx, cancel := context.WithTimeout(ctx, cfg.deadline)
 	report := describeAll(ctx, svc, reg.Names(), cfg.dir)
 	cancel()
+	for i, a := range report.Agents {
+		if ad, ok := reg.Lookup(a.Agent); ok && !a.Installed && ad.NPM != nil {
+			report.Agents[i].Install = installCommand(*ad.NPM)
+		}
+	}
 	report.Version = version.String()
 
 	// Every describe ended its agent; Shutdown confirms nothing is left.
@@ -188,6 +197,10 @@ func judge(d task.Description) doctorAgent {
 	return a
 }
 
+// installCommand is the one line that installs an agent's package globally,
+// pinned to the version of the agent table.
+func installCommand(p agents.NPM) string { return "npm install -g " + p.Spec() }
+
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func printReport(w io.Writer, r doctorReport) {
@@ -260,6 +273,19 @@ func printReport(w io.Writer, r doctorReport) {
 	if auth.Len() > 0 {
 		fmt.Fprintf(w, "\nAuth methods the agents list (symm-mcp uses none: log an agent in beforehand,\n"+
 			"or give it its credentials in the environment or with --env-file):\n%s", auth.String())
+	}
+	var install strings.Builder
+	for _, a := range r.Agents {
+		switch {
+		case a.Install != "":
+			fmt.Fprintf(&install, "  %s: %s\n", a.Agent, a.Install)
+		case !a.Installed:
+			fmt.Fprintf(&install, "  %s: not on npm; install %s by its maker's instructions\n", a.Agent, a.Executable)
+		}
+	}
+	if install.Len() > 0 {
+		fmt.Fprintf(w, "\nTo install the missing agents (symm-mcp installs nothing itself; the versions\n"+
+			"are the ones it is tested with):\n%s", install.String())
 	}
 	installed, usable := 0, 0
 	for _, a := range r.Agents {

@@ -71,6 +71,7 @@ type doctorJSON struct {
 		Installed bool     `json:"installed"`
 		Usable    bool     `json:"usable"`
 		Problems  []string `json:"problems"`
+		Install   *string  `json:"install"`
 		Pins      []struct {
 			Setting   string `json:"setting"`
 			Value     string `json:"value"`
@@ -119,10 +120,42 @@ func TestDoctorMissingAndUnusable(t *testing.T) {
 	t.Run("a missing agent is not a failure", func(t *testing.T) {
 		bin := fakeAgents(t, nil)
 		require.NoError(t, os.Remove(filepath.Join(bin, "cursor-agent")))
+		require.NoError(t, os.Remove(filepath.Join(bin, "codex-acp")))
 		out, code := doctorRun(t, bin)
 		assert.Equal(t, 0, code)
+		assert.Regexp(t, `^symm-mcp v\S+\n\nAGENT\s`, out, "the version line and a blank line first")
 		assert.Regexp(t, `(?m)^cursor\s+not found: cursor-agent\s+-\s+-\s+-\s+-\s+-\s+-\s+not installed$`, out)
-		assert.Contains(t, out, "5 of 6 agents installed, 5 usable")
+		// The exact command from the agent table, for each missing agent
+		// on npm; symm-mcp runs none of them.
+		assert.Contains(t, out, "\nTo install the missing agents (symm-mcp installs nothing itself; the versions\n"+
+			"are the ones it is tested with):\n"+
+			"  codex: npm install -g @agentclientprotocol/codex-acp@2.6.0\n"+
+			"  cursor: not on npm; install cursor-agent by its maker's instructions\n\n")
+		assert.Contains(t, out, "4 of 6 agents installed, 4 usable")
+
+		out, code = doctorRun(t, bin, "--json")
+		assert.Equal(t, 0, code)
+		var r doctorJSON
+		require.NoError(t, json.Unmarshal([]byte(out), &r))
+		install := map[string]*string{}
+		for _, a := range r.Agents {
+			install[a.Agent] = a.Install
+		}
+		require.NotNil(t, install["codex"])
+		assert.Equal(t, "npm install -g @agentclientprotocol/codex-acp@2.6.0", *install["codex"])
+		assert.Nil(t, install["cursor"], "not on npm: no command")
+		assert.Nil(t, install["claude_code"], "installed: no command")
+	})
+
+	t.Run("every missing npm agent gets its table's command", func(t *testing.T) {
+		out, code := doctorRun(t, t.TempDir())
+		assert.Equal(t, 0, code)
+		for _, a := range agents.DefaultAdapters() {
+			if a.NPM != nil {
+				assert.Contains(t, out, "  "+a.Name+": npm install -g "+a.NPM.Package+"@"+a.NPM.Version+"\n")
+			}
+		}
+		assert.Contains(t, out, "0 of 6 agents installed, 0 usable")
 	})
 
 	t.Run("installed but unusable", func(t *testing.T) {
@@ -189,6 +222,8 @@ func TestDoctorMissingAndUnusable(t *testing.T) {
 		require.Len(t, opencode.Problems, 1)
 		assert.Contains(t, opencode.Problems[0], `"opencode" not found`)
 		assert.Equal(t, []map[string]any{}, opencode.AuthMethods, "an empty list, not null")
+		require.NotNil(t, opencode.Install)
+		assert.Equal(t, "npm install -g opencode-ai@1.18.33", *opencode.Install)
 
 		claude := r.Agents[byName["claude_code"]]
 		assert.True(t, claude.Usable)
