@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -24,6 +25,9 @@ var localEnv = []string{
 	"GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
 	"GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
 }
+
+// ownEnv are the variables lookGit sets itself.
+var ownEnv = []string{"GIT_TERMINAL_PROMPT", "GIT_CONFIG_NOSYSTEM", "GIT_ATTR_NOSYSTEM", "GIT_PAGER", "GIT_EDITOR"}
 
 // waitDelay bounds the wait for git's pipes after its context ends (a hook's
 // child may still hold them).
@@ -84,13 +88,15 @@ func (m *Manager) lookGit() (*git, error) {
 	clean := make([]string, 0, len(env)+1)
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(localEnv, name) && name != "GIT_TERMINAL_PROMPT" {
+		if !slices.Contains(localEnv, name) && !slices.Contains(ownEnv, name) && !strings.HasPrefix(name, "GIT_CONFIG_KEY_") && !strings.HasPrefix(name, "GIT_CONFIG_VALUE_") {
 			clean = append(clean, kv)
 		}
 	}
 	// Nothing here talks to a remote, but a hook might: it must fail, not
 	// wait for a password on a terminal the server does not have.
-	clean = append(clean, "GIT_TERMINAL_PROMPT=0")
+	// The system's config and attributes are the machine's, not the
+	// repository's, but nothing here needs them either.
+	clean = append(clean, "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "GIT_ATTR_NOSYSTEM=1", "GIT_PAGER=cat", "GIT_EDITOR=:")
 	return &git{path: p, env: clean, runCmd: m.Run}, nil
 }
 
@@ -100,8 +106,85 @@ func (g *git) run(ctx context.Context, dir string, extraEnv []string, args ...st
 	return g.runInput(ctx, dir, extraEnv, nil, args...)
 }
 
-// runInput is run with stdin read from input (nil: no input).
+// noRepoCode are the settings every git command here runs with, over
+// whatever the repository's config says: that config is a file an agent
+// with edit can write, and git would run the commands it names as the
+// server, outside the agent's process group and any sandbox. So no
+// fsmonitor, no hooks (core.hooksPath at a path that holds none: the
+// documented post-checkout hook on creation no longer runs, intent 0033),
+// no external diff, no transport, no pager or editor, no automatic gc (and
+// its pre-auto-gc hook). Filter drivers are per name: guard adds theirs.
+var noRepoCode = [][2]string{
+	{"core.fsmonitor", "false"},
+	{"core.hooksPath", os.DevNull},
+	{"diff.external", ""},
+	{"protocol.allow", "never"},
+	{"core.pager", "cat"},
+	{"core.editor", ":"},
+	{"sequence.editor", ":"},
+	{"gc.auto", "0"},
+	{"maintenance.auto", "false"},
+}
+
+// guard returns the environment that gives git the settings of noRepoCode
+// and empties every filter driver the config of each of dirs names (clean,
+// smudge and process empty run nothing; required=false keeps git from
+// refusing the file): a driver that .gitattributes names but no config
+// defines runs nothing either. The settings go through GIT_CONFIG_COUNT,
+// not -c, which splits at the first '=' a driver's name may hold.
+func (g *git) guard(ctx context.Context, dirs ...string) ([]string, error) {
+	set := slices.Clone(noRepoCode)
+	seen := map[string]bool{}
+	for _, dir := range dirs {
+		out, err := g.exec(ctx, dir, nil, nil, "config", "--null", "--name-only", "--get-regexp", `^filter\.`)
+		var ge *gitError
+		if errors.As(err, &ge) && ge.exitCode() == 1 {
+			continue // no filter driver
+		}
+		if err != nil {
+			return nil, err
+		}
+		for key := range strings.SplitSeq(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+			rest, ok := strings.CutPrefix(key, "filter.")
+			i := strings.LastIndexByte(rest, '.')
+			if !ok || i < 0 || seen[rest[:i]] {
+				continue
+			}
+			name := rest[:i]
+			seen[name] = true
+			for _, v := range []string{"clean", "smudge", "process"} {
+				set = append(set, [2]string{"filter." + name + "." + v, ""})
+			}
+			set = append(set, [2]string{"filter." + name + ".required", "false"})
+		}
+	}
+	env := make([]string, 0, 2*len(set)+1)
+	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(set)))
+	for i, kv := range set {
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
+	}
+	return env, nil
+}
+
+// runInput is run with stdin read from input (nil: no input), guarded
+// (guard) by the config of dir and of also.
 func (g *git) runInput(ctx context.Context, dir string, extraEnv []string, input []byte, args ...string) ([]byte, error) {
+	return g.runGuarded(ctx, dir, nil, extraEnv, input, args...)
+}
+
+// runGuarded is runInput with the filter drivers of the config of also
+// (another checkout a command reaches: a worktree that `git worktree
+// remove` checks) emptied too.
+func (g *git) runGuarded(ctx context.Context, dir string, also []string, extraEnv []string, input []byte, args ...string) ([]byte, error) {
+	guard, err := g.guard(ctx, append([]string{dir}, also...)...)
+	if err != nil {
+		return nil, err
+	}
+	return g.exec(ctx, dir, append(guard, extraEnv...), input, args...)
+}
+
+// exec runs git in dir with args, extraEnv added to its environment.
+func (g *git) exec(ctx context.Context, dir string, extraEnv []string, input []byte, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, g.path, append([]string{"-C", dir}, args...)...)
 	if input != nil {
 		cmd.Stdin = bytes.NewReader(input)

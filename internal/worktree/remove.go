@@ -78,7 +78,11 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, force bool) (Reason, 
 		if force {
 			args = append(args, "--force")
 		}
-		if _, err := g.run(ctx, wt.Repository, nil, append(args, wt.Path)...); err != nil {
+		var also []string
+		if present {
+			also = []string{wt.Path} // git checks it with status, under its own config
+		}
+		if _, err := g.runGuarded(ctx, wt.Repository, also, nil, nil, append(args, wt.Path)...); err != nil {
 			return fail(err, "git worktree remove")
 		}
 	}
