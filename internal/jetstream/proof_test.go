@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -315,4 +316,26 @@ func TestUserWithoutTheGrantsStartsNothing(t *testing.T) {
 	cl, err = Dial(ctx2, c.options(0, "a"))
 	require.NoError(t, err)
 	cl.Close()
+}
+
+// BenchmarkDispatchProof is one spawn's message made and checked on the
+// dispatch path, with the proof and without it (make bench has the row).
+func BenchmarkDispatchProof(b *testing.B) {
+	body := bytes.Repeat([]byte("x"), 1024)
+	for _, bc := range []struct {
+		name string
+		p    *prover
+	}{{"with", newProver(testKey(b))}, {"without", nil}} {
+		b.Run(bc.name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				id := fmt.Sprint("t", i)
+				m := spawnMsg(bc.p, "b", id, "_INBOX.x."+id, body)
+				if err := checkSpawn(bc.p, m.Header, m.Subject, m.Data, true); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
 }
