@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
-	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
 )
 
 // fdLimit is the descriptor limit (soft and hard: the Go runtime raises a
@@ -32,24 +30,9 @@ const fdLimit = 64
 // of their end; new connections, status and shutdown work as before.
 func TestDaemonRecoversFromDescriptorExhaustion(t *testing.T) {
 	d := newShared(t, nil)
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	defer r.Close()
-	cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$@"`, fdLimit), "sh",
-		binary, "serve", "--socket", d.socket, "--state-dir", d.state, "--ledger", "memory", "--no-notify",
-		fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))
-	stderr := &syncbuf.Buffer{}
-	cmd.Stderr = stderr
-	cmd.ExtraFiles = []*os.File{w}
-	require.NoError(t, cmd.Start())
-	w.Close()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	require.NoError(t, r.SetReadDeadline(time.Now().Add(30*time.Second)))
-	line, err := bufio.NewReader(r).ReadString('\n')
-	require.Equal(t, "ready\n", line, "%v; stderr:\n%s", err, stderr.String())
+	s := startReady(t, exec.Command("/bin/sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$@"`, fdLimit), "sh",
+		binary, "serve", "--socket", d.socket, "--state-dir", d.state, "--ledger", "memory", "--no-notify"))
+	stderr, cmd := s.stderr, s.cmd
 
 	var held []net.Conn
 	defer func() {

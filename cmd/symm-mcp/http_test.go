@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
-	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
 	"github.com/symm-mcp/symm-mcp/internal/webview"
 )
 
@@ -34,24 +32,10 @@ func startServeHTTP(t *testing.T, d *shared, extra ...string) (url, token string
 // startServeHTTPOf is startServeHTTP of the binary bin.
 func startServeHTTPOf(t *testing.T, bin string, d *shared, extra ...string) (url, token string, s *server) {
 	t.Helper()
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	defer r.Close()
 	cmd := exec.Command(bin, append([]string{"serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
-		"--http", "127.0.0.1:0", fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD)}, extra...)...)
+		"--http", "127.0.0.1:0"}, extra...)...)
 	cmd.Env = append(os.Environ(), d.env...)
-	s = &server{cmd: cmd, stderr: &syncbuf.Buffer{}}
-	cmd.Stderr = s.stderr
-	cmd.ExtraFiles = []*os.File{w}
-	require.NoError(t, cmd.Start())
-	w.Close()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	require.NoError(t, r.SetReadDeadline(time.Now().Add(30*time.Second)))
-	line, err := bufio.NewReader(r).ReadString('\n')
-	require.Equal(t, "ready\n", line, "%v; stderr:\n%s", err, s.stderr.String())
+	s = startReady(t, cmd)
 
 	st, code := d.status(t)
 	require.Equal(t, 0, code)

@@ -314,10 +314,19 @@ func TestSecondDaemonAndStaleSocket(t *testing.T) {
 // listens.
 func startServe(t *testing.T, d *shared) *server {
 	t.Helper()
+	return startReady(t, exec.Command(binary, "serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify"))
+}
+
+// startReady starts cmd, a serve, with --ready-fd and the pipe behind it,
+// and returns once the daemon says it listens; the test's cleanup kills
+// it. cmd's Args end with serve's flags (directly, or as a wrapper's
+// "$@"), so the readiness flag goes last.
+func startReady(t *testing.T, cmd *exec.Cmd) *server {
+	t.Helper()
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	defer r.Close()
-	cmd := exec.Command(binary, "serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify", fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))
+	cmd.Args = append(cmd.Args, fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD))
 	s := &server{cmd: cmd, stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = s.stderr
 	cmd.ExtraFiles = []*os.File{w}
