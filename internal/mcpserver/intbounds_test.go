@@ -240,3 +240,17 @@ func (s *schemaNode) integers(tool string, path []string, out []integerProperty)
 	}
 	return s.Items.integers(tool, append(path, "[]"), out)
 }
+
+// The events resource takes after_seq and limit as get_events does: a
+// number past int64 is a cursor past the end (an empty page) or a limit
+// clamped, not a malformed parameter.
+func TestEventsResourceLargeNumbers(t *testing.T) {
+	l := newLedger(t)
+	id, _ := l.spawn(t, nil)
+	var page map[string]any
+	require.NoError(t, json.Unmarshal([]byte(readText(t, l.cs, taskURI(id)+"/events?after_seq=99999999999999999999")), &page))
+	assert.Empty(t, page["events"])
+	assert.Equal(t, false, page["has_more"])
+	require.NoError(t, json.Unmarshal([]byte(readText(t, l.cs, taskURI(id)+"/events?limit=99999999999999999999")), &page))
+	assert.NotEmpty(t, page["events"])
+}
