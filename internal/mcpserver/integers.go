@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -29,7 +30,8 @@ func (n *wholeNumber) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil && !isRangeError(err) || f != math.Trunc(f) {
+	// A range error's ±Inf still saturates.
+	if err != nil && !errors.Is(err, strconv.ErrRange) || f != math.Trunc(f) {
 		return fmt.Errorf("%.40s is not a whole number", s)
 	}
 	switch {
@@ -41,13 +43,6 @@ func (n *wholeNumber) UnmarshalJSON(b []byte) error {
 		*n = wholeNumber(f)
 	}
 	return nil
-}
-
-// isRangeError reports whether err is ParseFloat's out-of-range error,
-// whose value (±Inf) still saturates.
-func isRangeError(err error) bool {
-	ne, ok := err.(*strconv.NumError)
-	return ok && ne.Err == strconv.ErrRange
 }
 
 // int is n as an int, saturated where int is narrower than int64.
