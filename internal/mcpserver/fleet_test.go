@@ -73,6 +73,13 @@ func TestCleanupWorktrees(t *testing.T) {
 	out = call(t, r.cs, "cleanup_worktrees", map[string]any{"older_than_s": 3600})
 	assert.Empty(t, out["removed"])
 	assert.Empty(t, out["kept"])
+	// A span past what a Duration holds is longer than any task ended
+	// ago, not a negative one (issue 30).
+	for _, older := range []any{int64(1<<63 - 1), 1e300} {
+		out = call(t, r.cs, "cleanup_worktrees", map[string]any{"older_than_s": older})
+		assert.Empty(t, out["removed"], older)
+		assert.Empty(t, out["kept"], older)
+	}
 	assert.Contains(t, callErr(t, r.cs, "cleanup_worktrees", map[string]any{"task_ids": []string{"nope"}}), "task_not_found")
 }
 

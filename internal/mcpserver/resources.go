@@ -132,6 +132,9 @@ func eventsQuery(ref resourceRef) (task.EventsRequest, error) {
 			return req, fmt.Errorf("%s is given %d times", k, len(vs))
 		}
 		n, err := strconv.ParseInt(vs[0], 10, 64)
+		if errors.Is(err, strconv.ErrRange) && n > 0 {
+			err = nil // past int64: n saturated, as get_events reads it
+		}
 		switch k {
 		case "after_seq":
 			if err != nil || n < 0 {

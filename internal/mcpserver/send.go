@@ -16,14 +16,14 @@ import (
 // --- send_task
 
 type sendArgs struct {
-	TaskID       string   `json:"task_id" jsonschema:"the task to follow up, as spawn_task, send_task or list_tasks returned it"`
-	Prompt       string   `json:"prompt" jsonschema:"the follow-up prompt, sent on the task's agent session"`
-	Allow        []string `json:"allow,omitempty" jsonschema:"ACP tool kinds approved once during this turn only; default none (the parent's are not carried over)"`
-	Model        string   `json:"model,omitempty" jsonschema:"model for this turn; not carried over from the parent"`
-	Effort       string   `json:"effort,omitempty" jsonschema:"reasoning effort for this turn; not carried over from the parent"`
-	Interrupt    bool     `json:"interrupt,omitempty" jsonschema:"cancel the turn that runs now (it ends cancelled) and send this prompt at once, ahead of queued follow-ups"`
-	KeepAlive    bool     `json:"keep_alive,omitempty" jsonschema:"keep the agent's process after this turn for more follow-ups"`
-	IdleTimeoutS *int     `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
+	TaskID       string       `json:"task_id" jsonschema:"the task to follow up, as spawn_task, send_task or list_tasks returned it"`
+	Prompt       string       `json:"prompt" jsonschema:"the follow-up prompt, sent on the task's agent session"`
+	Allow        []string     `json:"allow,omitempty" jsonschema:"ACP tool kinds approved once during this turn only; default none (the parent's are not carried over)"`
+	Model        string       `json:"model,omitempty" jsonschema:"model for this turn; not carried over from the parent"`
+	Effort       string       `json:"effort,omitempty" jsonschema:"reasoning effort for this turn; not carried over from the parent"`
+	Interrupt    bool         `json:"interrupt,omitempty" jsonschema:"cancel the turn that runs now (it ends cancelled) and send this prompt at once, ahead of queued follow-ups"`
+	KeepAlive    bool         `json:"keep_alive,omitempty" jsonschema:"keep the agent's process after this turn for more follow-ups"`
+	IdleTimeoutS *wholeNumber `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
 	// The ask policy of this turn only, put to the person at this session.
 	spawnAsk
 }
@@ -42,7 +42,6 @@ var sendTaskTool = toolDef[sendArgs]{
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
 		// 1 to 86400 is the service's check (invalid_request), as for spawn_task.
-		s.Properties["idle_timeout_s"].Maximum = ptr(maxInteger)
 		editAsk(s)
 	},
 	output: reflect.TypeFor[ledger.Task](),
@@ -51,7 +50,7 @@ var sendTaskTool = toolDef[sendArgs]{
 func (h handlers) sendTask(ctx context.Context, a sendArgs) (json.RawMessage, error) {
 	return h.svc.Send(ctx, task.SendRequest{
 		TaskID: a.TaskID, Prompt: a.Prompt, Allow: a.Allow, Model: a.Model, Effort: a.Effort,
-		Interrupt: a.Interrupt, KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS,
-		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS, Asker: h.asker(ctx),
+		Interrupt: a.Interrupt, KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS.intPtr(),
+		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS.intPtr(), Asker: h.asker(ctx),
 	})
 }

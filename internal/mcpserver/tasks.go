@@ -13,13 +13,6 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
-// maxInteger bounds every integer argument: the SDK checks arguments as
-// float64 before decoding them into Go integers, so a larger value (2^63-1
-// reads as 2^63) would fail with a Go decoding message instead of a clear
-// schema error. It is the largest float64 below 2^63: every value that
-// decoded before still does, larger bounds (limit, max_bytes) still clamp.
-const maxInteger = float64(1<<63 - 1024)
-
 type taskIDArgs struct {
 	TaskID string `json:"task_id" jsonschema:"the task's id, as spawn_task or list_tasks returned it"`
 }
@@ -51,15 +44,15 @@ type spawnHost struct {
 
 // spawnKeep is spawn_task's keep-alive for follow-ups (send_task).
 type spawnKeep struct {
-	KeepAlive    bool `json:"keep_alive,omitempty" jsonschema:"keep the agent's process and session after the turn for follow-ups with send_task; the task still finishes with its turn"`
-	IdleTimeoutS *int `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
+	KeepAlive    bool         `json:"keep_alive,omitempty" jsonschema:"keep the agent's process and session after the turn for follow-ups with send_task; the task still finishes with its turn"`
+	IdleTimeoutS *wholeNumber `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
 }
 
 // spawnAsk is the ask policy of spawn_task and spawn_tasks' entries
 // (intent 0024).
 type spawnAsk struct {
-	Ask         []string `json:"ask,omitempty" jsonschema:"ACP tool kinds whose permission requests (when not in allow) are put to the person at this MCP session, through elicitation; default none"`
-	AskTimeoutS *int     `json:"ask_timeout_s,omitempty" jsonschema:"seconds the person has to answer each question, 1 to 3600; default 300; unanswered is reject once"`
+	Ask         []string     `json:"ask,omitempty" jsonschema:"ACP tool kinds whose permission requests (when not in allow) are put to the person at this MCP session, through elicitation; default none"`
+	AskTimeoutS *wholeNumber `json:"ask_timeout_s,omitempty" jsonschema:"seconds the person has to answer each question, 1 to 3600; default 300; unanswered is reject once"`
 }
 
 // spawnRetry is spawn_task's idempotency_key, apart from the other
@@ -78,19 +71,16 @@ var spawnTaskTool = toolDef[spawnArgs]{
 	edit: func(s *jsonschema.Schema) {
 		s.Properties["allow"].Items.Enum = enum(permission.Kinds)
 		s.Properties["isolation"].Enum = enum(task.Isolations)
-		s.Properties["idle_timeout_s"].Maximum = ptr(maxInteger)
 		editAsk(s)
 	},
 	output: reflect.TypeFor[ledger.Task](),
 }
 
 // editAsk gives ask its kinds; ask_timeout_s's bounds are checked by the
-// service (invalid_request), the schema only keeps it an integer that
-// decodes.
+// service (invalid_request), as idle_timeout_s's are: a wholeNumber
+// decodes whatever integer it is given.
 func editAsk(s *jsonschema.Schema) {
 	s.Properties["ask"].Items.Enum = enum(permission.Kinds)
-	s.Properties["ask_timeout_s"].Minimum = ptr(-maxInteger)
-	s.Properties["ask_timeout_s"].Maximum = ptr(maxInteger)
 }
 
 func (h handlers) spawnTask(ctx context.Context, a spawnArgs) (json.RawMessage, error) {
@@ -105,8 +95,8 @@ func (a spawnArgs) request() task.SpawnRequest {
 		Effort: a.Effort, SessionID: a.SessionID, InitiatorID: a.InitiatorID, ExecutorID: a.ExecutorID,
 		IdempotencyKey: a.IdempotencyKey,
 		Isolation:      task.Isolation(a.Isolation), BaseRef: a.BaseRef,
-		KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS,
-		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS,
+		KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS.intPtr(),
+		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS.intPtr(),
 		Host: a.Host,
 	}
 }
@@ -137,11 +127,11 @@ func (h handlers) getTask(ctx context.Context, a taskIDArgs) (json.RawMessage, e
 // --- get_events
 
 type eventsArgs struct {
-	TaskID     string   `json:"task_id" jsonschema:"the task's id"`
-	AfterSeq   int64    `json:"after_seq,omitempty" jsonschema:"return events after this seq; pass the previous reply's cursor; default 0"`
-	Limit      int      `json:"limit,omitempty" jsonschema:"most events to return; default 100, at most 1000"`
-	EventTypes []string `json:"event_types,omitempty" jsonschema:"return only events of these types; the cursor still advances over the others"`
-	MaxBytes   int      `json:"max_bytes,omitempty" jsonschema:"most bytes of encoded events to return; default 32768, at least 1024, at most 1048576 (larger values are clamped); a single larger event comes alone on its page"`
+	TaskID     string      `json:"task_id" jsonschema:"the task's id"`
+	AfterSeq   wholeNumber `json:"after_seq,omitempty" jsonschema:"return events after this seq; pass the previous reply's cursor; default 0"`
+	Limit      wholeNumber `json:"limit,omitempty" jsonschema:"most events to return; default 100, at most 1000"`
+	EventTypes []string    `json:"event_types,omitempty" jsonschema:"return only events of these types; the cursor still advances over the others"`
+	MaxBytes   wholeNumber `json:"max_bytes,omitempty" jsonschema:"most bytes of encoded events to return; default 32768, at least 1024, at most 1048576 (larger values are clamped); a single larger event comes alone on its page"`
 }
 
 // eventsOut puts the paging fields before the events: a host that shows
@@ -163,19 +153,18 @@ var getEventsTool = toolDef[eventsArgs]{
 		Annotations: annotations(true, false, true, false),
 	},
 	edit: func(s *jsonschema.Schema) {
+		// No maxima: a cursor past the end is an empty page, larger
+		// limits clamp (wholeNumber).
 		s.Properties["after_seq"].Minimum = ptr(0.0)
-		s.Properties["after_seq"].Maximum = ptr(maxInteger)
 		s.Properties["limit"].Minimum = ptr(1.0)
-		s.Properties["limit"].Maximum = ptr(maxInteger)
 		s.Properties["max_bytes"].Minimum = ptr(float64(task.MinPageBytes))
-		s.Properties["max_bytes"].Maximum = ptr(maxInteger)
 	},
 	output: reflect.TypeFor[eventsOut](),
 }
 
 func (h handlers) getEvents(_ context.Context, a eventsArgs) (json.RawMessage, error) {
 	p, err := h.svc.Events(task.EventsRequest{
-		TaskID: a.TaskID, AfterSeq: a.AfterSeq, Limit: a.Limit, EventTypes: a.EventTypes, MaxBytes: a.MaxBytes,
+		TaskID: a.TaskID, AfterSeq: int64(a.AfterSeq), Limit: a.Limit.int(), EventTypes: a.EventTypes, MaxBytes: a.MaxBytes.int(),
 	})
 	if err != nil {
 		return nil, err
@@ -249,8 +238,8 @@ func (h handlers) waitTasks(ctx context.Context, req *mcp.CallToolRequest, a wai
 // --- list_tasks
 
 type listArgs struct {
-	Limit  int    `json:"limit,omitempty" jsonschema:"most tasks to return; default 100, at most 1000"`
-	Cursor string `json:"cursor,omitempty" jsonschema:"the previous page's next_cursor; omit for the newest tasks"`
+	Limit  wholeNumber `json:"limit,omitempty" jsonschema:"most tasks to return; default 100, at most 1000"`
+	Cursor string      `json:"cursor,omitempty" jsonschema:"the previous page's next_cursor; omit for the newest tasks"`
 	listFilters
 }
 
@@ -279,14 +268,13 @@ var listTasksTool = toolDef[listArgs]{
 		Annotations: annotations(true, false, true, false),
 	},
 	edit: func(s *jsonschema.Schema) {
-		s.Properties["limit"].Minimum = ptr(1.0)
-		s.Properties["limit"].Maximum = ptr(maxInteger)
+		s.Properties["limit"].Minimum = ptr(1.0) // no maximum: larger limits clamp
 	},
 	output: reflect.TypeFor[listOut](),
 }
 
 func (h handlers) listTasks(_ context.Context, a listArgs) (json.RawMessage, error) {
-	p, err := h.svc.ListTasks(task.ListRequest{Limit: a.Limit, Cursor: a.Cursor, Statuses: a.Status, Agents: a.Agent,
+	p, err := h.svc.ListTasks(task.ListRequest{Limit: a.Limit.int(), Cursor: a.Cursor, Statuses: a.Status, Agents: a.Agent,
 		InitiatorIDs: a.InitiatorID, Resolutions: a.Resolution, Hosts: a.Host})
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"reflect"
 	"time"
 
@@ -30,8 +31,9 @@ var cleanupWorktreesTool = toolDef[cleanupArgs]{
 		Annotations: annotations(false, true, true, false),
 	},
 	edit: func(s *jsonschema.Schema) {
+		// No maximum: a span longer than a Duration holds is older
+		// than any task (cleanupWorktrees).
 		s.Properties["older_than_s"].Minimum = ptr(0.0)
-		s.Properties["older_than_s"].Maximum = ptr(maxInteger)
 	},
 	output: reflect.TypeFor[task.CleanupResult](),
 }
@@ -39,7 +41,12 @@ var cleanupWorktreesTool = toolDef[cleanupArgs]{
 func (h handlers) cleanupWorktrees(ctx context.Context, a cleanupArgs) (json.RawMessage, error) {
 	req := task.CleanupRequest{TaskIDs: a.TaskIDs, Force: a.Force}
 	if a.OlderThanS != nil {
-		d := time.Duration(*a.OlderThanS * float64(time.Second))
+		// Past a Duration's range, converting would give a value Go does
+		// not define (negative on amd64: every task old enough).
+		d := time.Duration(math.MaxInt64)
+		if s := *a.OlderThanS; s < float64(math.MaxInt64/int64(time.Second)) {
+			d = time.Duration(s * float64(time.Second))
+		}
 		req.OlderThan = &d
 	}
 	res, err := h.svc.CleanupWorktrees(ctx, req)

@@ -37,7 +37,9 @@ func keepAlive(keep bool, idle *int) (time.Duration, error) {
 	if idle == nil {
 		return DefaultIdleTimeout, nil
 	}
-	if *idle < 1 || time.Duration(*idle)*time.Second > MaxIdleTimeout {
+	// Compared in seconds: a large idle_timeout_s times time.Second
+	// would overflow into the range.
+	if *idle < 1 || *idle > int(MaxIdleTimeout/time.Second) {
 		return 0, errorf(InvalidRequest, "idle_timeout_s must be between 1 and %d", int(MaxIdleTimeout/time.Second))
 	}
 	return time.Duration(*idle) * time.Second, nil
