@@ -1,6 +1,7 @@
 package hostsetup
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -148,11 +149,9 @@ func TestClaudeCode(t *testing.T) {
 }
 
 func jsonCompact(t *testing.T, s string) string {
-	o, err := parseObject([]byte(s))
-	require.NoError(t, err)
-	b, err := o.marshal()
-	require.NoError(t, err)
-	return strings.TrimSpace(string(b))
+	var b bytes.Buffer
+	require.NoError(t, json.Compact(&b, []byte(s)))
+	return b.String()
 }
 
 // TestClaudeCodeKeepsEntryEnv: an env the user gave the entry goes into

@@ -130,8 +130,8 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // merge sets the owned members over an existing entry, keeping the others
-// (an "env" the user added) where they are; it reports whether anything
-// changed.
+// (an "env" the user added) where they are, and returns it compact (an
+// argument of claude mcp add-json); it reports whether anything changed.
 func (e entry) merge(old json.RawMessage) (json.RawMessage, bool, error) {
 	var cur object
 	if old != nil {
@@ -149,7 +149,14 @@ func (e entry) merge(old json.RawMessage) (json.RawMessage, bool, error) {
 		cur = cur.set(m.key, m.value)
 	}
 	b, err := cur.marshal()
-	return bytes.TrimSpace(b), changed, err
+	if err != nil {
+		return nil, false, err
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, b); err != nil {
+		return nil, false, err
+	}
+	return c.Bytes(), changed, nil
 }
 
 // sameJSON compares two JSON values by what they mean.
