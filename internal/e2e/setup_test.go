@@ -53,7 +53,7 @@ var setupCases = withExecutables([]hostCase{
 		env := claudeEnv(h.hostModel.URL)
 		setupTwice(ctx, t, h, env, "claude-code")
 		list := h.run(ctx, t, env, "claude", "mcp", "list")
-		connected(t, list, selfPath(t.T))
+		connected(t, list, "symm", selfPath(t.T))
 		return env, []string{"claude", "-p", h.prompt(), "--allowedTools", "mcp__symm"}
 	}},
 	{name: "codex_setup", host: "codex_host", inner: "claude_code", setup: func(ctx context.Context, t *recorder, h *hostRig) ([]string, []string) {
@@ -71,16 +71,16 @@ var setupCases = withExecutables([]hostCase{
 	}},
 })
 
-// connected checks that `claude mcp list` shows the server symm, run as
+// connected checks that `claude mcp list` shows the server, run as
 // cmdline, connected.
-func connected(t require.TestingT, list, cmdline string) {
+func connected(t require.TestingT, list, server, cmdline string) {
 	for line := range strings.Lines(list) {
-		if strings.HasPrefix(line, "symm: "+cmdline+" ") {
+		if strings.HasPrefix(line, server+": "+cmdline+" ") {
 			require.Contains(t, line, "✔ Connected", "claude mcp list")
 			return
 		}
 	}
-	require.Fail(t, "claude mcp list has no server symm: "+cmdline, list)
+	require.Fail(t, "claude mcp list has no server "+server+": "+cmdline, list)
 }
 
 // writeCodexProvider points Codex at the host model server.
@@ -124,6 +124,82 @@ func (l listingLoop) step(c modelserver.Conversation) modelserver.Step {
 	return l.hostLoop.step(c)
 }
 
+// world is one throwaway home for several host runs: the hosts and the
+// inner agent on PATH, a workspace, the inner agent's model server.
+type world struct {
+	name, home, ws, bin, logs string
+	env                       []string
+	inner                     agentCase
+	agentModel                *modelserver.Server
+}
+
+// newWorld makes the home, links the executables, starts the inner
+// agent's model server; the home's processes are ended with the test.
+func newWorld(t *testing.T, name, inner string, exes ...string) *world {
+	w := &world{name: name, logs: filepath.Join(logDir, "host-"+name)}
+	for _, a := range agentCases() {
+		if a.name == inner {
+			w.inner = a
+		}
+	}
+	require.NotEmpty(t, w.inner.name, "no agent case %s", inner)
+	hostCell(name, "", "")
+	t.Cleanup(func() {
+		matrixMu.Lock()
+		delete(hostMatrix[name].cells, "")
+		matrixMu.Unlock()
+	})
+	require.NoError(t, os.RemoveAll(w.logs))
+	require.NoError(t, os.MkdirAll(w.logs, 0o755))
+	var err error
+	w.home, err = os.MkdirTemp("", "e2e-"+name+"-")
+	require.NoError(t, err)
+	t.Cleanup(func() { endHome(t, w.home, w.note) })
+	w.ws, w.bin = filepath.Join(w.home, "workspace"), filepath.Join(w.home, "bin")
+	for _, d := range []string{w.ws, w.bin, filepath.Join(w.home, "tmp")} {
+		require.NoError(t, os.MkdirAll(d, 0o700))
+	}
+	for _, exe := range append(exes, w.inner.exe) {
+		src := filepath.Join(agentsBin, exe)
+		if _, err := os.Stat(src); err != nil {
+			t.Fatalf("%s is not installed: run scripts/install-agents.sh (%v)", exe, err)
+		}
+		require.NoError(t, os.Symlink(src, filepath.Join(w.bin, exe)))
+	}
+	w.env = agentenv.Base(w.home, w.bin)
+	w.agentModel = startModel(t, w.logs, "agent-model", nil)
+	t.Cleanup(w.agentModel.Close)
+	return w
+}
+
+func (w *world) note(format string, args ...any) {
+	matrixMu.Lock()
+	defer matrixMu.Unlock()
+	hostMatrix[w.name].notes = append(hostMatrix[w.name].notes, fmt.Sprintf(format, args...))
+}
+
+// rig is one host of the world, with its own scripted model.
+func (w *world) rig(t *testing.T, host, id string, script func(*hostLoop) modelserver.Script) *hostRig {
+	h := &hostRig{host: hostCase{name: w.name, host: host, inner: w.inner.name}, home: w.home, ws: w.ws, bin: w.bin,
+		env: w.env, logs: w.logs, agentModel: w.agentModel}
+	h.loop = &hostLoop{agent: w.inner.name, workspace: w.ws, id: id}
+	h.hostModel = startModel(t, w.logs, host+"-model", script(h.loop))
+	t.Cleanup(h.hostModel.Close)
+	return h
+}
+
+// runHost runs a host headless to its end and checks its loop.
+func runHost(ctx context.Context, t *testing.T, h *hostRig, extra, argv []string) {
+	runCtx, stop := context.WithTimeout(ctx, hostDeadline)
+	defer stop()
+	cmd := h.command(runCtx, extra, argv)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	t.Logf("%s stdout:\n%s\nstderr (last 4 KB):\n%s", argv[0], stdout.String(), tail(stderr.String(), 4096))
+	h.checkLoop(t, runErr, stdout.String())
+}
+
 // TestSharedSetup: Claude Code and Codex, each registered by
 // `symm-mcp setup HOST --shared --env-file FILE` in one home, run their
 // loops through one daemon: Codex's list_tasks shows the task Claude
@@ -131,106 +207,37 @@ func (l listingLoop) step(c modelserver.Conversation) modelserver.Step {
 // env file the daemon read.
 func TestSharedSetup(t *testing.T) {
 	const name = "shared_setup"
-	hostCell(name, "", "")
-	defer func() {
-		matrixMu.Lock()
-		delete(hostMatrix[name].cells, "")
-		matrixMu.Unlock()
-	}()
-	var claudeExe, codexExe string
-	for _, h := range agents.Hosts() {
-		switch h.Name {
-		case "claude_host":
-			claudeExe = h.Executable
-		case "codex_host":
-			codexExe = h.Executable
-		}
-	}
-	var inner agentCase
-	for _, a := range agentCases() {
-		if a.name == "claude_code" {
-			inner = a
-		}
-	}
-	require.NotEmpty(t, inner.name)
-	logs := filepath.Join(logDir, "host-"+name)
-	require.NoError(t, os.RemoveAll(logs))
-	require.NoError(t, os.MkdirAll(logs, 0o755))
-	home, err := os.MkdirTemp("", "e2e-"+name+"-")
-	require.NoError(t, err)
-	note := func(format string, args ...any) {
-		matrixMu.Lock()
-		defer matrixMu.Unlock()
-		hostMatrix[name].notes = append(hostMatrix[name].notes, fmt.Sprintf(format, args...))
-	}
-	defer endHome(t, home, note)
-	ws, bin := filepath.Join(home, "workspace"), filepath.Join(home, "bin")
-	for _, d := range []string{ws, bin, filepath.Join(home, "tmp")} {
-		require.NoError(t, os.MkdirAll(d, 0o700))
-	}
-	for _, exe := range []string{claudeExe, codexExe, inner.exe} {
-		src := filepath.Join(agentsBin, exe)
-		if _, err := os.Stat(src); err != nil {
-			t.Fatalf("%s is not installed: run scripts/install-agents.sh (%v)", exe, err)
-		}
-		require.NoError(t, os.Symlink(src, filepath.Join(bin, exe)))
-	}
-	env := agentenv.Base(home, bin)
-	agentModel := startModel(t, logs, "agent-model", nil)
-	defer agentModel.Close()
-
+	w := newWorld(t, name, "claude_code", hostExe(t, "claude_host"), hostExe(t, "codex_host"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*hostDeadline+time.Minute)
 	defer cancel()
 	// The inner agent's environment goes in the env file: the daemon,
 	// started by whichever front comes first, gives it to every agent.
-	innerEnv, err := inner.setup(ctx, home, agentModel.URL, env)
+	innerEnv, err := w.inner.setup(ctx, w.home, w.agentModel.URL, w.env)
 	require.NoError(t, err)
-	envFile := filepath.Join(home, "agents.env")
+	envFile := filepath.Join(w.home, "agents.env")
 	require.NoError(t, os.WriteFile(envFile, []byte(strings.Join(innerEnv, "\n")+"\n"), 0o600))
 
-	rig := func(host, id string, script func(*hostLoop) modelserver.Script) *hostRig {
-		h := &hostRig{host: hostCase{name: name, host: host, inner: inner.name}, home: home, ws: ws, bin: bin, env: env,
-			logs: logs, agentModel: agentModel}
-		h.loop = &hostLoop{agent: inner.name, workspace: ws, id: id}
-		h.hostModel = startModel(t, logs, host+"-model", script(h.loop))
-		return h
-	}
-	plain := func(l *hostLoop) modelserver.Script { return l.step }
-	listing := func(l *hostLoop) modelserver.Script { return listingLoop{l}.step }
-	claude := rig("claude_host", "HSC9", plain)
-	defer claude.hostModel.Close()
-	codex := rig("codex_host", "HSX9", listing)
-	defer codex.hostModel.Close()
-
+	claude := w.rig(t, "claude_host", "HSC9", func(l *hostLoop) modelserver.Script { return l.step })
+	codex := w.rig(t, "codex_host", "HSX9", func(l *hostLoop) modelserver.Script { return listingLoop{l}.step })
 	claudeEnvs := claudeEnv(claude.hostModel.URL)
 	ok := hostCheck(t, name, "register", func(t *recorder) {
 		setupTwice(ctx, t, claude, claudeEnvs, "claude-code", "--shared", "--env-file", envFile)
-		writeCodexProvider(t, home, codex.hostModel.URL)
+		writeCodexProvider(t, w.home, codex.hostModel.URL)
 		setupTwice(ctx, t, codex, []string{"LOCAL_KEY=x"}, "codex", "--shared", "--env-file", envFile)
 		list := claude.run(ctx, t, claudeEnvs, "claude", "mcp", "list")
-		connected(t, list, selfPath(t.T)+" --shared --env-file "+envFile)
+		connected(t, list, "symm", selfPath(t.T)+" --shared --env-file "+envFile)
 	})
 	require.True(t, ok, "registration failed")
 
-	runHost := func(h *hostRig, extra, argv []string) {
-		runCtx, stop := context.WithTimeout(ctx, hostDeadline)
-		defer stop()
-		cmd := h.command(runCtx, extra, argv)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		runErr := cmd.Run()
-		t.Logf("%s stdout:\n%s\nstderr (last 4 KB):\n%s", argv[0], stdout.String(), tail(stderr.String(), 4096))
-		h.checkLoop(t, runErr, stdout.String())
-	}
-	runHost(claude, claudeEnvs, []string{"claude", "-p", claude.prompt(), "--allowedTools", "mcp__symm"})
+	runHost(ctx, t, claude, claudeEnvs, []string{"claude", "-p", claude.prompt(), "--allowedTools", "mcp__symm"})
 	claudeTask := spawnedTask(t, claude)
-	runHost(codex, []string{"LOCAL_KEY=x"}, []string{"codex", "exec", "--strict-config", "--skip-git-repo-check", codex.prompt()})
+	runHost(ctx, t, codex, []string{"LOCAL_KEY=x"}, []string{"codex", "exec", "--strict-config", "--skip-git-repo-check", codex.prompt()})
 
 	hostCheck(t, name, "shared", func(t *recorder) {
 		listed := listResult(t, codex)
 		assert.Contains(t, listed, claudeTask, "Codex's list_tasks shows the task of Claude Code's run")
 		daemons := 0
-		for _, pid := range byHome(home) {
+		for _, pid := range byHome(w.home) {
 			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 			if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && filepath.Base(args[0]) == "symm-mcp" && args[1] == "serve" {
 				daemons++
@@ -251,9 +258,72 @@ func TestSharedSetup(t *testing.T) {
 			assert.Equal(t, envFile, st.StartedBy.EnvFile, "the daemon read the registered env file")
 		}
 		assert.Empty(t, st.Others, "no other daemon")
-		note("status: %s", out)
+		w.note("status: %s", out)
 	})
 	claude.run(ctx, &recorder{T: t}, nil, binary, "shutdown")
+}
+
+// hostExe is the executable of a host of the table.
+func hostExe(t *testing.T, name string) string {
+	for _, h := range agents.Hosts() {
+		if h.Name == name {
+			return h.Executable
+		}
+	}
+	t.Fatalf("no host %s in agents.Hosts", name)
+	return ""
+}
+
+// pluginLoop loads the plugin's tools by name before the usual loop:
+// Claude Code names a plugin's server plugin:symm:symm, and its tools
+// mcp__plugin_symm_symm__<tool>.
+type pluginLoop struct{ *hostLoop }
+
+func (l pluginLoop) step(c modelserver.Conversation) modelserver.Step {
+	if strings.Contains(c.Prompt(), hostMarker) && c.Offers("ToolSearch") && !l.offersSymm(c) {
+		searched := false
+		for _, e := range c.Exchanges() {
+			searched = searched || e.Call.Name == "ToolSearch"
+		}
+		if !searched {
+			return modelserver.Step{Tool: "ToolSearch", Args: map[string]any{
+				"query": "select:" + pluginTools + strings.Join(symmTools, ","+pluginTools), "max_results": len(symmTools)}}
+		}
+	}
+	return l.hostLoop.step(c)
+}
+
+const pluginTools = "mcp__plugin_symm_symm__"
+
+// TestClaudePlugin: the repository's marketplace and its plugin symm,
+// installed into a throwaway home with Claude Code's own commands
+// (docs/setup.md#claude-code-plugin): Claude Code lists the plugin's
+// server connected, and a headless run loads its tools and runs the loop
+// through them. The plugin starts `npx -y symm-mcp`; npx here is a shim
+// that runs the built binary (the suite downloads nothing from npm), and
+// refuses any other command line.
+func TestClaudePlugin(t *testing.T) {
+	const name = "claude_plugin"
+	w := newWorld(t, name, "copilot", hostExe(t, "claude_host"))
+	shim := fmt.Sprintf("#!/bin/sh\n[ \"$1\" = -y ] && [ \"$2\" = symm-mcp ] || { echo \"npx shim: unexpected $*\" >&2; exit 2; }\nshift 2\nexec '%s' \"$@\"\n", binary)
+	require.NoError(t, os.WriteFile(filepath.Join(w.bin, "npx"), []byte(shim), 0o700))
+	ctx, cancel := context.WithTimeout(context.Background(), hostDeadline+time.Minute)
+	defer cancel()
+	h := w.rig(t, "claude_host", "HPL9", func(l *hostLoop) modelserver.Script { return pluginLoop{l}.step })
+	var err error
+	h.innerEnv, err = w.inner.setup(ctx, w.home, w.agentModel.URL, w.env)
+	require.NoError(t, err)
+	env := claudeEnv(h.hostModel.URL)
+	ok := hostCheck(t, name, "register", func(t *recorder) {
+		h.run(ctx, t, env, "claude", "plugin", "marketplace", "add", repoRoot)
+		h.run(ctx, t, env, "claude", "plugin", "install", "symm@symm-mcp")
+		plugins := h.run(ctx, t, env, "claude", "plugin", "list")
+		require.Contains(t, plugins, "symm@symm-mcp")
+		list := h.run(ctx, t, env, "claude", "mcp", "list")
+		connected(t, list, "plugin:symm:symm", "npx -y symm-mcp")
+	})
+	require.True(t, ok, "installing the plugin failed")
+	runHost(ctx, t, h, env, []string{"claude", "-p", h.prompt(), "--allowedTools", strings.TrimSuffix(pluginTools, "__")})
 }
 
 // spawnedTask is the task id of the rig's spawn_task call.
