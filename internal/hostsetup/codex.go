@@ -359,7 +359,11 @@ func setCodexKeys(text string, own []string) (string, error) {
 			}
 		}
 		if !set {
-			lines = append([]string{limit}, lines...)
+			top := []string{limit}
+			if len(lines) > 0 && isHeader(lines[0]) {
+				top = append(top, "") // a blank line before the first table
+			}
+			lines = append(top, lines...)
 		}
 	}
 	return strings.Join(lines, "\n"), nil

@@ -304,7 +304,7 @@ func TestCodexFresh(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.Changed)
 	text := read(t, filepath.Join(w.home, "codexhome", "config.toml"))
-	assert.True(t, strings.HasPrefix(text, "tool_output_token_limit = 10000\n[mcp_servers.symm]\n"), text)
+	assert.True(t, strings.HasPrefix(text, "tool_output_token_limit = 10000\n\n[mcp_servers.symm]\n"), text)
 	res, err = w.setup(Request{Host: "codex"})
 	require.NoError(t, err)
 	assert.False(t, res.Changed)
