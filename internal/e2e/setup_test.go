@@ -178,9 +178,10 @@ func (w *world) note(format string, args ...any) {
 	hostMatrix[w.name].notes = append(hostMatrix[w.name].notes, fmt.Sprintf(format, args...))
 }
 
-// rig is one host of the world, with its own scripted model.
-func (w *world) rig(t *testing.T, host, id string, script func(*hostLoop) modelserver.Script) *hostRig {
-	h := &hostRig{host: hostCase{name: w.name, host: host, inner: w.inner.name}, home: w.home, ws: w.ws, bin: w.bin,
+// rig is one host of the world, with its own scripted model; row names
+// its row of the host matrix.
+func (w *world) rig(t *testing.T, row, host, id string, script func(*hostLoop) modelserver.Script) *hostRig {
+	h := &hostRig{host: hostCase{name: row, host: host, inner: w.inner.name}, home: w.home, ws: w.ws, bin: w.bin,
 		env: w.env, logs: w.logs, agentModel: w.agentModel}
 	h.loop = &hostLoop{agent: w.inner.name, workspace: w.ws, id: id}
 	h.hostModel = startModel(t, w.logs, host+"-model", script(h.loop))
@@ -217,8 +218,8 @@ func TestSharedSetup(t *testing.T) {
 	envFile := filepath.Join(w.home, "agents.env")
 	require.NoError(t, os.WriteFile(envFile, []byte(strings.Join(innerEnv, "\n")+"\n"), 0o600))
 
-	claude := w.rig(t, "claude_host", "HSC9", func(l *hostLoop) modelserver.Script { return l.step })
-	codex := w.rig(t, "codex_host", "HSX9", func(l *hostLoop) modelserver.Script { return listingLoop{l}.step })
+	claude := w.rig(t, name+"/claude", "claude_host", "HSC9", func(l *hostLoop) modelserver.Script { return l.step })
+	codex := w.rig(t, name+"/codex", "codex_host", "HSX9", func(l *hostLoop) modelserver.Script { return listingLoop{l}.step })
 	claudeEnvs := claudeEnv(claude.hostModel.URL)
 	ok := hostCheck(t, name, "register", func(t *recorder) {
 		setupTwice(ctx, t, claude, claudeEnvs, "claude-code", "--shared", "--env-file", envFile)
@@ -309,7 +310,7 @@ func TestClaudePlugin(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(w.bin, "npx"), []byte(shim), 0o700))
 	ctx, cancel := context.WithTimeout(context.Background(), hostDeadline+time.Minute)
 	defer cancel()
-	h := w.rig(t, "claude_host", "HPL9", func(l *hostLoop) modelserver.Script { return pluginLoop{l}.step })
+	h := w.rig(t, name, "claude_host", "HPL9", func(l *hostLoop) modelserver.Script { return pluginLoop{l}.step })
 	var err error
 	h.innerEnv, err = w.inner.setup(ctx, w.home, w.agentModel.URL, w.env)
 	require.NoError(t, err)
