@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -156,7 +157,8 @@ func setupCodex(ctx context.Context, env Env, req Request) (Result, error) {
 
 // editCodex writes the owned keys into the table `codex mcp add` just
 // wrote, and checks the result through Codex; a file Codex reads
-// otherwise is put back as it was before setup.
+// otherwise is put back as it was before setup (removed when there was
+// none).
 func editCodex(ctx context.Context, env Env, exe, path string, orig []byte, existed bool, req Request, timeout int) error {
 	b, _, err := readConfig(path)
 	if err != nil {
@@ -182,7 +184,11 @@ func editCodex(ctx context.Context, env Env, exe, path string, orig []byte, exis
 		}
 		return fmt.Errorf("editing %s: %w (restored as it was)", path, err)
 	}
-	return fmt.Errorf("editing %s: %w", path, err)
+	// There was no file before setup: none after it either.
+	if rerr := os.Remove(path); rerr != nil {
+		return fmt.Errorf("editing %s: %w; removing it: %v", path, err, rerr)
+	}
+	return fmt.Errorf("editing %s: %w (removed: there was none before)", path, err)
 }
 
 // codexLines are the owned keys' lines, as TOML.

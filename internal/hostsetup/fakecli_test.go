@@ -108,6 +108,12 @@ func fakeCodex(args []string) error {
 	}
 	switch {
 	case slices.Equal(args, []string{"mcp", "list", "--json"}):
+		if os.Getenv("FAKE_CODEX_NO_TIMEOUT") != "" {
+			// A Codex that does not read tool_timeout_sec.
+			for i := range servers {
+				servers[i].ToolTimeoutSec = nil
+			}
+		}
 		out, err := json.Marshal(servers)
 		if err != nil {
 			return err

@@ -252,7 +252,7 @@ func runCLI(ctx context.Context, dir string, argv ...string) (string, error) {
 func lookCLI(name, host string) (string, error) {
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("%s is not on PATH: setup %s registers through %s's own command (install %s, or register by hand: docs/setup.md): %w", name, host, name, host, err)
+		return "", fmt.Errorf("%s is not on PATH: setup registers %s through its own command; install %s, or register by hand (docs/setup.md): %w", name, host, host, err)
 	}
 	return p, nil
 }

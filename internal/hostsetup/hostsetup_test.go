@@ -330,6 +330,24 @@ func TestCodexRefusals(t *testing.T) {
 	assert.Equal(t, [][]string{{"codex", "mcp", "list", "--json"}}, w.calls())
 }
 
+// TestCodexReadBack: when Codex does not read back what setup wrote, the
+// file is put back as it was, or removed when there was none.
+func TestCodexReadBack(t *testing.T) {
+	w := newWorld(t)
+	t.Setenv("FAKE_CODEX_NO_TIMEOUT", "1")
+	cfg := filepath.Join(w.home, ".codex", "config.toml")
+	_, err := w.setup(Request{Host: "codex"})
+	require.ErrorContains(t, err, "codex does not read back the entry setup wrote")
+	assert.ErrorContains(t, err, "removed: there was none before")
+	assert.NoFileExists(t, cfg)
+
+	w.write(cfg, codexSeed)
+	_, err = w.setup(Request{Host: "codex"})
+	require.ErrorContains(t, err, "restored as it was")
+	assert.Equal(t, codexSeed, read(t, cfg))
+	require.Len(t, backups(t, cfg), 1)
+}
+
 // TestCursor: Cursor's mcp.json edited in place: the other servers and
 // keys in their order, the user's env of the entry kept, a backup; a
 // second run writes nothing.
