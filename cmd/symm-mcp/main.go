@@ -192,15 +192,20 @@ const usage = `Usage: symm-mcp [flags]
        symm-mcp status [--json] [--socket PATH]
        symm-mcp shutdown [--socket PATH]
        symm-mcp doctor [--json] [--env-file FILE]
+       symm-mcp setup HOST [--scope user|project] [--shared] [--env-file FILE] [--dry-run]
 
 symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.
-Register it by its absolute path, so that the host finds it whatever its
-own PATH, for every directory (Claude Code):
+Register it with your host (claude-code, codex, cursor or vscode) by this
+binary's absolute path, with the settings the host needs:
+  %[1]s setup claude-code
+By hand, for every directory (a bare name fails when the host's PATH
+lacks it):
   claude mcp add --scope user symm -- %[1]s
 With --shared it relays to the user's daemon (symm-mcp serve), starting it
 when none answers, so that tasks outlive the host and every host sees them:
+  %[1]s setup claude-code --shared
   claude mcp add --scope user symm -- %[1]s --shared
-Codex, Cursor, VS Code and the settings each needs: docs/setup.md.
+Codex, Cursor, VS Code by hand and the settings each needs: docs/setup.md.
 symm-mcp status reports the daemon; symm-mcp shutdown ends its tasks and it.
 symm-mcp doctor checks the agents on PATH and reports what each offers.
 
@@ -302,6 +307,8 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 		switch args[0] {
 		case "doctor":
 			return doctor(args[1:], os.Stdout, stderr)
+		case "setup":
+			return setup(args[1:], os.Stdout, stderr)
 		case "serve":
 			return serveDaemon(args[1:], stderr)
 		case "status":
@@ -329,9 +336,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	defer signal.Stop(sigpipe)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	if isTerminal(stdin) {
-		fmt.Fprintf(stderr, "symm-mcp speaks MCP over stdio and is meant to be launched by an MCP client.\n"+
-			"Register it by its absolute path, for example:  claude mcp add --scope user symm -- %s\n"+
-			"(Ctrl-D or Ctrl-C ends it.)\n", selfPath())
+		fmt.Fprint(stderr, terminalHint(selfPath()))
 	}
 
 	one := newOneHost(env.all)
@@ -371,6 +376,15 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 		log.Warn("removing the marker directory", "err", err)
 	}
 	return code
+}
+
+// terminalHint is what a server started on a terminal says: how to
+// register it, by the running binary's absolute path.
+func terminalHint(self string) string {
+	return "symm-mcp speaks MCP over stdio and is meant to be launched by an MCP client.\n" +
+		"Register it with your host (claude-code, codex, cursor or vscode):  " + self + " setup claude-code\n" +
+		"or by hand, by its absolute path:  claude mcp add --scope user symm -- " + self + "\n" +
+		"(Ctrl-D or Ctrl-C ends it.)\n"
 }
 
 // newService builds the task service of a server (plain or daemon) and
