@@ -65,4 +65,12 @@ echo "npm-check: SIGTERM to the launcher: the server ended, the launcher exited 
 
 npm ci --prefix testdata/tsclient --no-audit --no-fund --loglevel=error >/dev/null
 NPM_PREFIX="$prefix" SYMM_MCP_VERSION="${said#symm-mcp }" node --test testdata/tsclient/npx.test.mjs
+# The release's MCP Registry entry: valid, at the version of the launcher
+# it names (the package.json inside the tarball).
+mkdir "$work/launcher"
+tar -xzf "$work/dist/npm/symm-mcp-$version.tgz" -C "$work/launcher"
+SYMM_SERVER_JSON="$work/dist/npm/server.json" SYMM_NPM_PACKAGE="$work/launcher/package/package.json" \
+  go test -count=1 -run '^TestRegistryServerJSON$' ./cmd/symm-mcp >/dev/null
+grep -q "\"version\": \"$version\"" "$work/dist/npm/server.json" || { echo "npm-check: server.json is not at $version" >&2; exit 1; }
+echo "npm-check: server.json at $version, valid against the registry's schema" >&2
 echo "npm-check: symm-mcp $version from the tarballs: $said; the TypeScript SDK listed the tools through npx symm-mcp" >&2

@@ -5,6 +5,7 @@
 #                            dependencies the four below, at the same version
 #   @symm-mcp/<os>-<cpu>     one binary each, with "os" and "cpu" so that npm
 #                            installs only the one of the machine
+#   server.json              the MCP Registry entry, at this version
 # The version is VERSION's without the v. Needs node and npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,5 +68,18 @@ VERSION=$version node -e '
 ' >"$dir/package.json"
 (cd "$dir" && npm pack --pack-destination "$out" --loglevel=error >/dev/null)
 rm -rf "$out/src"
+
+# The MCP Registry entry of this release: server.json with its versions set
+# to this one (the checked-in file says 0.0.0), ready for mcp-publisher.
+VERSION=$version node -e '
+  const fs = require("node:fs");
+  const v = process.env.VERSION;
+  const s = JSON.parse(fs.readFileSync("server.json", "utf8"));
+  s.version = v;
+  for (const p of s.packages) p.version = v;
+  const meta = s._meta["io.modelcontextprotocol.registry/publisher-provided"];
+  meta.goInstall = meta.goInstall.replace(/@v[^@]*$/, "@v" + v);
+  process.stdout.write(JSON.stringify(s, null, 2) + "\n");
+' >"$out/server.json"
 echo "npm-pack: $version in $out:" >&2
 (cd "$out" && ls -l) >&2

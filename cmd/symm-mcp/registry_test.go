@@ -38,9 +38,15 @@ func readAny(t *testing.T, path string) map[string]any {
 // schema, follows the rules the registry adds (a reverse-DNS name the npm
 // package claims with mcpName, one version throughout), and describes the
 // npm package over stdio.
+//
+// SYMM_SERVER_JSON and SYMM_NPM_PACKAGE name a release's server.json and
+// its launcher's package.json instead of the checked-in ones
+// (scripts/npm-check.sh checks what make npm wrote).
 func TestRegistryServerJSON(t *testing.T) {
 	schema := registrySchema(t)
-	server := readAny(t, filepath.Join(repoRoot, "server.json"))
+	serverPath := envOr("SYMM_SERVER_JSON", filepath.Join(repoRoot, "server.json"))
+	npmPath := envOr("SYMM_NPM_PACKAGE", filepath.Join(repoRoot, "npm", "symm-mcp", "package.json"))
+	server := readAny(t, serverPath)
 	require.NoError(t, schema.Validate(server))
 
 	var doc struct {
@@ -57,7 +63,7 @@ func TestRegistryServerJSON(t *testing.T) {
 		} `json:"packages"`
 		Meta map[string]map[string]string `json:"_meta"`
 	}
-	readJSON(t, filepath.Join(repoRoot, "server.json"), &doc)
+	readJSON(t, serverPath, &doc)
 	id, _ := readAny(t, filepath.Join(repoRoot, "testdata", "registry", "server.schema.json"))["$id"].(string)
 	assert.Equal(t, id, doc.Schema, "server.json names the schema it is checked against")
 	// The registry's namespace rule: io.github.<owner>/<name> for a GitHub
@@ -69,7 +75,7 @@ func TestRegistryServerJSON(t *testing.T) {
 		Version string `json:"version"`
 		MCPName string `json:"mcpName"`
 	}
-	readJSON(t, filepath.Join(repoRoot, "npm", "symm-mcp", "package.json"), &npm)
+	readJSON(t, npmPath, &npm)
 	assert.Equal(t, doc.Name, npm.MCPName, "the registry proves the npm package is ours by its mcpName")
 	require.Len(t, doc.Packages, 1)
 	p := doc.Packages[0]
@@ -119,4 +125,13 @@ func TestRegistrySchemaRejects(t *testing.T) {
 			assert.Error(t, schema.Validate(m))
 		})
 	}
+}
+
+// envOr is the value of the environment variable name, or def when it is
+// unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
