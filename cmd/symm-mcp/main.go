@@ -206,7 +206,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "doctor":
-			return doctor(args[1:], os.Stdout, stderr)
+			return doctorCommand(args[1:], os.Stdout, stderr)
 		case "setup":
 			return setup(args[1:], os.Stdout, stderr)
 		case "serve":
