@@ -30,10 +30,10 @@ type doctorConfig struct {
 	subreaper bool
 }
 
-// doctorCommand runs "symm-mcp doctor [--json]": it describes every registered
-// agent, as describe_agent does, all at once under one deadline, and
-// reports what it found for people. The exit status is 1 only when an
-// installed agent is unusable.
+// doctorCommand runs "symm-mcp doctor [--json]": it describes every
+// registered agent, as describe_agent does, all at once under one
+// deadline, and reports what it found for people (internal/doctor). The
+// exit status is 1 only when an installed agent is unusable.
 func doctorCommand(args []string, stdout, stderr io.Writer) int {
 	return runDoctor(args, stdout, stderr, doctorConfig{subreaper: true})
 }

@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -91,6 +93,7 @@ func (d *describer) DescribeAgent(ctx context.Context, agent, workspace string) 
 // TestProbe: every agent is described at once, each result in its name's
 // place, and a describe that fails is a description holding its error.
 func TestProbe(t *testing.T) {
+	base := leakcheck.Take()
 	names := []string{"a", "broken", "c"}
 	d := &describer{arrived: make(chan string, len(names)), release: make(chan struct{})}
 	done := make(chan []task.Description)
@@ -100,6 +103,7 @@ func TestProbe(t *testing.T) {
 	}
 	close(d.release)
 	got := <-done
+	base.Check(t, 5*time.Second, 0, 0) // every describe's goroutine ended before Probe returned
 	require.Len(t, got, 3)
 	assert.Equal(t, "a", got[0].Agent)
 	assert.Equal(t, "/w", *got[0].Path)

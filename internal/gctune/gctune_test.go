@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
 )
 
 // TestBand: the collector's band is 50 from a 16 MiB live heap, 100
@@ -63,6 +65,7 @@ func TestPercent(t *testing.T) {
 // is at least 64 MiB, more than half the heap), and it returns when its
 // context ends.
 func TestRun(t *testing.T) {
+	base := leakcheck.Take()
 	t.Cleanup(func() { debug.SetGCPercent(defaultPercent) })
 	held := make([]byte, 32<<20)
 	for i := range held {
@@ -83,5 +86,6 @@ func TestRun(t *testing.T) {
 	}, 10*time.Second, time.Millisecond, "the target of a 32 MiB heap")
 	cancel()
 	<-done
+	base.Check(t, 5*time.Second, 0, 0) // the tuner's goroutine ended with its context
 	runtime.KeepAlive(held)
 }
