@@ -21,6 +21,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
+	"github.com/symm-mcp/symm-mcp/internal/notify"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 	"github.com/symm-mcp/symm-mcp/internal/version"
@@ -74,41 +75,6 @@ func openLedger(kind, stateDir string, log *slog.Logger) (led task.Ledger, close
 	return l, func() { l.Close(); srv.Close() }, nil
 }
 
-// daemonTasks is the task service as the daemon sees it. The service is
-// built after daemon.Listen, because its ledger is opened under the state
-// directory's lock that Listen takes; its ledger is closed once the
-// service's shutdown ended every task, before the daemon lets go of the
-// lock (a daemon started next then finds the store free).
-type daemonTasks struct {
-	svc *task.Service
-	// stopIntake, when set, stops taking work from other daemons (spawns
-	// handed over, routed calls) before the service shuts down: one taken
-	// after would only end failed, "shutting down".
-	stopIntake  func()
-	closeLedger func()
-	// skipped counts the ledger's unreadable entries left out (nil: a
-	// ledger that has none, the memory one).
-	skipped func() int
-}
-
-func (t *daemonTasks) SkippedEntries() int {
-	if t.skipped == nil {
-		return 0
-	}
-	return t.skipped()
-}
-
-func (t *daemonTasks) Shutdown(ctx context.Context) error {
-	if t.stopIntake != nil {
-		t.stopIntake()
-	}
-	err := t.svc.Shutdown(ctx)
-	t.closeLedger()
-	return err
-}
-
-func (t *daemonTasks) LiveTasks() int { return t.svc.LiveTasks() }
-
 // daemonPaths resolves --state-dir and --socket, or their defaults, to
 // absolute paths: an autostarted daemon and every front must name the
 // same socket whatever their working directories and environments. The
@@ -159,21 +125,35 @@ func otherDaemons(socket string) []daemon.OtherDaemon {
 // or a temporary one another user may claim first.
 func markerBase(stateDir string) string { return filepath.Join(stateDir, "markers") }
 
-// serveDaemon is `symm-mcp serve`: the daemon on its socket.
-func serveDaemon(args []string, stderr io.Writer) int {
-	var o options
+// serveConfig is what `symm-mcp serve` was told, checked: its flags, the
+// paths they resolve to, what started it and the agents' environment.
+type serveConfig struct {
+	o         options
+	ledger    string // ledgerMemory or ledgerJetStream
+	httpAddr  string // "" when --http is not given
+	httpConns int
+	httpIdle  time.Duration
+	actions   bool
+	readyFD   int
+	cluster   clusterFlags
+	origin    daemon.Origin
+	env       agentEnvironment
+}
+
+// parseServe parses and checks serve's arguments. done ends the command
+// with code: 0 after -h or --version, 2 on a usage error (said on stderr).
+func parseServe(args []string, stderr io.Writer) (c serveConfig, code int, done bool) {
 	fs := flag.NewFlagSet("symm-mcp serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f := addServerFlags(fs, &o)
-	addDaemonFlags(fs, &o)
-	ledger := fs.String("ledger", defaultLedger, "where tasks and events are kept: jetstream (in the state directory, kept across restarts) or memory (lost when the daemon ends)")
-	httpAddr := fs.String("http", "", "also serve Streamable HTTP at /mcp on this loopback `ADDR` (127.0.0.1:PORT; port 0 picks one), behind the bearer token in <state-dir>/token")
-	httpConns := fs.Int("http-max-conns", daemon.DefaultHTTPMaxConns, "cap on the --http listener's connections open at once; more wait until one closes")
-	httpIdle := fs.Duration("http-session-idle", mcpserver.DefaultSessionIdle, "close a Streamable HTTP session of --http after this `DURATION` without a request")
-	actions := fs.Bool("dashboard-actions", false, "let the live view at / of --http cancel tasks and record resolutions (it is read-only without)")
-	readyFD := fs.Int("ready-fd", 0, "descriptor to report readiness on (used by --shared when it starts the daemon)")
-	var cf clusterFlags
-	addClusterFlags(fs, &cf)
+	f := addServerFlags(fs, &c.o)
+	addDaemonFlags(fs, &c.o)
+	fs.StringVar(&c.ledger, "ledger", defaultLedger, "where tasks and events are kept: jetstream (in the state directory, kept across restarts) or memory (lost when the daemon ends)")
+	fs.StringVar(&c.httpAddr, "http", "", "also serve Streamable HTTP at /mcp on this loopback `ADDR` (127.0.0.1:PORT; port 0 picks one), behind the bearer token in <state-dir>/token")
+	fs.IntVar(&c.httpConns, "http-max-conns", daemon.DefaultHTTPMaxConns, "cap on the --http listener's connections open at once; more wait until one closes")
+	fs.DurationVar(&c.httpIdle, "http-session-idle", mcpserver.DefaultSessionIdle, "close a Streamable HTTP session of --http after this `DURATION` without a request")
+	fs.BoolVar(&c.actions, "dashboard-actions", false, "let the live view at / of --http cancel tasks and record resolutions (it is read-only without)")
+	fs.IntVar(&c.readyFD, "ready-fd", 0, "descriptor to report readiness on (used by --shared when it starts the daemon)")
+	addClusterFlags(fs, &c.cluster)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: symm-mcp serve [flags]\n\n"+
 			"symm-mcp serve is the daemon: it serves MCP on a Unix socket, one session per\n"+
@@ -181,198 +161,285 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if code, ok := parseArgs(fs, args, stderr); !ok {
-		return code
+		return c, code, true
 	}
 	if *f.showVersion {
 		fmt.Fprintf(stderr, "symm-mcp %s\n", version.String())
-		return 0
+		return c, 0, true
 	}
-	if err := o.logLevel.UnmarshalText([]byte(*f.level)); err != nil {
-		fmt.Fprintf(stderr, "symm-mcp serve: --log-level: %v\n", err)
-		return 2
+	usageErr := func(format string, args ...any) (serveConfig, int, bool) {
+		fmt.Fprintf(stderr, "symm-mcp serve: "+format+"\n", args...)
+		return c, 2, true
 	}
-	switch *ledger {
+	if err := c.o.logLevel.UnmarshalText([]byte(*f.level)); err != nil {
+		return usageErr("--log-level: %v", err)
+	}
+	switch c.ledger {
 	case ledgerMemory, ledgerJetStream:
 	default:
-		fmt.Fprintf(stderr, "symm-mcp serve: --ledger %q: want memory or jetstream\n", *ledger)
-		return 2
+		return usageErr("--ledger %q: want memory or jetstream", c.ledger)
 	}
-	if *actions && *httpAddr == "" {
-		fmt.Fprintf(stderr, "symm-mcp serve: --dashboard-actions needs --http (the live view is served there)\n")
-		return 2
+	if c.actions && c.httpAddr == "" {
+		return usageErr("--dashboard-actions needs --http (the live view is served there)")
 	}
-	if err := cf.check(*ledger); err != nil {
-		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
-		return 2
+	if err := c.cluster.check(c.ledger); err != nil {
+		return usageErr("%v", err)
 	}
-	if *httpAddr != "" {
-		if err := daemon.CheckHTTPAddr(*httpAddr); err != nil {
-			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
-			return 2
+	if c.httpAddr != "" {
+		if err := daemon.CheckHTTPAddr(c.httpAddr); err != nil {
+			return usageErr("%v", err)
 		}
 	}
-	if err := daemonPaths(&o); err != nil {
-		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
-		return 2
+	if err := daemonPaths(&c.o); err != nil {
+		return usageErr("%v", err)
 	}
 	// Read first, while the front that started this daemon still waits
 	// for it as its parent.
-	origin := daemon.ReadOrigin(o.envFile)
-	env, code := agentEnv(o.envFile, os.Environ(), "symm-mcp serve", stderr)
-	if code != 0 {
-		return code
+	c.origin = daemon.ReadOrigin(c.o.envFile)
+	if c.env, code = agentEnv(c.o.envFile, os.Environ(), "symm-mcp serve", stderr); code != 0 {
+		return c, code, true
 	}
-	if o.notifyDir == "" {
-		o.notifyDir = markerBase(o.stateDir)
+	if c.o.notifyDir == "" {
+		c.o.notifyDir = markerBase(c.o.stateDir)
+	}
+	return c, 0, false
+}
+
+// serveDaemon is `symm-mcp serve`: the daemon on its socket.
+func serveDaemon(args []string, stderr io.Writer) int {
+	c, code, done := parseServe(args, stderr)
+	if done {
+		return code
 	}
 	sigpipe := make(chan os.Signal, 1)
 	signal.Notify(sigpipe, syscall.SIGPIPE)
 	defer signal.Stop(sigpipe)
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.o.logLevel}))
 
-	groups := daemon.NewGroups(o.stateDir, log)
-	tasks := &daemonTasks{}
-	// The live view learns of changes from the ledger's writes (a hub
-	// wrapping it), only when it is served.
-	var hub *webview.Hub
-	if *httpAddr != "" {
-		hub = webview.NewHub()
-	}
-	version := version.String()
-	d, err := daemon.Listen(daemon.Config{
-		Socket: o.socket, StateDir: o.stateDir, Tasks: tasks, Version: version, Ledger: *ledger, Logger: log, Origin: &origin,
-		ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(*ledger),
-		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
-			out2 := mcpserver.ServeShared(ctx, tasks.svc, version, in, out)
-			log.Debug("MCP session ended", "reason", out2.Reason)
-		},
-		HTTP: *httpAddr, HTTPLimits: daemon.HTTPLimits{MaxConns: *httpConns},
-		// Both handlers are built at their first request: the service
-		// exists only once Listen holds the state directory's lock (which
-		// the ledger needs), and HTTP is served from Serve on, after it.
-		HTTPHandler: func(token string) http.Handler {
-			return lazyHandler(func() http.Handler {
-				return mcpserver.HTTPHandler(tasks.svc, version, token, log.With("http", true), *httpIdle)
-			})
-		},
-		WebHandler: func(token string) http.Handler {
-			return lazyHandler(func() http.Handler {
-				return webview.New(webview.Config{Tasks: tasks.svc, Hub: hub, Token: token, Actions: *actions, Version: version, Logger: log.With("view", true)})
-			})
-		},
-	})
-	if err != nil {
+	s, err := newDaemonServer(c, log)
+	var wd *workdirError
+	switch {
+	case errors.As(err, &wd):
+		log.Error("cannot read the working directory", "err", wd.err)
+		return 1
+	case err != nil:
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 		return 1
 	}
-	var (
-		led         task.Ledger
-		closeLedger func()
-		cluster     *clusterLedger
-		hosts       task.Hosts
-	)
-	ledgerName := *ledger
-	if cf.nats != "" {
-		cluster, err = openClusterLedger(cf, o.stateDir, env.all, log)
-		if err == nil {
-			led, closeLedger, hosts, ledgerName = cluster.led, cluster.close, cluster, "nats"
-		}
-	} else {
-		led, closeLedger, err = openLedger(*ledger, o.stateDir, log)
-		hosts = newOneHost(env.all)
+	// After Serve, which ended the tasks and reported their cleanup, Close
+	// has nothing left but what Serve released already.
+	defer func() { _ = s.Close() }()
+	log.Info("daemon listening", "pid", os.Getpid(), "socket", c.o.socket, "state_dir", c.o.stateDir, "ledger", s.ledgerName, "tasks", s.recovered.Tasks, "version", version.String(),
+		"started_by", c.origin.PID, "command", c.origin.Command, "host", c.origin.Host, "dir", c.origin.Dir, "env_file", c.origin.EnvFile)
+	if u := s.d.HTTPURL(); u != "" {
+		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(c.o.stateDir))
+		log.Info("serving the live view", "url", strings.TrimSuffix(u, daemon.HTTPPath)+"/", "actions", c.actions)
 	}
-	if err != nil {
-		d.Close()
-		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
-		return 1
-	}
-	var skipped func() int
-	if sk, ok := led.(interface{ Skipped() int }); ok {
-		skipped = sk.Skipped
-	}
-	if hub != nil {
-		led = hub.Watch(led)
-	}
-	var keys task.KeyClaims
-	if cluster != nil {
-		keys = cluster.keys
-	}
-	svc, markers, err := newService(o, env, log, groups, led, cf.host, hosts, keys)
-	if err != nil {
-		closeLedger()
-		d.Close()
-		log.Error("cannot read the working directory", "err", err)
-		return 1
-	}
-	if one, ok := hosts.(*oneHost); ok {
-		one.svc.Store(svc)
-	}
-	if cluster != nil {
-		// The name is claimed before this host's tasks are recovered: a
-		// daemon that would take a live host's name touches none of them.
-		if err := cluster.join(svc, log); err != nil {
-			closeLedger()
-			d.Close()
-			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
-			return 1
-		}
-	}
-	defer func() {
-		if err := markers.Close(); err != nil {
-			log.Warn("removing the marker directory", "err", err)
-		}
-	}()
-	// Before the first connection is accepted, the tasks a killed daemon
-	// left live are ended failed (their agents died with it).
-	recovered, err := svc.Recover(time.Now())
-	if err != nil {
-		closeLedger()
-		d.Close()
-		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
-		return 1
-	}
-	if len(recovered.Ended) > 0 {
-		log.Warn("tasks live when the previous daemon stopped are ended failed", "tasks", recovered.Ended)
-	}
-	if cluster != nil {
-		if err := cluster.serveDispatch(svc, log); err != nil {
-			closeLedger()
-			d.Close()
-			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
-			return 1
-		}
-	}
-	tasks.svc, tasks.closeLedger, tasks.skipped = svc, closeLedger, skipped
-	if cluster != nil {
-		tasks.stopIntake = cluster.stopIntake
-	}
-	log.Info("daemon listening", "pid", os.Getpid(), "socket", o.socket, "state_dir", o.stateDir, "ledger", ledgerName, "tasks", recovered.Tasks, "version", version,
-		"started_by", origin.PID, "command", origin.Command, "host", origin.Host, "dir", origin.Dir, "env_file", origin.EnvFile)
-	if u := d.HTTPURL(); u != "" {
-		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(o.stateDir))
-		log.Info("serving the live view", "url", strings.TrimSuffix(u, daemon.HTTPPath)+"/", "actions", *actions)
-	}
-	if *readyFD > 0 {
-		if err := daemon.NotifyReady(*readyFD); err != nil {
+	if c.readyFD > 0 {
+		if err := daemon.NotifyReady(c.readyFD); err != nil {
 			log.Warn("reporting readiness", "err", err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
-	if cluster != nil {
+	if s.cluster != nil {
 		// A name taken over by another daemon stops this one (exit 1).
-		defer context.AfterFunc(cluster.lost, stop)()
+		defer context.AfterFunc(s.cluster.lost, stop)()
 	}
-	if err := d.Serve(ctx); err != nil {
+	if err := s.d.Serve(ctx); err != nil {
 		return 1
 	}
-	if err := cluster.lostName(); err != nil {
+	if err := s.cluster.lostName(); err != nil {
 		log.Error("daemon stopped", "err", err)
 		fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 		return 1
 	}
 	log.Info("daemon stopped")
 	return 0
+}
+
+// workdirError is a daemon that could not start for want of its working
+// directory (the agents' default workspace).
+type workdirError struct{ err error }
+
+func (e *workdirError) Error() string { return "cannot read the working directory: " + e.err.Error() }
+func (e *workdirError) Unwrap() error { return e.err }
+
+// daemonServer is `symm-mcp serve` started: its socket and locks
+// (daemon.Listen), its ledger (under the state directory's lock, so
+// after Listen), its task service and markers and, on a cluster, its
+// place among the hosts and its intake of other hosts' work.
+// newDaemonServer acquires them in that order; Close releases in reverse
+// whatever was acquired. The daemon serves it from d.Serve, which ends
+// with Shutdown and then lets go of the socket and the locks.
+type daemonServer struct {
+	d          *daemon.Daemon
+	log        *slog.Logger
+	ledgerName string // as status and the log name it
+	recovered  task.Recovered
+	cluster    *clusterLedger // nil: no cluster
+	// The fields below are set as they are acquired; a nil one was not.
+	closeLedger func() // closes the ledger, then its server (once)
+	skipped     func() int
+	svc         *task.Service
+	markers     *notify.Markers
+	// stopIntake stops taking work from other daemons (spawns handed
+	// over, routed calls) before the service shuts down: one taken after
+	// would only end failed, "shutting down".
+	stopIntake func()
+
+	shutdown    sync.Once
+	shutdownErr error
+}
+
+// newDaemonServer listens on the daemon's socket and builds what it
+// serves. Nothing is left held when it fails.
+func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err error) {
+	s := &daemonServer{log: log, ledgerName: c.ledger}
+	// The live view learns of changes from the ledger's writes (a hub
+	// wrapping it), only when it is served.
+	var hub *webview.Hub
+	if c.httpAddr != "" {
+		hub = webview.NewHub()
+	}
+	groups := daemon.NewGroups(c.o.stateDir, log)
+	version := version.String()
+	// The daemon is handed s, whose service is built below: Listen
+	// serves nothing (Serve does, once s is whole), and the ledger can
+	// open only under the state directory's lock that Listen takes.
+	s.d, err = daemon.Listen(daemon.Config{
+		Socket: c.o.socket, StateDir: c.o.stateDir, Tasks: s, Version: version, Ledger: c.ledger, Logger: log, Origin: &c.origin,
+		ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(c.ledger),
+		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
+			end := mcpserver.ServeShared(ctx, s.svc, version, in, out)
+			log.Debug("MCP session ended", "reason", end.Reason)
+		},
+		HTTP: c.httpAddr, HTTPLimits: daemon.HTTPLimits{MaxConns: c.httpConns},
+		// Both handlers are built at their first request, from Serve on,
+		// when the service exists.
+		HTTPHandler: func(token string) http.Handler {
+			return lazyHandler(func() http.Handler {
+				return mcpserver.HTTPHandler(s.svc, version, token, log.With("http", true), c.httpIdle)
+			})
+		},
+		WebHandler: func(token string) http.Handler {
+			return lazyHandler(func() http.Handler {
+				return webview.New(webview.Config{Tasks: s.svc, Hub: hub, Token: token, Actions: c.actions, Version: version, Logger: log.With("view", true)})
+			})
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, s.Close())
+		}
+	}()
+
+	var (
+		led   task.Ledger
+		hosts task.Hosts
+		keys  task.KeyClaims
+	)
+	if c.cluster.nats != "" {
+		if s.cluster, err = openClusterLedger(c.cluster, c.o.stateDir, c.env.all, log); err != nil {
+			return nil, err
+		}
+		led, hosts, keys, s.ledgerName = s.cluster.led, s.cluster, s.cluster.keys, "nats"
+		s.closeLedger = sync.OnceFunc(s.cluster.close)
+	} else {
+		var closeLedger func()
+		if led, closeLedger, err = openLedger(c.ledger, c.o.stateDir, log); err != nil {
+			return nil, err
+		}
+		s.closeLedger = sync.OnceFunc(closeLedger)
+		hosts = newOneHost(c.env.all)
+	}
+	if sk, ok := led.(interface{ Skipped() int }); ok {
+		s.skipped = sk.Skipped
+	}
+	if hub != nil {
+		led = hub.Watch(led)
+	}
+	svc, markers, err := newService(c.o, c.env, log, groups, led, c.cluster.host, hosts, keys)
+	if err != nil {
+		return nil, &workdirError{err}
+	}
+	s.svc, s.markers = svc, markers
+	if one, ok := hosts.(*oneHost); ok {
+		one.svc.Store(svc)
+	}
+	if s.cluster != nil {
+		// The name is claimed before this host's tasks are recovered: a
+		// daemon that would take a live host's name touches none of them.
+		if err := s.cluster.join(svc, log); err != nil {
+			return nil, err
+		}
+	}
+	// Before the first connection is accepted, the tasks a killed daemon
+	// left live are ended failed (their agents died with it).
+	if s.recovered, err = svc.Recover(time.Now()); err != nil {
+		return nil, err
+	}
+	if len(s.recovered.Ended) > 0 {
+		log.Warn("tasks live when the previous daemon stopped are ended failed", "tasks", s.recovered.Ended)
+	}
+	if s.cluster != nil {
+		s.stopIntake = s.cluster.stopIntake
+		if err := s.cluster.serveDispatch(svc, log); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Shutdown is the end of what the daemon serves (daemon.Tasks): the
+// intake stops, every task ends, then the markers and the ledger are
+// released, before the daemon lets go of the state directory's lock (a
+// daemon started next then finds the store free). It runs once; a later
+// call returns the first one's error.
+func (s *daemonServer) Shutdown(ctx context.Context) error {
+	s.shutdown.Do(func() {
+		if s.stopIntake != nil {
+			s.stopIntake()
+		}
+		if s.svc != nil {
+			s.shutdownErr = s.svc.Shutdown(ctx)
+		}
+		if s.markers != nil {
+			if err := s.markers.Close(); err != nil {
+				s.log.Warn("removing the marker directory", "err", err)
+			}
+		}
+		if s.closeLedger != nil {
+			s.closeLedger()
+		}
+	})
+	return s.shutdownErr
+}
+
+// Close releases, in reverse order, whatever newDaemonServer acquired
+// and the daemon's Serve has not released yet, and returns Shutdown's
+// error; it is idempotent. A service that was never served has no task
+// to end; its shutdown is bounded as the daemon's is.
+func (s *daemonServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), mcpserver.ShutdownBound)
+	defer cancel()
+	err := s.Shutdown(ctx)
+	s.d.Close()
+	return err
+}
+
+func (s *daemonServer) LiveTasks() int { return s.svc.LiveTasks() }
+
+// SkippedEntries counts the ledger's unreadable entries left out (0 for
+// a ledger that has none, the memory one).
+func (s *daemonServer) SkippedEntries() int {
+	if s.skipped == nil {
+		return 0
+	}
+	return s.skipped()
 }
 
 // front is `symm-mcp --shared`: the host's stdio relayed to the daemon.

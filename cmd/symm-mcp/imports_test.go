@@ -33,7 +33,7 @@ func TestImportRules(t *testing.T) {
 		}
 		return r
 	}
-	for _, leaf := range []string{"ledger", "fsowner", "supervisor", "permission", "leakcheck", "syncbuf", "jsonstr", "acpsession/fakeagent", "version", "hostsetup"} {
+	for _, leaf := range []string{"ledger", "fsowner", "supervisor", "permission", "leakcheck", "syncbuf", "jsonstr", "acpsession/fakeagent", "version", "hostsetup", "gctune"} {
 		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
 	}
 	// The packages that check who owns a path share one check, and import
@@ -48,6 +48,12 @@ func TestImportRules(t *testing.T) {
 	for _, imp := range ours(module + "/internal/webview") {
 		assert.Contains(t, []string{module + "/internal/task", module + "/internal/ledger", module + "/internal/permission"}, imp,
 			"internal/webview imports nothing of ours but task, ledger and permission")
+	}
+	// The doctor judges and renders what the task service described of the
+	// agents of the table.
+	for _, imp := range ours(module + "/internal/doctor") {
+		assert.Contains(t, []string{module + "/internal/task", module + "/internal/agents", module + "/internal/acpsession"}, imp,
+			"internal/doctor imports nothing of ours but task, agents and acpsession")
 	}
 	// A ledger imports nothing of ours but the ledger contract.
 	for _, l := range []string{"store", "jetstream"} {
@@ -71,8 +77,12 @@ func TestImportRules(t *testing.T) {
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the daemon")
 			case imp == module+"/internal/webview":
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the live view")
+			case imp == module+"/internal/doctor", imp == module+"/internal/gctune":
+				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports %s", imp)
 			}
 		}
 	}
-	assert.True(t, slices.Contains(imports[module+"/cmd/symm-mcp"], module+"/internal/mcpserver"))
+	for _, pkg := range []string{"mcpserver", "doctor", "gctune"} {
+		assert.True(t, slices.Contains(imports[module+"/cmd/symm-mcp"], module+"/internal/"+pkg), pkg)
+	}
 }

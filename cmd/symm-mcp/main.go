@@ -15,8 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
-	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +24,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/envfile"
+	"github.com/symm-mcp/symm-mcp/internal/gctune"
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
 	"github.com/symm-mcp/symm-mcp/internal/notify"
 	"github.com/symm-mcp/symm-mcp/internal/store"
@@ -37,114 +36,15 @@ import (
 func main() {
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	// The collector's target follows the live heap, unless the user chose
+	// one with GOGC (intent 0029).
 	if _, set := os.LookupEnv("GOGC"); !set {
-		wg.Go(func() { tuneGC(ctx, time.Second) })
+		wg.Go(func() { gctune.Run(ctx, time.Second) })
 	}
 	code := run(os.Args[1:], os.Stdin, os.Stderr)
 	stop()
 	wg.Wait()
 	os.Exit(code)
-}
-
-// The collector's target follows the live heap, unless the user chose one
-// with GOGC. A server that holds much (finished tasks, long logs) holds
-// mostly the ledger's JSON, byte slices the collector does not scan, so
-// collecting twice as often costs little: in make bench the CPU per update
-// stayed at 2.4 µs while a finished task's memory fell from 4.7 to 3.3 KiB
-// and 100,000 finished tasks from 549-600 to 493 MiB (intent 0029). A
-// server that holds little keeps Go's default: the runtime's smallest heap
-// goal scales with the target too (4 MiB at 100, 2 MiB at 50), and at 50
-// an idle server collected more often during start-up and held 0.8 MiB
-// more.
-const (
-	defaultGCPercent = 100
-	largeGCPercent   = 50
-	largeHeap        = 16 << 20 // live heap from which the target is 50
-	smallHeap        = 8 << 20  // and below which it is 100 again
-	minHeadroom      = 64 << 20 // the least room a large heap is given
-)
-
-// gcTarget is the collector's band for a live heap of live bytes, given
-// the current one: between the two bounds the current one stays, so that
-// a heap near one does not switch back and forth.
-func gcTarget(live uint64, current int) int {
-	switch {
-	case live >= largeHeap:
-		return largeGCPercent
-	case live < smallHeap:
-		return defaultGCPercent
-	}
-	return current
-}
-
-// heapSample is what the collector measured at its last cycle.
-type heapSample struct {
-	live  uint64 // the live heap
-	scan  uint64 // the part of it the collector scans
-	roots uint64 // stacks and globals, scanned too
-}
-
-// gcPercent is the target for a large heap in band: the room the heap
-// may grow by before the next collection is band percent of what the
-// collector scans (heap, stacks, globals), not of the whole live heap,
-// though never less than minHeadroom nor more than band percent of the
-// live heap. A collection's work is what it scans; bytes without pointers
-// cost it nothing however many there are, and the room given for them was
-// resident garbage. It matters where most of the heap is such bytes and
-// never touched: each live task's ACP connection holds a 1 MiB line
-// buffer (the SDK's) of which a few KiB are used, so 1,000 live tasks made
-// a live heap of 1.2 GB, a heap goal of 1.8 GB, and almost no collection
-// while they streamed; the garbage of the calls they served stayed
-// resident (intent 0029). The floor is for the cost of a cycle that the
-// scanned bytes do not show: each walks every goroutine's stack (nine per
-// live task), and the buffers themselves use up room as tasks start; with
-// 4 MiB the 1,000 tasks' run collected 108 times and took twice the CPU.
-func gcPercent(band int, h heapSample) int {
-	if band != largeGCPercent {
-		return band
-	}
-	// The runtime's heap goal is live + (live + roots) × percent / 100.
-	base := h.live + h.roots
-	if base == 0 {
-		return band
-	}
-	room := max((h.scan+h.roots)*uint64(band)/100, minHeadroom)
-	p := (room*100 + base - 1) / base // rounded up
-	return int(min(max(p, 1), uint64(band)))
-}
-
-// tuneGC sets the collector's target from the live heap every interval
-// until ctx ends.
-func tuneGC(ctx context.Context, interval time.Duration) {
-	sample := []metrics.Sample{
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/gc/scan/heap:bytes"},
-		{Name: "/gc/scan/stack:bytes"},
-		{Name: "/gc/scan/globals:bytes"},
-	}
-	band, current := defaultGCPercent, defaultGCPercent
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		metrics.Read(sample)
-		for _, s := range sample {
-			if s.Value.Kind() != metrics.KindUint64 {
-				return
-			}
-		}
-		h := heapSample{live: sample[0].Value.Uint64(), scan: sample[1].Value.Uint64(),
-			roots: sample[2].Value.Uint64() + sample[3].Value.Uint64()}
-		band = gcTarget(h.live, band)
-		if next := gcPercent(band, h); next != current {
-			debug.SetGCPercent(next)
-			current = next
-		}
-	}
 }
 
 type options struct {
@@ -306,7 +206,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "doctor":
-			return doctor(args[1:], os.Stdout, stderr)
+			return doctorCommand(args[1:], os.Stdout, stderr)
 		case "setup":
 			return setup(args[1:], os.Stdout, stderr)
 		case "serve":
