@@ -18,6 +18,9 @@ import (
 // follow-up on its kept session, probe an agent on its PATH), by plain
 // NATS request/reply on symm.call.<host>.<op>. Each daemon answers the
 // subjects of its own host name, which the hosts bucket makes its alone.
+// Not nats.go's micro (intent 0041): it subscribes $SRV.> subjects that
+// answer anyone without the proof, and carries errors in headers, where
+// a message's line breaks are lost.
 
 // callPrefix begins every call subject.
 const callPrefix = "symm.call."

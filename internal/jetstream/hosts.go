@@ -128,7 +128,9 @@ func JoinHosts(ctx context.Context, c *Cluster, o HostsOptions) (*Hosts, error) 
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	// An entry is gone after Silent: JetStream expires it.
+	// An entry is gone after Silent: JetStream expires it. The bucket's
+	// TTL, renewed by every write, not a per-key TTL (intent 0041): nats.go
+	// sets one only on Create, and a heartbeat is an Update.
 	kv, err := bindBucket(ctx, c.js, jetstream.KeyValueConfig{
 		Bucket: HostsBucket, History: 1, TTL: o.Silent, Storage: jetstream.FileStorage, Replicas: c.replicas,
 	})
