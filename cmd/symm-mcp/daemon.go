@@ -80,7 +80,7 @@ func openLedger(kind, stateDir string, log *slog.Logger) (led task.Ledger, close
 // service's shutdown ended every task, before the daemon lets go of the
 // lock (a daemon started next then finds the store free).
 type daemonTasks struct {
-	svc *task.Service
+	svc frontService
 	// stopIntake, when set, stops taking work from other daemons (spawns
 	// handed over, routed calls) before the service shuts down: one taken
 	// after would only end failed, "shutting down".
@@ -307,10 +307,12 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	if one, ok := hosts.(*oneHost); ok {
 		one.svc.Store(svc)
 	}
+	var front frontService = svc
 	if cluster != nil {
 		// The name is claimed before this host's tasks are recovered: a
 		// daemon that would take a live host's name touches none of them.
-		if err := cluster.join(svc, log); err != nil {
+		// The daemon serves the router over svc (internal/routing).
+		if front, err = cluster.join(svc, markers, log); err != nil {
 			closeLedger()
 			d.Close()
 			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
@@ -335,14 +337,14 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		log.Warn("tasks live when the previous daemon stopped are ended failed", "tasks", recovered.Ended)
 	}
 	if cluster != nil {
-		if err := cluster.serveDispatch(svc, log); err != nil {
+		if err := cluster.serveDispatch(log); err != nil {
 			closeLedger()
 			d.Close()
 			fmt.Fprintf(stderr, "symm-mcp serve: %v\n", err)
 			return 1
 		}
 	}
-	tasks.svc, tasks.closeLedger, tasks.skipped = svc, closeLedger, skipped
+	tasks.svc, tasks.closeLedger, tasks.skipped = front, closeLedger, skipped
 	if cluster != nil {
 		tasks.stopIntake = cluster.stopIntake
 	}

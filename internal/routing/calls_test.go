@@ -1,4 +1,4 @@
-package task
+package routing
 
 import (
 	"context"
@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/task"
 	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
 )
 
@@ -24,7 +26,7 @@ type fakeCaller struct {
 	answer func(host, op string, req json.RawMessage) (json.RawMessage, error)
 }
 
-func (f *fakeCaller) Call(_ context.Context, host, op string, req json.RawMessage) (json.RawMessage, error) {
+func (f *fakeCaller) Call(_ context.Context, host, op string, req []byte, _ time.Duration) ([]byte, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, host+" "+op+" "+string(req))
 	f.mu.Unlock()
@@ -41,7 +43,7 @@ func (h fixedHosts) ListHosts(context.Context) ([]ledger.Host, error) {
 	return out, nil
 }
 
-// A service with a Caller routes what only another host can do: cancel of
+// A router routes what only another host can do: cancel of
 // its live task (and of its finished task whose process it keeps),
 // send_task to its task, describe_agent(host); the other service's error
 // comes back as it was; a host list_hosts does not name is refused, named,
@@ -67,12 +69,12 @@ func TestCallsRouted(t *testing.T) {
 	require.NoError(t, err)
 	caller := &fakeCaller{answer: func(host, op string, req json.RawMessage) (json.RawMessage, error) {
 		if op == OpSend {
-			return nil, &Error{Code: InvalidRequest, Message: "prompt is empty"}
+			return nil, &jetstream.CallError{Code: string(task.InvalidRequest), Message: "prompt is empty"}
 		}
 		return json.RawMessage(`{"from":"` + host + `"}`), nil
 	}}
-	svc := New(Config{Store: st, Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir(),
-		Host: "a", Hosts: fixedHosts{"a", "b"}, Caller: caller})
+	svc := New(Config{Host: "a", Calls: caller, Local: task.New(task.Config{Store: st, Agents: agents.Default(),
+		Supervisor: tasktest.New(), Workspace: t.TempDir(), Host: "a", Hosts: fixedHosts{"a", "b"}})})
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
 	ctx := context.Background()
 
@@ -86,10 +88,10 @@ func TestCallsRouted(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"status":"succeeded"`, "a finished task: unchanged, here")
 
-	_, err = svc.Send(ctx, SendRequest{TaskID: "live", Prompt: " ", KeepAlive: true})
-	var te *Error
+	_, err = svc.Send(ctx, task.SendRequest{TaskID: "live", Prompt: " ", KeepAlive: true})
+	var te *task.Error
 	require.ErrorAs(t, err, &te)
-	assert.Equal(t, Error{Code: InvalidRequest, Message: "prompt is empty"}, *te)
+	assert.Equal(t, task.Error{Code: task.InvalidRequest, Message: "prompt is empty"}, *te)
 
 	b, err = svc.Describe(ctx, "opencode", "/w", "b")
 	require.NoError(t, err)
@@ -104,31 +106,13 @@ func TestCallsRouted(t *testing.T) {
 
 	for _, call := range []func() error{
 		func() error { _, err := svc.Cancel(ctx, "gone"); return err },
-		func() error { _, err := svc.Send(ctx, SendRequest{TaskID: "gone", Prompt: "p"}); return err },
+		func() error { _, err := svc.Send(ctx, task.SendRequest{TaskID: "gone", Prompt: "p"}); return err },
 		func() error { _, err := svc.Describe(ctx, "opencode", "", "c"); return err },
 	} {
 		err := call()
 		require.ErrorAs(t, err, &te)
-		assert.Equal(t, InvalidRequest, te.Code)
+		assert.Equal(t, task.InvalidRequest, te.Code)
 		assert.Contains(t, te.Message, "host c ")
 	}
 	assert.Len(t, caller.calls, 4, "nothing called for a host that is not live")
-}
-
-// Without a Caller (plain mode, or one daemon), describe_agent of the one
-// host list_hosts names probes here, of another is refused.
-func TestCallsWithoutCaller(t *testing.T) {
-	st := store.New()
-	svc := New(Config{Store: st, Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir(),
-		Hosts: fixedHosts{"box"}})
-	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
-	ctx := context.Background()
-	_, err := svc.Describe(ctx, "nobody", "", "box")
-	var te *Error
-	require.ErrorAs(t, err, &te)
-	assert.Equal(t, UnknownAgent, te.Code, "probed here")
-	_, err = svc.Describe(ctx, "opencode", "", "elsewhere")
-	require.ErrorAs(t, err, &te)
-	assert.Equal(t, InvalidRequest, te.Code)
-	assert.Contains(t, te.Message, "host elsewhere ")
 }
