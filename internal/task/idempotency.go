@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
@@ -39,18 +38,6 @@ type spawnArguments struct {
 	// the digest of a spawn without them is as it was before they existed.
 	Ask         []string `json:"ask,omitempty"`
 	AskTimeoutS int      `json:"ask_timeout_s,omitempty"`
-}
-
-// checkIdempotencyKey refuses a key over the bound or not UTF-8 (the
-// record would keep it changed, and a retry would not find it).
-func checkIdempotencyKey(key string) error {
-	if !utf8.ValidString(key) {
-		return errorf(InvalidRequest, "idempotency_key is not valid UTF-8")
-	}
-	if n := utf8.RuneCountInString(key); n > MaxIdempotencyKeyChars {
-		return errorf(InvalidRequest, "idempotency_key has %d characters, more than %d", n, MaxIdempotencyKeyChars)
-	}
-	return nil
 }
 
 // argumentsDigest is the SHA-256 of the arguments' encoding, which the

@@ -2,8 +2,11 @@ package task
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
@@ -177,4 +180,64 @@ func (s *Service) planSend(req SendRequest) (sendPlan, error) {
 		return sendPlan{}, errorf(InvalidRequest, "%v", err)
 	}
 	return sendPlan{parent: parent, record: pt, adapter: adapter, areq: areq, keep: keep, ask: ask}, nil
+}
+
+// workspace resolves a spawn's workspace: the server's when none is
+// given, else an absolute path to a directory, cleaned.
+func (s *Service) workspace(ws string) (string, error) {
+	if ws == "" {
+		ws = s.cfg.Workspace
+	}
+	if !filepath.IsAbs(ws) {
+		return "", errorf(InvalidRequest, "workspace %q is not an absolute path", ws)
+	}
+	fi, err := os.Stat(ws)
+	if err != nil {
+		return "", errorf(InvalidRequest, "workspace %q does not exist", ws)
+	}
+	if !fi.IsDir() {
+		return "", errorf(InvalidRequest, "workspace %q is not a directory", ws)
+	}
+	return filepath.Clean(ws), nil
+}
+
+// checkIdempotencyKey refuses a key over the bound or not UTF-8 (the
+// record would keep it changed, and a retry would not find it).
+func checkIdempotencyKey(key string) error {
+	if !utf8.ValidString(key) {
+		return errorf(InvalidRequest, "idempotency_key is not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(key); n > MaxIdempotencyKeyChars {
+		return errorf(InvalidRequest, "idempotency_key has %d characters, more than %d", n, MaxIdempotencyKeyChars)
+	}
+	return nil
+}
+
+// checkAsk refuses ask kinds that are not tool kinds and a timeout out of
+// its bounds.
+func checkAsk(req SpawnRequest) error {
+	for _, k := range req.Ask {
+		if !permission.Valid(k) {
+			return errorf(InvalidRequest, "ask: %q is not a tool kind", k)
+		}
+	}
+	if t := req.AskTimeoutS; t != nil && (*t < permission.MinAskTimeoutS || *t > permission.MaxAskTimeoutS) {
+		return errorf(InvalidRequest, "ask_timeout_s is %d; it must be %d to %d seconds", *t, permission.MinAskTimeoutS, permission.MaxAskTimeoutS)
+	}
+	return nil
+}
+
+// checkIsolation refuses an isolation that is none of Isolations, and a
+// base_ref without a worktree to start from it.
+func checkIsolation(req SpawnRequest) error {
+	switch req.Isolation {
+	case "", IsolationNone:
+		if req.BaseRef != "" {
+			return errorf(InvalidRequest, "base_ref %.80q is only for isolation=%q", req.BaseRef, IsolationWorktree)
+		}
+	case IsolationWorktree:
+	default:
+		return errorf(InvalidRequest, "isolation %.80q is not one of none, worktree", req.Isolation)
+	}
+	return nil
 }

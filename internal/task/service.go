@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -244,23 +243,6 @@ type SpawnRequest struct {
 	// (internal/routing); without a cluster, only the one host
 	// list_hosts names is accepted (plan.go).
 	Host string `json:"host,omitempty"`
-}
-
-func (s *Service) workspace(ws string) (string, error) {
-	if ws == "" {
-		ws = s.cfg.Workspace
-	}
-	if !filepath.IsAbs(ws) {
-		return "", errorf(InvalidRequest, "workspace %q is not an absolute path", ws)
-	}
-	fi, err := os.Stat(ws)
-	if err != nil {
-		return "", errorf(InvalidRequest, "workspace %q does not exist", ws)
-	}
-	if !fi.IsDir() {
-		return "", errorf(InvalidRequest, "workspace %q is not a directory", ws)
-	}
-	return filepath.Clean(ws), nil
 }
 
 // Spawn creates a task and starts its agent. It returns once the agent's
