@@ -33,15 +33,10 @@ func (f *fakeCaller) Call(_ context.Context, host, op string, req []byte, _ time
 	return f.answer(host, op, req)
 }
 
-type fixedHosts []string
+// fixedHosts are the hosts list_hosts names.
+type fixedHosts []ledger.Host
 
-func (h fixedHosts) ListHosts(context.Context) ([]ledger.Host, error) {
-	out := []ledger.Host{}
-	for _, n := range h {
-		out = append(out, ledger.Host{Name: n})
-	}
-	return out, nil
-}
+func (h fixedHosts) ListHosts(context.Context) ([]ledger.Host, error) { return h, nil }
 
 // A router routes what only another host can do: cancel of
 // its live task (and of its finished task whose process it keeps),
@@ -74,7 +69,7 @@ func TestCallsRouted(t *testing.T) {
 		return json.RawMessage(`{"from":"` + host + `"}`), nil
 	}}
 	svc := New(Config{Host: "a", Calls: caller, Local: task.New(task.Config{Store: st, Agents: agents.Default(),
-		Supervisor: tasktest.New(), Workspace: t.TempDir(), Host: "a", Hosts: fixedHosts{"a", "b"}})})
+		Supervisor: tasktest.New(), Workspace: t.TempDir(), Host: "a", Hosts: fixedHosts{{Name: "a"}, {Name: "b"}}})})
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
 	ctx := context.Background()
 

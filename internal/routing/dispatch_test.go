@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
@@ -96,13 +95,14 @@ func newDispatchRig(t *testing.T) *dispatchRig {
 			}
 			require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
 		}
-		env := append(withoutEnv(os.Environ(), "PATH", fakeagent.ConfigEnv), "PATH="+bin)
+		// The agents see PATH alone: the fake agent needs nothing else.
+		env := []string{"PATH=" + bin}
 		sup := supervisor.New(supervisor.Config{Env: env, Timeouts: agentTimeouts, Subreaper: true})
 		uid := os.Geteuid()
 		m := notify.Open(notify.Config{Base: filepath.Join(t.TempDir(), "markers"), UID: &uid})
 		s := New(Config{Host: host, Hosts: r.dispatcher, Dispatch: r.dispatcher, Markers: m, Local: task.New(task.Config{
 			Store: shared, Agents: agents.NewRegistry(adapters...), Supervisor: sup, Markers: m,
-			Workspace: t.TempDir(), Host: host, Getenv: func(k string) string { return lookupEnv(env, k) },
+			Workspace: t.TempDir(), Host: host, Getenv: func(k string) string { return map[string]string{"PATH": bin}[k] },
 		})})
 		t.Cleanup(func() {
 			require.NoError(t, s.Shutdown(context.Background()))

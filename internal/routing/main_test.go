@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,31 +43,6 @@ var fakeAdapter = &agents.Adapter{Name: "fake", Executable: "fake-agent", Option
 // healthy fake agent needs.
 var agentTimeouts = supervisor.Timeouts{
 	TurnCancel: 3 * time.Second, ExitGrace: 3 * time.Second, Term: 2 * time.Second, Kill: 2 * time.Second, Drain: 2 * time.Second,
-}
-
-func withoutEnv(env []string, keys ...string) []string {
-	var out []string
-	for _, kv := range env {
-		keep := true
-		for _, k := range keys {
-			if strings.HasPrefix(kv, k+"=") {
-				keep = false
-			}
-		}
-		if keep {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func lookupEnv(env []string, key string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, key+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // agentWorkspace makes a workspace whose fake agent reads cfg

@@ -37,6 +37,21 @@ type planWant struct {
 	msg    string // a part of the refusal's message
 }
 
+// refused checks a plan's error against want, and reports whether want
+// is a refusal; a plan wanted has no error.
+func refused(t *testing.T, err error, want planWant) bool {
+	t.Helper()
+	if want.code == "" {
+		require.NoError(t, err)
+		return false
+	}
+	var te *Error
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, want.code, te.Code)
+	assert.Contains(t, te.Message, want.msg)
+	return true
+}
+
 // planSpawn, table first: each request becomes its plan (defaults
 // applied, agent resolved, keep-alive, digest), or the typed refusal a
 // caller sees, before anything is made.
@@ -76,14 +91,9 @@ func TestPlanSpawn(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := svc.planSpawn(context.Background(), tt.req)
-			if tt.want.code != "" {
-				var te *Error
-				require.ErrorAs(t, err, &te)
-				assert.Equal(t, tt.want.code, te.Code)
-				assert.Contains(t, te.Message, tt.want.msg)
+			if refused(t, err, tt.want) {
 				return
 			}
-			require.NoError(t, err)
 			ws := tt.want.ws
 			if ws == "" {
 				ws = def
@@ -146,14 +156,9 @@ func TestPlanSend(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := svc.planSend(tt.req)
-			if tt.want.code != "" {
-				var te *Error
-				require.ErrorAs(t, err, &te)
-				assert.Equal(t, tt.want.code, te.Code)
-				assert.Contains(t, te.Message, tt.want.msg)
+			if refused(t, err, tt.want) {
 				return
 			}
-			require.NoError(t, err)
 			assert.Equal(t, parent, p.parent.id)
 			assert.Equal(t, parent, p.record.TaskID)
 			assert.Equal(t, tt.want.agent, p.adapter.Name)
