@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/jetstream"
-	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
@@ -123,7 +122,7 @@ func (r *Router) servedHere(id string) error {
 
 // route sends op to host, once the hosts' view says it is live.
 func (r *Router) route(ctx context.Context, host, op string, req any) (json.RawMessage, error) {
-	if err := r.checkLive(ctx, host); err != nil {
+	if err := r.CheckLive(ctx, host); err != nil {
 		return nil, err
 	}
 	return r.call(ctx, host, op, req)
@@ -149,19 +148,6 @@ func (r *Router) call(ctx context.Context, host, op string, req any) (json.RawMe
 		return nil, err
 	}
 	return out, nil
-}
-
-// checkLive refuses a host that list_hosts does not name: unknown, or
-// silent past its heartbeat's life.
-func (r *Router) checkLive(ctx context.Context, host string) error {
-	hosts, err := r.ListHosts(ctx)
-	if err != nil {
-		return fmt.Errorf("reading the hosts: %w", err)
-	}
-	if !slices.ContainsFunc(hosts, func(h ledger.Host) bool { return h.Name == host }) {
-		return invalid("host %s is not live on the cluster (list_hosts names the live hosts)", host)
-	}
-	return nil
 }
 
 // invalid is an invalid_request tool error.

@@ -104,7 +104,7 @@ func (r *Router) Cancel(ctx context.Context, id string) (json.RawMessage, error)
 	}
 	if rec.Status.Terminal() {
 		kept := !isNull(rec.KeptAliveUntil) && isNull(rec.KeptProcess)
-		if kept && r.checkLive(ctx, rec.Host) == nil {
+		if kept && r.CheckLive(ctx, rec.Host) == nil {
 			return r.call(ctx, rec.Host, OpCancel, cancelCall{TaskID: id})
 		}
 		return r.Service.Cancel(ctx, id)

@@ -58,9 +58,9 @@ func (s *Service) cancelElsewhere(id string) (json.RawMessage, error) {
 	return nil, errorf(InvalidRequest, "task %s runs on host %s: cancel it through that host's daemon", id, rec.Host)
 }
 
-// checkLive refuses a host that list_hosts does not name: unknown, or
+// CheckLive refuses a host that list_hosts does not name: unknown, or
 // silent past its heartbeat's life.
-func (s *Service) checkLive(ctx context.Context, host string) error {
+func (s *Service) CheckLive(ctx context.Context, host string) error {
 	hosts, err := s.ListHosts(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the hosts: %w", err)

@@ -61,7 +61,7 @@ func (s *Service) Describe(ctx context.Context, agent, workspace, host string) (
 	if host != "" && host != s.cfg.Host {
 		// One host: the one list_hosts names is this server's. Another
 		// host's probe is the router's (internal/routing).
-		if err := s.checkLive(ctx, host); err != nil {
+		if err := s.CheckLive(ctx, host); err != nil {
 			return nil, err
 		}
 	}
