@@ -111,3 +111,39 @@ func TestCallsRouted(t *testing.T) {
 	}
 	assert.Len(t, caller.calls, 4, "nothing called for a host that is not live")
 }
+
+// A follow-up routed to its host answers once this daemon's ledger holds
+// the new task, however late the shared ledger brings it: the caller's
+// wait_tasks that follows finds it here.
+func TestRoutedSendAnswersOnceVisible(t *testing.T) {
+	st := store.New()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	_, err := st.Create(ledger.NewTask{ID: "parent", Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "b"}, t0)
+	require.NoError(t, err)
+	var rt *Router
+	var wg sync.WaitGroup
+	caller := &fakeCaller{answer: func(host, op string, req json.RawMessage) (json.RawMessage, error) {
+		// The host created the follow-up; it reaches this ledger later.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.Create(ledger.NewTask{ID: "child", Agent: "opencode", Workspace: "/w", Prompt: "q", ParentTaskID: "parent", Host: "b"}, t0)
+			assert.NoError(t, err)
+			rt.LedgerChanged("child")
+		}()
+		return json.RawMessage(`{"task_id":"child","host":"b"}`), nil
+	}}
+	rt = New(Config{Host: "a", Calls: caller, Local: task.New(task.Config{Store: st, Agents: agents.Default(),
+		Supervisor: tasktest.New(), Workspace: t.TempDir(), Host: "a", Hosts: fixedHosts{{Name: "a"}, {Name: "b"}}})})
+	t.Cleanup(func() { _ = rt.Shutdown(context.Background()) })
+
+	b, err := rt.Send(context.Background(), task.SendRequest{TaskID: "parent", Prompt: "q"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"task_id":"child","host":"b"}`, string(b))
+	_, err = rt.Task("child")
+	assert.NoError(t, err, "the follow-up is in this daemon's ledger when send_task answers")
+	res, err := rt.Wait(context.Background(), []string{"child"}, 0)
+	require.NoError(t, err)
+	assert.Len(t, res.Pending, 1)
+	wg.Wait()
+}

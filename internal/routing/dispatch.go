@@ -15,10 +15,10 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
-// handedVisibleWait bounds how long a spawn on another host waits, after
-// the host's reply, for this daemon's ledger to hold the task, so that the
-// caller's next call here finds it.
-const handedVisibleWait = 5 * time.Second
+// visibleWait bounds how long a spawn or a follow-up on another host
+// waits, after the host's reply, for this daemon's ledger to hold the
+// task, so that the caller's next call here finds it.
+const visibleWait = 5 * time.Second
 
 // handedSpawn is a spawn as it travels to its host: spawn_task's
 // arguments (task.SpawnRequest, the one list of them; its ask and host
@@ -136,11 +136,7 @@ func (r *Router) spawnOn(ctx context.Context, req task.SpawnRequest) (json.RawMe
 		// first call handed that one out.
 		r.handed.take(id)
 	}
-	// The caller's get_events or wait_tasks that follows the spawn finds
-	// the task here.
-	if err := r.AwaitTask(ctx, rec.TaskID, handedVisibleWait); err != nil {
-		r.log.Warn("a task handed to another host is not in this daemon's ledger yet", "task", rec.TaskID, "err", err)
-	}
+	r.awaitVisible(ctx, rec.TaskID)
 	if r.handed.has(rec.TaskID) {
 		r.handedChanged(rec.TaskID) // it may have ended before it was here
 	}

@@ -119,11 +119,21 @@ func (r *Router) Send(ctx context.Context, req task.SendRequest) (json.RawMessag
 	if !ok {
 		return r.Service.Send(ctx, req)
 	}
-	return r.route(ctx, rec.Host, OpSend, sendCall{
+	b, err := r.route(ctx, rec.Host, OpSend, sendCall{
 		TaskID: req.TaskID, Prompt: req.Prompt, Allow: req.Allow, Model: req.Model, Effort: req.Effort,
 		Interrupt: req.Interrupt, KeepAlive: req.KeepAlive, IdleTimeoutS: req.IdleTimeoutS,
 		Ask: req.Ask, AskTimeoutS: req.AskTimeoutS,
 	})
+	if err != nil {
+		return nil, err
+	}
+	var child struct {
+		TaskID string `json:"task_id"`
+	}
+	if json.Unmarshal(b, &child) == nil && child.TaskID != "" {
+		r.awaitVisible(ctx, child.TaskID)
+	}
+	return b, nil
 }
 
 // Describe probes an agent here, or on the host named.
@@ -149,6 +159,15 @@ func (r *Router) LedgerChanged(id string) {
 func (r *Router) Shutdown(ctx context.Context) error {
 	r.shutting.Store(true)
 	return r.Service.Shutdown(ctx)
+}
+
+// awaitVisible waits, bounded, until this daemon's ledger holds a task
+// another host created for this daemon's caller: the caller's wait_tasks
+// or get_events that follows finds it here.
+func (r *Router) awaitVisible(ctx context.Context, id string) {
+	if err := r.AwaitTask(ctx, id, visibleWait); err != nil {
+		r.log.Warn("a task made on another host is not in this daemon's ledger yet", "task", id, "err", err)
+	}
 }
 
 // record is what routing reads of a task's record.
