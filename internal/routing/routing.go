@@ -53,7 +53,8 @@ type Config struct {
 	Local *task.Service
 	Host  string
 	// Hosts, Dispatch and Calls are the cluster's: the hosts' heartbeats,
-	// the spawns handed to hosts, the calls routed between daemons.
+	// the spawns handed to hosts, the calls routed between daemons; all
+	// three are required.
 	Hosts    Liveness
 	Dispatch Dispatcher
 	Calls    Caller
