@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,9 +21,12 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
+	"github.com/symm-mcp/symm-mcp/internal/routing"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 	"github.com/symm-mcp/symm-mcp/internal/version"
+	"github.com/symm-mcp/symm-mcp/internal/webview"
 )
 
 // clusterFlags are serve's flags for a ledger on a NATS cluster (intent
@@ -176,12 +177,15 @@ func hostID(stateDir string) (string, error) {
 // daemons' changes), the heartbeat last, once the service can count its
 // live tasks.
 type clusterLedger struct {
-	cl     *jetstream.Cluster
-	led    *jetstream.Ledger
-	hosts  *jetstream.Hosts
-	disp   *jetstream.Dispatcher // spawns handed to other hosts and to this one
-	calls  *jetstream.Calls      // the calls routed to this host
+	cl    *jetstream.Cluster
+	led   *jetstream.Ledger
+	hosts *jetstream.Hosts
+	disp  *jetstream.Dispatcher // spawns handed to other hosts and to this one
+	calls *jetstream.Calls      // the calls routed to this host
+	// svc is told of the other daemons' changes until the router over it
+	// is made (join), router from then on.
 	svc    atomic.Pointer[task.Service]
+	router atomic.Pointer[routing.Router]
 	host   string
 	id     string
 	agents []ledger.HostAgent
@@ -212,7 +216,9 @@ func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.
 		return nil, err
 	}
 	x.led, err = jetstream.OpenCluster(ctx, cl, c.host, jetstream.Options{Logger: log, OnChange: func(id string) {
-		if s := x.svc.Load(); s != nil {
+		if r := x.router.Load(); r != nil {
+			r.LedgerChanged(id)
+		} else if s := x.svc.Load(); s != nil {
 			s.LedgerChanged(id)
 		}
 	}})
@@ -224,10 +230,24 @@ func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.
 	return x, nil
 }
 
-// join claims the host name and starts the heartbeat, once svc exists. A
-// live daemon of another identity holding the name is a
-// *jetstream.NameTakenError.
-func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
+// frontService is the task service as the daemon's fronts call it (its
+// MCP sessions, its HTTP handler, its live view): the local service, or
+// on a cluster the router over it.
+type frontService interface {
+	mcpserver.Service
+	webview.Tasks
+	LiveTasks() int
+}
+
+var (
+	_ frontService = (*task.Service)(nil)
+	_ frontService = (*routing.Router)(nil)
+)
+
+// join claims the host name and starts the heartbeat, once svc exists,
+// and returns the router over svc that the daemon serves. A live daemon
+// of another identity holding the name is a *jetstream.NameTakenError.
+func (x *clusterLedger) join(svc *task.Service, markers task.Markers, log *slog.Logger) (*routing.Router, error) {
 	x.svc.Store(svc)
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerOpenWait)
 	defer cancel()
@@ -237,16 +257,18 @@ func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
 		OnLost: func(err *jetstream.NameLostError) { x.lose(err) },
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	x.hosts = h
 	x.disp, err = jetstream.OpenDispatch(ctx, x.cl, jetstream.DispatchOptions{Host: x.host, Logger: log})
 	if err != nil {
 		h.Close()
 		x.hosts = nil
-		return err
+		return nil, err
 	}
-	return nil
+	r := routing.New(routing.Config{Local: svc, Host: x.host, Hosts: x.hosts, Dispatch: x.disp, Calls: x.cl, Markers: markers, Logger: log})
+	x.router.Store(r)
+	return r, nil
 }
 
 // serveDispatch starts taking the spawns other hosts hand to this one,
@@ -255,64 +277,16 @@ func (x *clusterLedger) join(svc *task.Service, log *slog.Logger) error {
 // stream; a call meanwhile finds no responder, as with a host not
 // serving, where before it found this service without its tasks): the
 // name is ours by then, so neither could be another live daemon's.
-func (x *clusterLedger) serveDispatch(svc *task.Service, log *slog.Logger) error {
+func (x *clusterLedger) serveDispatch(log *slog.Logger) error {
+	r := x.router.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerOpenWait)
 	defer cancel()
-	if err := x.disp.Serve(ctx, svc.HandleDispatch); err != nil {
+	if err := x.disp.Serve(ctx, r.HandleDispatch); err != nil {
 		return err
 	}
 	var err error
-	x.calls, err = jetstream.ServeCalls(x.cl, x.host, func(ctx context.Context, op string, req []byte) ([]byte, error) {
-		return callAnswer(svc.ServeCall(ctx, op, req))
-	}, log)
+	x.calls, err = jetstream.ServeCalls(x.cl, x.host, r.ServeCall, log)
 	return err
-}
-
-// Live and Dispatch are the service's task.Dispatcher.
-func (x *clusterLedger) Live(ctx context.Context, host string) (bool, error) {
-	if x.hosts == nil {
-		return false, nil
-	}
-	return x.hosts.Live(ctx, host)
-}
-
-func (x *clusterLedger) Dispatch(ctx context.Context, host, taskID string, body []byte) ([]byte, error) {
-	if x.disp == nil {
-		return nil, fmt.Errorf("host %s: %w (this daemon has not joined the cluster yet)", host, task.ErrNotTaken)
-	}
-	b, err := x.disp.Dispatch(ctx, host, taskID, body)
-	if errors.Is(err, jetstream.ErrWithdrawn) {
-		err = fmt.Errorf("%w: %w", task.ErrNotTaken, err)
-	}
-	return b, err
-}
-
-// Call implements task.Caller on the cluster: the owner's typed error
-// comes back as the same *task.Error, a host that does not answer as
-// invalid_request naming it.
-func (x *clusterLedger) Call(ctx context.Context, host, op string, req json.RawMessage) (json.RawMessage, error) {
-	b, err := x.cl.Call(ctx, host, op, req, task.CallWait(op))
-	var ce *jetstream.CallError
-	var na *jetstream.NoAnswerError
-	switch {
-	case errors.As(err, &ce) && slices.Contains(task.Codes, task.Code(ce.Code)):
-		return nil, &task.Error{Code: task.Code(ce.Code), Message: ce.Message}
-	case errors.As(err, &na):
-		return nil, &task.Error{Code: task.InvalidRequest, Message: na.Error()}
-	case err != nil:
-		return nil, err
-	}
-	return b, nil
-}
-
-// callAnswer is the answer of this host's service to a routed call, its
-// typed error carried with its code.
-func callAnswer(b json.RawMessage, err error) ([]byte, error) {
-	var te *task.Error
-	if errors.As(err, &te) {
-		return nil, &jetstream.CallError{Code: string(te.Code), Message: te.Message}
-	}
-	return b, err
 }
 
 func (x *clusterLedger) info(svc *task.Service) ledger.Host {

@@ -282,7 +282,10 @@ type daemonServer struct {
 	closeLedger func() // closes the ledger, then its server (once)
 	skipped     func() int
 	svc         *task.Service
-	markers     *notify.Markers
+	// front is what the daemon's sessions, HTTP handler and live view
+	// call: svc, or on a cluster the router over it (internal/routing).
+	front   frontService
+	markers *notify.Markers
 	// stopIntake stops taking work from other daemons (spawns handed
 	// over, routed calls) before the service shuts down: one taken after
 	// would only end failed, "shutting down".
@@ -311,7 +314,7 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 		Socket: c.o.socket, StateDir: c.o.stateDir, Tasks: s, Version: version, Ledger: c.ledger, Logger: log, Origin: &c.origin,
 		ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(c.ledger),
 		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
-			end := mcpserver.ServeShared(ctx, s.svc, version, in, out)
+			end := mcpserver.ServeShared(ctx, s.front, version, in, out)
 			log.Debug("MCP session ended", "reason", end.Reason)
 		},
 		HTTP: c.httpAddr, HTTPLimits: daemon.HTTPLimits{MaxConns: c.httpConns},
@@ -319,12 +322,12 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 		// when the service exists.
 		HTTPHandler: func(token string) http.Handler {
 			return lazyHandler(func() http.Handler {
-				return mcpserver.HTTPHandler(s.svc, version, token, log.With("http", true), c.httpIdle)
+				return mcpserver.HTTPHandler(s.front, version, token, log.With("http", true), c.httpIdle)
 			})
 		},
 		WebHandler: func(token string) http.Handler {
 			return lazyHandler(func() http.Handler {
-				return webview.New(webview.Config{Tasks: s.svc, Hub: hub, Token: token, Actions: c.actions, Version: version, Logger: log.With("view", true)})
+				return webview.New(webview.Config{Tasks: s.front, Hub: hub, Token: token, Actions: c.actions, Version: version, Logger: log.With("view", true)})
 			})
 		},
 	})
@@ -366,16 +369,19 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	if err != nil {
 		return nil, &workdirError{err}
 	}
-	s.svc, s.markers = svc, markers
+	s.svc, s.front, s.markers = svc, svc, markers
 	if one, ok := hosts.(*oneHost); ok {
 		one.svc.Store(svc)
 	}
 	if s.cluster != nil {
 		// The name is claimed before this host's tasks are recovered: a
 		// daemon that would take a live host's name touches none of them.
-		if err := s.cluster.join(svc, log); err != nil {
+		// The daemon serves the router over svc (internal/routing).
+		router, err := s.cluster.join(svc, markers, log)
+		if err != nil {
 			return nil, err
 		}
+		s.front = router
 	}
 	// Before the first connection is accepted, the tasks a killed daemon
 	// left live are ended failed (their agents died with it).
@@ -387,7 +393,7 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	}
 	if s.cluster != nil {
 		s.stopIntake = s.cluster.stopIntake
-		if err := s.cluster.serveDispatch(svc, log); err != nil {
+		if err := s.cluster.serveDispatch(log); err != nil {
 			return nil, err
 		}
 	}

@@ -61,6 +61,13 @@ func TestImportRules(t *testing.T) {
 			assert.Equal(t, module+"/internal/ledger", imp, "internal/%s imports nothing of ours but internal/ledger", l)
 		}
 	}
+	// The router wraps the task service and owns its adapter to the
+	// cluster; the task service knows one host (intent 0037).
+	for _, imp := range ours(module + "/internal/routing") {
+		assert.Contains(t, []string{module + "/internal/task", module + "/internal/ledger", module + "/internal/jetstream"}, imp,
+			"internal/routing imports nothing of ours but task, ledger and jetstream")
+	}
+	require.Contains(t, imports, module+"/internal/routing")
 	within := func(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
 	for pkg, imps := range imports {
 		for _, imp := range imps {
@@ -79,6 +86,11 @@ func TestImportRules(t *testing.T) {
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the live view")
 			case imp == module+"/internal/doctor", imp == module+"/internal/gctune":
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports %s", imp)
+			case imp == module+"/internal/routing":
+				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the router")
+			case imp == module+"/internal/jetstream":
+				assert.Contains(t, []string{module + "/cmd/symm-mcp", module + "/internal/routing"}, pkg,
+					"nothing but cmd and the router imports the cluster (the task service knows one host)")
 			}
 		}
 	}

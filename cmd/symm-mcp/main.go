@@ -303,18 +303,12 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 	}
 	markers := notify.Open(notify.Config{Base: o.notifyDir, Disabled: o.noNotify, Logger: log})
 	sup := supervisor.New(supervisor.Config{Env: env.all, Logger: log, Subreaper: true, Groups: groups})
-	// On a cluster the hosts are also the way to them (cluster.go).
-	caller, _ := hosts.(task.Caller)
 	cfg := task.Config{
 		Store: led, Agents: agents.Default(), Supervisor: sup, Markers: markers,
 		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: version.String(),
 		Getenv:       func(k string) string { return envValue(env.all, k) },
 		WorktreeRoot: worktreeRoot(o, log),
-		Host:         host, Hosts: hosts, Keys: keys, Caller: caller,
-	}
-	// On a cluster the hosts' view also hands spawns to other hosts.
-	if d, ok := hosts.(task.Dispatcher); ok {
-		cfg.Dispatcher = d
+		Host:         host, Hosts: hosts, Keys: keys,
 	}
 	return task.New(cfg), markers, nil
 }

@@ -44,20 +44,6 @@ func (s *Service) askPolicy(req SpawnRequest, taskID string) permission.Ask {
 	return a
 }
 
-// checkAsk refuses ask kinds that are not tool kinds and a timeout out of
-// its bounds.
-func checkAsk(req SpawnRequest) error {
-	for _, k := range req.Ask {
-		if !permission.Valid(k) {
-			return errorf(InvalidRequest, "ask: %q is not a tool kind", k)
-		}
-	}
-	if t := req.AskTimeoutS; t != nil && (*t < permission.MinAskTimeoutS || *t > permission.MaxAskTimeoutS) {
-		return errorf(InvalidRequest, "ask_timeout_s is %d; it must be %d to %d seconds", *t, permission.MinAskTimeoutS, permission.MaxAskTimeoutS)
-	}
-	return nil
-}
-
 // taskAsker is a task's Asker: it names the task and its agent in each
 // question and keeps the question listed (Decisions, Wait) while it is
 // open. The answer comes from the spawn's Asker itself (an elicitation it

@@ -3,6 +3,8 @@ package task
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
@@ -34,38 +36,39 @@ func (s *Service) lookupShared(id string) (*taskRun, error) {
 	return nil, nil
 }
 
-// cancelElsewhere answers cancel_task for a task of another host: a
-// finished one is returned unchanged, as a local one is; a live one is
-// cancelled by its host, routed there, and answered once that host
-// confirms its end (without a Caller: refused, naming its host).
-func (s *Service) cancelElsewhere(ctx context.Context, id string) (json.RawMessage, error) {
+// cancelElsewhere answers cancel_task for a task in the shared ledger
+// that this host does not run: a finished one is returned unchanged, as a
+// local one is; a live one is its host's to cancel, which the router
+// (internal/routing) asks of it: this service refuses, naming the host.
+func (s *Service) cancelElsewhere(id string) (json.RawMessage, error) {
 	b, err := s.cfg.Store.TaskJSON(id)
 	if err != nil {
 		return nil, err
 	}
 	var rec struct {
-		Status         ledger.Status   `json:"status"`
-		Host           string          `json:"host"`
-		KeptAliveUntil json.RawMessage `json:"kept_alive_until"`
-		KeptProcess    json.RawMessage `json:"kept_process"`
+		Status ledger.Status `json:"status"`
+		Host   string        `json:"host"`
 	}
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, err
 	}
 	if rec.Status.Terminal() {
-		// A finished task whose process its host keeps: that host ends
-		// the process, as cancel_task does here. A host that is gone took
-		// its process with it.
-		kept := !isNull(rec.KeptAliveUntil) && isNull(rec.KeptProcess)
-		if kept && s.cfg.Caller != nil && rec.Host != "" && rec.Host != s.cfg.Host && s.checkLive(ctx, rec.Host) == nil {
-			return s.call(ctx, rec.Host, OpCancel, cancelCall{TaskID: id})
-		}
 		return b, nil
 	}
-	if s.cfg.Caller == nil || rec.Host == "" || rec.Host == s.cfg.Host {
-		return nil, errorf(InvalidRequest, "task %s runs on host %s: cancel it through that host's daemon", id, rec.Host)
+	return nil, errorf(InvalidRequest, "task %s runs on host %s: cancel it through that host's daemon", id, rec.Host)
+}
+
+// CheckLive refuses a host that list_hosts does not name: unknown, or
+// silent past its heartbeat's life.
+func (s *Service) CheckLive(ctx context.Context, host string) error {
+	hosts, err := s.ListHosts(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the hosts: %w", err)
 	}
-	return s.route(ctx, rec.Host, OpCancel, cancelCall{TaskID: id})
+	if !slices.ContainsFunc(hosts, func(h ledger.Host) bool { return h.Name == host }) {
+		return errorf(InvalidRequest, "host %s is not live on the cluster (list_hosts names the live hosts)", host)
+	}
+	return nil
 }
 
 // LedgerChanged is told by a shared ledger of a task another daemon
@@ -78,9 +81,6 @@ func (s *Service) LedgerChanged(id string) {
 	r := s.runs[id]
 	s.mu.Unlock()
 	if r == nil {
-		if s.handed.has(id) {
-			s.handedChanged(id)
-		}
 		return
 	}
 	if st, err := s.cfg.Store.Status(id); err != nil || !st.Terminal() {
@@ -93,5 +93,3 @@ func (s *Service) LedgerChanged(id string) {
 		s.stopRun(runID)
 	}
 }
-
-func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }

@@ -55,15 +55,15 @@ type Description struct {
 
 // Describe starts the agent, reads what it offers, and ends it. It creates
 // no task. A failure to describe is reported in Description.Error, not as
-// a tool error. A host other than this daemon's has the probe run there
-// (calls.go).
+// a tool error. host names this server or, without a cluster, the one
+// host list_hosts names.
 func (s *Service) Describe(ctx context.Context, agent, workspace, host string) (json.RawMessage, error) {
-	here, err := s.describeHere(ctx, host)
-	if err != nil {
-		return nil, err
-	}
-	if !here {
-		return s.route(ctx, host, OpDescribe, describeCall{Agent: agent, Workspace: workspace})
+	if host != "" && host != s.cfg.Host {
+		// One host: the one list_hosts names is this server's. Another
+		// host's probe is the router's (internal/routing).
+		if err := s.CheckLive(ctx, host); err != nil {
+			return nil, err
+		}
 	}
 	d, err := s.DescribeAgent(ctx, agent, workspace)
 	if err != nil {

@@ -64,7 +64,7 @@ func (s *Service) SpawnTasks(ctx context.Context, req FleetRequest) (FleetResult
 	}
 	plans := make([]spawnPlan, n)
 	for i, r := range req.Tasks {
-		p, err := s.prepare(r)
+		p, err := s.planSpawn(ctx, r)
 		if te := (*Error)(nil); errors.As(err, &te) {
 			return FleetResult{}, errorf(te.Code, "tasks[%d]: %s", i, te.Message)
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -160,46 +159,11 @@ type SendRequest struct {
 // turns before it (Interrupt cancels the running turn and goes first).
 // Cancelling ctx bounds only the start.
 func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, error) {
-	parent, err := s.lookup(req.TaskID)
-	if err != nil {
-		if h := s.remoteHost(req.TaskID); h != "" {
-			return s.sendElsewhere(ctx, h, req)
-		}
-		return nil, err
-	}
-	pt, err := s.taskRecord(parent.id)
+	p, err := s.planSend(req)
 	if err != nil {
 		return nil, err
 	}
-	adapter, ok := s.cfg.Agents.Lookup(pt.Agent)
-	if !ok {
-		return nil, errorf(InvalidRequest, "task %s's agent %q is not registered", pt.TaskID, pt.Agent)
-	}
-	if strings.TrimSpace(req.Prompt) == "" {
-		return nil, errorf(InvalidRequest, "prompt is empty")
-	}
-	for _, k := range req.Allow {
-		if !permission.Valid(k) {
-			return nil, errorf(InvalidRequest, "allow: %q is not a tool kind", k)
-		}
-	}
-	for _, f := range []struct{ name, value string }{{"model", req.Model}, {"effort", req.Effort}} {
-		if len(f.value) > MaxLabelBytes {
-			return nil, errorf(InvalidRequest, "%s has %d bytes, more than %d", f.name, len(f.value), MaxLabelBytes)
-		}
-	}
-	keep, err := keepAlive(req.KeepAlive, req.IdleTimeoutS)
-	if err != nil {
-		return nil, err
-	}
-	askReq := SpawnRequest{Agent: pt.Agent, Ask: req.Ask, AskTimeoutS: req.AskTimeoutS, Asker: req.Asker}
-	if err := checkAsk(askReq); err != nil {
-		return nil, err
-	}
-	areq := agents.Request{Allow: req.Allow, Model: req.Model, Effort: req.Effort}
-	if err := adapter.Check(areq); err != nil {
-		return nil, errorf(InvalidRequest, "%v", err)
-	}
+	parent, pt, adapter, areq, keep, askReq := p.parent, p.record, p.adapter, p.areq, p.keep, p.ask
 	c := parent.chain
 	c.mu.Lock()
 	onProcess := c.live != nil || c.kept != nil

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
@@ -41,22 +40,12 @@ type spawnArguments struct {
 	AskTimeoutS int      `json:"ask_timeout_s,omitempty"`
 }
 
-// checkIdempotencyKey refuses a key over the bound or not UTF-8 (the
-// record would keep it changed, and a retry would not find it).
-func checkIdempotencyKey(key string) error {
-	if !utf8.ValidString(key) {
-		return errorf(InvalidRequest, "idempotency_key is not valid UTF-8")
-	}
-	if n := utf8.RuneCountInString(key); n > MaxIdempotencyKeyChars {
-		return errorf(InvalidRequest, "idempotency_key has %d characters, more than %d", n, MaxIdempotencyKeyChars)
-	}
-	return nil
-}
-
 // argumentsDigest is the SHA-256 of the arguments' encoding, which the
 // task record keeps beside the key (it keeps only a preview of a large
-// prompt, and its session_id changes once the agent starts one).
-func argumentsDigest(req SpawnRequest, workspace string) string {
+// prompt, and its session_id changes once the agent starts one). workspace
+// and keep are the plan's: the workspace resolved, the keep-alive with its
+// default applied.
+func argumentsDigest(req SpawnRequest, workspace string, keep time.Duration) string {
 	allow := req.Allow
 	if allow == nil {
 		allow = []string{}
@@ -68,7 +57,7 @@ func argumentsDigest(req SpawnRequest, workspace string) string {
 	args := spawnArguments{
 		Agent: req.Agent, Prompt: req.Prompt, Workspace: workspace, Allow: allow, Model: req.Model,
 		Effort: req.Effort, SessionID: req.SessionID, InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID,
-		Isolation: string(isolation), BaseRef: req.BaseRef, KeepAliveS: keepSeconds(req),
+		Isolation: string(isolation), BaseRef: req.BaseRef, KeepAliveS: int64(keep / time.Second),
 	}
 	if len(req.Ask) > 0 {
 		args.Ask, args.AskTimeoutS = req.Ask, permission.DefaultAskTimeoutS
@@ -82,15 +71,6 @@ func argumentsDigest(req SpawnRequest, workspace string) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-// keepSeconds is a checked request's keep-alive in seconds (0: none).
-func keepSeconds(req SpawnRequest) int64 {
-	d, err := keepAlive(req.KeepAlive, req.IdleTimeoutS)
-	if err != nil {
-		return 0
-	}
-	return int64(d / time.Second)
 }
 
 // retried answers a spawn whose key a task holds: that task when the
@@ -140,7 +120,7 @@ func (s *Service) claimKey(ctx context.Context, key, id, digest string) (json.Ra
 	}
 	// The holder's record exists on the cluster; this daemon's ledger
 	// follows it within moments.
-	if err := s.awaitTask(ctx, kt.TaskID); err != nil {
+	if err := s.AwaitTask(ctx, kt.TaskID, awaitTaskWait); err != nil {
 		return nil, true, err
 	}
 	return s.retried(err, key, digest)
@@ -170,9 +150,12 @@ const (
 	awaitTaskWait = 30 * time.Second
 )
 
-// awaitTask waits until the ledger holds task id, woken by LedgerChanged.
-func (s *Service) awaitTask(ctx context.Context, id string) error {
-	deadline := time.NewTimer(awaitTaskWait)
+// AwaitTask waits, at most within, until this daemon's ledger holds task
+// id, woken by LedgerChanged: a task another daemon created reaches it
+// within moments. The error of a wait that ends first is ctx's, or one
+// saying how long it waited.
+func (s *Service) AwaitTask(ctx context.Context, id string, within time.Duration) error {
+	deadline := time.NewTimer(within)
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
@@ -186,7 +169,7 @@ func (s *Service) awaitTask(ctx context.Context, id string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			return fmt.Errorf("the task %s of this idempotency key is not in this daemon's ledger after %v", id, awaitTaskWait)
+			return fmt.Errorf("the task %s of this idempotency key is not in this daemon's ledger after %v", id, within)
 		}
 	}
 }

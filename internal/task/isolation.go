@@ -32,19 +32,6 @@ var Isolations = []Isolation{IsolationNone, IsolationWorktree}
 // the diff when it ends, and each removal.
 const WorktreeBound = 30 * time.Second
 
-func checkIsolation(req SpawnRequest) error {
-	switch req.Isolation {
-	case "", IsolationNone:
-		if req.BaseRef != "" {
-			return errorf(InvalidRequest, "base_ref %.80q is only for isolation=%q", req.BaseRef, IsolationWorktree)
-		}
-	case IsolationWorktree:
-	default:
-		return errorf(InvalidRequest, "isolation %.80q is not one of none, worktree", req.Isolation)
-	}
-	return nil
-}
-
 func (s *Service) worktrees() *worktree.Manager {
 	return &worktree.Manager{LookPath: s.cfg.Supervisor.LookPath, Env: s.cfg.GitEnv, Run: s.cfg.Supervisor.RunCommand}
 }

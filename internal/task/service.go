@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -151,20 +150,15 @@ type Config struct {
 	Version string
 	// Host is this daemon's host name on a cluster (serve --nats): its
 	// tasks carry it, and the tasks of other hosts in the shared ledger
-	// are read, waited on and resolved, never run (cluster.go). "" on
-	// one machine.
+	// are read, waited on and resolved, never run (cluster.go); what
+	// only their hosts can do is routed there by internal/routing,
+	// which wraps this service. "" on one machine.
 	Host string
 	// Hosts answers list_hosts (nil: no host is listed).
 	Hosts Hosts
-	// Dispatcher hands spawn_task(host=NAME) to another host's daemon
-	// (dispatch.go); nil without a cluster.
-	Dispatcher Dispatcher
 	// Keys decide idempotency keys across daemons (nil: the ledger's own
 	// index, as on one machine; idempotency.go).
-	Keys KeyClaims
-	// Caller routes cancel_task, send_task and describe_agent(host) to
-	// the host that must answer them (calls.go); nil: no routing.
-	Caller Caller
+	Keys   KeyClaims
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -192,8 +186,6 @@ type Service struct {
 	changed  chan struct{}          // closed and replaced whenever a task ends or a question opens or closes
 	asks     map[string]*pendingAsk // open permission questions, by key (ask.go)
 	askSeq   uint64
-	// handed are the tasks this daemon handed to other hosts (dispatch.go).
-	handed handedOut
 }
 
 // New returns a Service.
@@ -213,149 +205,74 @@ func New(cfg Config) *Service {
 	}
 }
 
-// SpawnRequest is spawn_task's input.
+// SpawnRequest is spawn_task's input, and a spawn as it travels to the
+// host that runs it (internal/routing): the one list of a spawn's
+// arguments below the MCP layer (intent 0038). Its JSON names are
+// spawn_task's.
 type SpawnRequest struct {
-	Agent       string
-	Prompt      string
-	Workspace   string
-	Allow       []string
-	Model       string
-	Effort      string
-	SessionID   string
-	InitiatorID string
-	ExecutorID  string
+	Agent       string   `json:"agent"`
+	Prompt      string   `json:"prompt"`
+	Workspace   string   `json:"workspace,omitempty"`
+	Allow       []string `json:"allow,omitempty"`
+	Model       string   `json:"model,omitempty"`
+	Effort      string   `json:"effort,omitempty"`
+	SessionID   string   `json:"session_id,omitempty"`
+	InitiatorID string   `json:"initiator_id,omitempty"`
+	ExecutorID  string   `json:"executor_id,omitempty"`
 	// IdempotencyKey, when not "", makes a retry with the same arguments
 	// return the task the first call created.
-	IdempotencyKey string
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Isolation is IsolationNone ("" too) or IsolationWorktree; BaseRef
 	// only goes with IsolationWorktree.
-	Isolation Isolation
-	BaseRef   string
+	Isolation Isolation `json:"isolation,omitempty"`
+	BaseRef   string    `json:"base_ref,omitempty"`
 	// KeepAlive keeps the agent's process after the turn for follow-ups
 	// (send_task) until IdleTimeoutS (nil: DefaultIdleTimeout) passes
 	// without one.
-	KeepAlive    bool
-	IdleTimeoutS *int
+	KeepAlive    bool `json:"keep_alive,omitempty"`
+	IdleTimeoutS *int `json:"idle_timeout_s,omitempty"`
 	// Ask names the tool kinds whose permission requests are put to a
 	// person instead of rejected; AskTimeoutS bounds each question (nil:
 	// permission.DefaultAskTimeoutS); Asker reaches the person, through the
 	// MCP session that spawned the task (nil: nobody can be asked).
-	Ask         []string
-	AskTimeoutS *int
-	Asker       permission.Asker
+	Ask         []string         `json:"ask,omitempty"`
+	AskTimeoutS *int             `json:"ask_timeout_s,omitempty"`
+	Asker       permission.Asker `json:"-"`
 	// Host names the host that runs the task, as list_hosts names it
-	// ("": this daemon; dispatch.go).
-	Host string
-}
-
-func (s *Service) workspace(ws string) (string, error) {
-	if ws == "" {
-		ws = s.cfg.Workspace
-	}
-	if !filepath.IsAbs(ws) {
-		return "", errorf(InvalidRequest, "workspace %q is not an absolute path", ws)
-	}
-	fi, err := os.Stat(ws)
-	if err != nil {
-		return "", errorf(InvalidRequest, "workspace %q does not exist", ws)
-	}
-	if !fi.IsDir() {
-		return "", errorf(InvalidRequest, "workspace %q is not a directory", ws)
-	}
-	return filepath.Clean(ws), nil
+	// ("": this daemon). A host other than this server's is the router's
+	// (internal/routing); without a cluster, only the one host
+	// list_hosts names is accepted (plan.go).
+	Host string `json:"host,omitempty"`
 }
 
 // Spawn creates a task and starts its agent. It returns once the agent's
 // process runs (or failed to start); the rest happens in the background.
 // Cancelling ctx bounds only the start itself.
 func (s *Service) Spawn(ctx context.Context, req SpawnRequest) (json.RawMessage, error) {
-	if s.remote(req) {
-		return s.spawnOn(ctx, req)
-	}
-	p, err := s.prepare(req)
+	p, err := s.planSpawn(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	return s.start(ctx, p)
 }
 
-// spawnPlan is a checked spawn request: what start needs, with nothing
-// made yet.
-type spawnPlan struct {
-	req     SpawnRequest
-	adapter *agents.Adapter
-	areq    agents.Request
-	ws      string
-	keep    time.Duration
-	// id, notifyPath and handed are a spawn another host handed to this
-	// one (HandleDispatch): the id and marker path it chose; no marker is
-	// made here. id "" is a new one.
-	id, notifyPath string
-	handed         bool
-}
-
-// prepare checks a spawn request without side effects.
-func (s *Service) prepare(req SpawnRequest) (spawnPlan, error) {
-	p, err := s.check(req)
+// SpawnHanded runs a spawn another host handed to this one, as a local
+// spawn runs (the workspace checked here, a missing executable a failed
+// task), under the id and with the marker path its dispatcher chose: the
+// marker is the dispatcher's to make, not this host's. The router checked
+// id and notifyPath (internal/routing).
+func (s *Service) SpawnHanded(ctx context.Context, req SpawnRequest, id, notifyPath string) (json.RawMessage, error) {
+	p, err := s.planSpawn(ctx, req)
 	if err != nil {
-		return spawnPlan{}, err
+		return nil, err
 	}
-	if p.ws, err = s.workspace(req.Workspace); err != nil {
-		return spawnPlan{}, err
-	}
-	return p, nil
-}
-
-// check is prepare without the workspace: what a spawn on another host
-// checks here (its workspace is a path there).
-func (s *Service) check(req SpawnRequest) (spawnPlan, error) {
-	adapter, ok := s.cfg.Agents.Lookup(req.Agent)
-	if !ok {
-		return spawnPlan{}, errorf(UnknownAgent, "no agent named %q (registered: %s)", req.Agent, strings.Join(s.cfg.Agents.Names(), ", "))
-	}
-	if strings.TrimSpace(req.Prompt) == "" {
-		return spawnPlan{}, errorf(InvalidRequest, "prompt is empty")
-	}
-	for _, k := range req.Allow {
-		if !permission.Valid(k) {
-			return spawnPlan{}, errorf(InvalidRequest, "allow: %q is not a tool kind", k)
-		}
-	}
-	for _, f := range []struct{ name, value string }{
-		{"initiator_id", req.InitiatorID}, {"executor_id", req.ExecutorID}, {"session_id", req.SessionID},
-		{"model", req.Model}, {"effort", req.Effort}, {"base_ref", req.BaseRef},
-	} {
-		if len(f.value) > MaxLabelBytes {
-			return spawnPlan{}, errorf(InvalidRequest, "%s has %d bytes, more than %d", f.name, len(f.value), MaxLabelBytes)
-		}
-	}
-	if err := checkIdempotencyKey(req.IdempotencyKey); err != nil {
-		return spawnPlan{}, err
-	}
-	if err := checkAsk(req); err != nil {
-		return spawnPlan{}, err
-	}
-	if err := checkIsolation(req); err != nil {
-		return spawnPlan{}, err
-	}
-	areq := agents.Request{Allow: req.Allow, Model: req.Model, Effort: req.Effort}
-	if err := adapter.Check(areq); err != nil {
-		return spawnPlan{}, errorf(InvalidRequest, "%v", err)
-	}
-	keep, err := keepAlive(req.KeepAlive, req.IdleTimeoutS)
-	if err != nil {
-		return spawnPlan{}, err
-	}
-	return spawnPlan{req: req, adapter: adapter, areq: areq, keep: keep}, nil
+	p.id, p.notifyPath, p.handed = id, notifyPath, true
+	return s.start(ctx, p)
 }
 
 // start creates the task of a checked request and starts its agent.
 func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, error) {
-	req, adapter, areq, ws := p.req, p.adapter, p.areq, p.ws
-	digest := ""
-	if req.IdempotencyKey != "" {
-		digest = argumentsDigest(req, ws)
-	}
+	req, adapter, areq, ws, digest := p.req, p.adapter, p.areq, p.ws, p.digest
 	id := p.id
 	if id == "" {
 		id = uuid.NewString()
@@ -493,6 +410,15 @@ func (s *Service) lookup(id string) (*taskRun, error) {
 		return nil, errorf(TaskNotFound, "no task with id %q", id)
 	}
 	return r, nil
+}
+
+// Status is the task's status as the ledger holds it.
+func (s *Service) Status(id string) (ledger.Status, error) {
+	st, err := s.cfg.Store.Status(id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return st, errorf(TaskNotFound, "no task with id %q", id)
+	}
+	return st, err
 }
 
 // Task returns the task's record as stored.
@@ -668,7 +594,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 		return nil, err
 	}
 	if r == nil {
-		return s.cancelElsewhere(ctx, id)
+		return s.cancelElsewhere(id)
 	}
 	started, runID, requested := r.requestStop("cancel_task")
 	switch {

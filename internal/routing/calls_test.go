@@ -1,4 +1,4 @@
-package task
+package routing
 
 import (
 	"context"
@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/task"
 	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
 )
 
@@ -24,24 +26,19 @@ type fakeCaller struct {
 	answer func(host, op string, req json.RawMessage) (json.RawMessage, error)
 }
 
-func (f *fakeCaller) Call(_ context.Context, host, op string, req json.RawMessage) (json.RawMessage, error) {
+func (f *fakeCaller) Call(_ context.Context, host, op string, req []byte, _ time.Duration) ([]byte, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, host+" "+op+" "+string(req))
 	f.mu.Unlock()
 	return f.answer(host, op, req)
 }
 
-type fixedHosts []string
+// fixedHosts are the hosts list_hosts names.
+type fixedHosts []ledger.Host
 
-func (h fixedHosts) ListHosts(context.Context) ([]ledger.Host, error) {
-	out := []ledger.Host{}
-	for _, n := range h {
-		out = append(out, ledger.Host{Name: n})
-	}
-	return out, nil
-}
+func (h fixedHosts) ListHosts(context.Context) ([]ledger.Host, error) { return h, nil }
 
-// A service with a Caller routes what only another host can do: cancel of
+// A router routes what only another host can do: cancel of
 // its live task (and of its finished task whose process it keeps),
 // send_task to its task, describe_agent(host); the other service's error
 // comes back as it was; a host list_hosts does not name is refused, named,
@@ -67,12 +64,12 @@ func TestCallsRouted(t *testing.T) {
 	require.NoError(t, err)
 	caller := &fakeCaller{answer: func(host, op string, req json.RawMessage) (json.RawMessage, error) {
 		if op == OpSend {
-			return nil, &Error{Code: InvalidRequest, Message: "prompt is empty"}
+			return nil, &jetstream.CallError{Code: string(task.InvalidRequest), Message: "prompt is empty"}
 		}
 		return json.RawMessage(`{"from":"` + host + `"}`), nil
 	}}
-	svc := New(Config{Store: st, Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir(),
-		Host: "a", Hosts: fixedHosts{"a", "b"}, Caller: caller})
+	svc := New(Config{Host: "a", Calls: caller, Local: task.New(task.Config{Store: st, Agents: agents.Default(),
+		Supervisor: tasktest.New(), Workspace: t.TempDir(), Host: "a", Hosts: fixedHosts{{Name: "a"}, {Name: "b"}}})})
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
 	ctx := context.Background()
 
@@ -86,10 +83,10 @@ func TestCallsRouted(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"status":"succeeded"`, "a finished task: unchanged, here")
 
-	_, err = svc.Send(ctx, SendRequest{TaskID: "live", Prompt: " ", KeepAlive: true})
-	var te *Error
+	_, err = svc.Send(ctx, task.SendRequest{TaskID: "live", Prompt: " ", KeepAlive: true})
+	var te *task.Error
 	require.ErrorAs(t, err, &te)
-	assert.Equal(t, Error{Code: InvalidRequest, Message: "prompt is empty"}, *te)
+	assert.Equal(t, task.Error{Code: task.InvalidRequest, Message: "prompt is empty"}, *te)
 
 	b, err = svc.Describe(ctx, "opencode", "/w", "b")
 	require.NoError(t, err)
@@ -104,31 +101,49 @@ func TestCallsRouted(t *testing.T) {
 
 	for _, call := range []func() error{
 		func() error { _, err := svc.Cancel(ctx, "gone"); return err },
-		func() error { _, err := svc.Send(ctx, SendRequest{TaskID: "gone", Prompt: "p"}); return err },
+		func() error { _, err := svc.Send(ctx, task.SendRequest{TaskID: "gone", Prompt: "p"}); return err },
 		func() error { _, err := svc.Describe(ctx, "opencode", "", "c"); return err },
 	} {
 		err := call()
 		require.ErrorAs(t, err, &te)
-		assert.Equal(t, InvalidRequest, te.Code)
+		assert.Equal(t, task.InvalidRequest, te.Code)
 		assert.Contains(t, te.Message, "host c ")
 	}
 	assert.Len(t, caller.calls, 4, "nothing called for a host that is not live")
 }
 
-// Without a Caller (plain mode, or one daemon), describe_agent of the one
-// host list_hosts names probes here, of another is refused.
-func TestCallsWithoutCaller(t *testing.T) {
+// A follow-up routed to its host answers once this daemon's ledger holds
+// the new task, however late the shared ledger brings it: the caller's
+// wait_tasks that follows finds it here.
+func TestRoutedSendAnswersOnceVisible(t *testing.T) {
 	st := store.New()
-	svc := New(Config{Store: st, Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir(),
-		Hosts: fixedHosts{"box"}})
-	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
-	ctx := context.Background()
-	_, err := svc.Describe(ctx, "nobody", "", "box")
-	var te *Error
-	require.ErrorAs(t, err, &te)
-	assert.Equal(t, UnknownAgent, te.Code, "probed here")
-	_, err = svc.Describe(ctx, "opencode", "", "elsewhere")
-	require.ErrorAs(t, err, &te)
-	assert.Equal(t, InvalidRequest, te.Code)
-	assert.Contains(t, te.Message, "host elsewhere ")
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	_, err := st.Create(ledger.NewTask{ID: "parent", Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "b"}, t0)
+	require.NoError(t, err)
+	var rt *Router
+	var wg sync.WaitGroup
+	caller := &fakeCaller{answer: func(host, op string, req json.RawMessage) (json.RawMessage, error) {
+		// The host created the follow-up; it reaches this ledger later.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.Create(ledger.NewTask{ID: "child", Agent: "opencode", Workspace: "/w", Prompt: "q", ParentTaskID: "parent", Host: "b"}, t0)
+			assert.NoError(t, err)
+			rt.LedgerChanged("child")
+		}()
+		return json.RawMessage(`{"task_id":"child","host":"b"}`), nil
+	}}
+	rt = New(Config{Host: "a", Calls: caller, Local: task.New(task.Config{Store: st, Agents: agents.Default(),
+		Supervisor: tasktest.New(), Workspace: t.TempDir(), Host: "a", Hosts: fixedHosts{{Name: "a"}, {Name: "b"}}})})
+	t.Cleanup(func() { _ = rt.Shutdown(context.Background()) })
+
+	b, err := rt.Send(context.Background(), task.SendRequest{TaskID: "parent", Prompt: "q"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"task_id":"child","host":"b"}`, string(b))
+	_, err = rt.Task("child")
+	assert.NoError(t, err, "the follow-up is in this daemon's ledger when send_task answers")
+	res, err := rt.Wait(context.Background(), []string{"child"}, 0)
+	require.NoError(t, err)
+	assert.Len(t, res.Pending, 1)
+	wg.Wait()
 }

@@ -1,4 +1,4 @@
-package task
+package routing
 
 import (
 	"context"
@@ -15,12 +15,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/notify"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
 // sharedStore is one store written by two services, the way a cluster's
@@ -53,10 +54,10 @@ func (s *sharedStore) Transition(id string, to ledger.Status, now time.Time, edi
 	return t, err
 }
 
-// loopDispatcher hands spawns straight to another service's
+// loopDispatcher hands spawns straight to another router's
 // HandleDispatch; the hosts it knows are live.
 type loopDispatcher struct {
-	hosts   map[string]*Service
+	hosts   map[string]*Router
 	notTake bool
 }
 
@@ -66,13 +67,14 @@ func (d *loopDispatcher) Live(_ context.Context, host string) (bool, error) {
 
 func (d *loopDispatcher) Dispatch(ctx context.Context, host, id string, body []byte) ([]byte, error) {
 	if d.notTake {
-		return nil, fmt.Errorf("host %s: %w", host, ErrNotTaken)
+		return nil, fmt.Errorf("host %s: %w", host, jetstream.ErrWithdrawn)
 	}
 	return d.hosts[host].HandleDispatch(ctx, id, body), nil
 }
 
 type dispatchRig struct {
-	a, b       *Service
+	shared     *sharedStore
+	a, b       *Router
 	ma, mb     *notify.Markers
 	dispatcher *loopDispatcher
 }
@@ -83,9 +85,9 @@ type dispatchRig struct {
 func newDispatchRig(t *testing.T) *dispatchRig {
 	t.Helper()
 	shared := &sharedStore{Store: store.New()}
-	r := &dispatchRig{dispatcher: &loopDispatcher{hosts: map[string]*Service{}}}
+	r := &dispatchRig{shared: shared, dispatcher: &loopDispatcher{hosts: map[string]*Router{}}}
 	adapters := append(agents.DefaultAdapters(), fakeAdapter)
-	mk := func(host string, with func(*Config)) (*Service, *notify.Markers) {
+	mk := func(host string) (*Router, *notify.Markers) {
 		bin := t.TempDir()
 		for _, a := range adapters {
 			if host == "b" && a.Executable == "codex-acp" {
@@ -93,26 +95,23 @@ func newDispatchRig(t *testing.T) *dispatchRig {
 			}
 			require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
 		}
-		env := append(withoutEnv(os.Environ(), "PATH", fakeagent.ConfigEnv), "PATH="+bin)
+		// The agents see PATH alone: the fake agent needs nothing else.
+		env := []string{"PATH=" + bin}
 		sup := supervisor.New(supervisor.Config{Env: env, Timeouts: agentTimeouts, Subreaper: true})
 		uid := os.Geteuid()
 		m := notify.Open(notify.Config{Base: filepath.Join(t.TempDir(), "markers"), UID: &uid})
-		cfg := Config{
+		s := New(Config{Host: host, Hosts: r.dispatcher, Dispatch: r.dispatcher, Markers: m, Local: task.New(task.Config{
 			Store: shared, Agents: agents.NewRegistry(adapters...), Supervisor: sup, Markers: m,
-			Workspace: t.TempDir(), Host: host, Getenv: func(k string) string { return lookupEnv(env, k) },
-		}
-		if with != nil {
-			with(&cfg)
-		}
-		s := New(cfg)
+			Workspace: t.TempDir(), Host: host, Getenv: func(k string) string { return map[string]string{"PATH": bin}[k] },
+		})})
 		t.Cleanup(func() {
 			require.NoError(t, s.Shutdown(context.Background()))
 			_ = m.Close()
 		})
 		return s, m
 	}
-	r.a, r.ma = mk("a", func(c *Config) { c.Dispatcher = r.dispatcher })
-	r.b, r.mb = mk("b", nil)
+	r.a, r.ma = mk("a")
+	r.b, r.mb = mk("b")
 	r.dispatcher.hosts["b"] = r.b
 	shared.changed = func(id string) { r.a.LedgerChanged(id) }
 	return r
@@ -123,7 +122,7 @@ func (r *dispatchRig) waitA(t *testing.T, id string) map[string]any {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		res, err := r.a.Wait(ctx, []string{id}, MaxWait)
+		res, err := r.a.Wait(ctx, []string{id}, task.MaxWait)
 		require.NoError(t, err, "task %s did not finish", id)
 		if res.Reason == "terminal" {
 			b, err := r.a.Task(id)
@@ -145,7 +144,7 @@ func TestDispatchSpawnOnOtherHost(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b, err := r.a.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "b"})
+			b, err := r.a.Spawn(context.Background(), task.SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "b"})
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -173,24 +172,24 @@ func TestDispatchSpawnOnOtherHost(t *testing.T) {
 func TestDispatchRefusals(t *testing.T) {
 	r := newDispatchRig(t)
 	ws := agentWorkspace(t, nil)
-	req := SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "nowhere"}
-	var te *Error
+	req := task.SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "nowhere"}
+	var te *task.Error
 
 	_, err := r.a.Spawn(context.Background(), req)
 	require.ErrorAs(t, err, &te)
-	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Equal(t, task.InvalidRequest, te.Code)
 	assert.Contains(t, te.Message, `"nowhere"`)
 
 	req.Host, req.Ask = "b", []string{"edit"}
 	_, err = r.a.Spawn(context.Background(), req)
 	require.ErrorAs(t, err, &te)
-	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Equal(t, task.InvalidRequest, te.Code)
 	assert.Contains(t, te.Message, "ask does not go with host b")
 
 	req.Ask, req.Workspace = nil, filepath.Join(ws, "missing")
 	_, err = r.a.Spawn(context.Background(), req)
 	require.ErrorAs(t, err, &te)
-	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Equal(t, task.InvalidRequest, te.Code)
 	assert.Contains(t, te.Message, req.Workspace)
 
 	req.Workspace = ws
@@ -200,7 +199,7 @@ func TestDispatchRefusals(t *testing.T) {
 	rec := decode(t, b)
 	assert.Equal(t, "failed", rec["status"])
 	assert.Equal(t, "b", rec["host"])
-	p, err := r.a.Events(EventsRequest{TaskID: rec["task_id"].(string), EventTypes: []string{"error"}})
+	p, err := r.a.Events(task.EventsRequest{TaskID: rec["task_id"].(string), EventTypes: []string{"error"}})
 	require.NoError(t, err)
 	assert.Len(t, p.Events, 1)
 	require.Eventually(t, func() bool { _, err := os.Stat(r.ma.Path(rec["task_id"].(string))); return err == nil }, 30*time.Second, 5*time.Millisecond,
@@ -210,24 +209,9 @@ func TestDispatchRefusals(t *testing.T) {
 	r.dispatcher.notTake = true
 	_, err = r.a.Spawn(context.Background(), req)
 	require.ErrorAs(t, err, &te)
-	assert.Equal(t, InvalidRequest, te.Code)
+	assert.Equal(t, task.InvalidRequest, te.Code)
 	assert.Contains(t, te.Message, "host b did not take the task")
-	assert.False(t, errors.Is(err, ErrNotTaken), "the caller sees a tool error")
-}
-
-// Without a cluster, host may name only the one host list_hosts names.
-func TestSpawnHostWithoutCluster(t *testing.T) {
-	r := newAgentRig(t, agentRigOptions{})
-	r.svc.cfg.Hosts = fixedHosts{"m"}
-	ws := agentWorkspace(t, nil)
-	b, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "m"})
-	require.NoError(t, err)
-	assert.Equal(t, "succeeded", r.wait(t, decode(t, b)["task_id"].(string))["status"])
-	_, err = r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: "p", Workspace: ws, Host: "x"})
-	var te *Error
-	require.ErrorAs(t, err, &te)
-	assert.Equal(t, InvalidRequest, te.Code)
-	assert.Contains(t, te.Message, `"x"`)
+	assert.False(t, errors.Is(err, jetstream.ErrWithdrawn), "the caller sees a tool error")
 }
 
 // What another daemon sends is read as a client's arguments are: bytes
@@ -247,16 +231,16 @@ func TestHandedAndRoutedBytesRefused(t *testing.T) {
 		var rep handedReply
 		require.NoError(t, json.Unmarshal(r.b.HandleDispatch(ctx, uuid.NewString(), []byte(body)), &rep), body)
 		require.NotNil(t, rep.Error, body)
-		assert.Contains(t, []Code{InvalidRequest, UnknownAgent}, rep.Error.Code, body)
+		assert.Contains(t, []task.Code{task.InvalidRequest, task.UnknownAgent}, rep.Error.Code, body)
 		assert.Nil(t, rep.Task, body)
 	}
 	for _, c := range []struct{ op, req string }{
 		{OpCancel, `not json`}, {OpSend, `{"task_id":7}`}, {OpDescribe, `[`}, {"format-disk", `{}`},
 	} {
-		_, err := r.b.ServeCall(ctx, c.op, json.RawMessage(c.req))
-		var te *Error
+		_, err := r.b.ServeCall(ctx, c.op, []byte(c.req))
+		var te *jetstream.CallError
 		require.ErrorAs(t, err, &te, c.op)
-		assert.Equal(t, InvalidRequest, te.Code, c.op)
+		assert.Equal(t, string(task.InvalidRequest), te.Code, c.op)
 	}
 	// A spawn a local call would take, under an id no dispatcher of ours
 	// would hand: not a UUID, or an existing task's; or with a marker
@@ -271,41 +255,41 @@ func TestHandedAndRoutedBytesRefused(t *testing.T) {
 		var rep handedReply
 		require.NoError(t, json.Unmarshal(r.b.HandleDispatch(ctx, c.id, []byte(c.body)), &rep), c.id)
 		require.NotNil(t, rep.Error, c.id)
-		assert.Equal(t, InvalidRequest, rep.Error.Code, c.id)
+		assert.Equal(t, task.InvalidRequest, rep.Error.Code, c.id)
 		assert.Contains(t, rep.Error.Message, c.says, c.id)
 		assert.Nil(t, rep.Task, c.id)
 	}
-	list, err := r.b.ListTasks(ListRequest{})
+	list, err := r.b.ListTasks(task.ListRequest{})
 	require.NoError(t, err)
 	assert.Empty(t, list.Tasks, "nothing was created")
 
 	// A routed call for a task a third host runs is refused, not routed
 	// on: the caller routes to the owner.
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	_, err = r.b.cfg.Store.Create(ledger.NewTask{ID: "theirs", Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "c"}, t0)
+	_, err = r.shared.Create(ledger.NewTask{ID: "theirs", Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "c"}, t0)
 	require.NoError(t, err)
 	for _, st := range []ledger.Status{ledger.Starting, ledger.Running} {
-		_, err := r.b.cfg.Store.Transition("theirs", st, t0)
+		_, err := r.shared.Transition("theirs", st, t0)
 		require.NoError(t, err)
 	}
 	for _, c := range []struct{ op, req string }{
 		{OpCancel, `{"task_id":"theirs"}`}, {OpSend, `{"task_id":"theirs","prompt":"again"}`},
 	} {
-		_, err := r.b.ServeCall(ctx, c.op, json.RawMessage(c.req))
-		var te *Error
+		_, err := r.b.ServeCall(ctx, c.op, []byte(c.req))
+		var te *jetstream.CallError
 		require.ErrorAs(t, err, &te, c.op)
-		assert.Equal(t, InvalidRequest, te.Code, c.op)
+		assert.Equal(t, string(task.InvalidRequest), te.Code, c.op)
 		assert.Contains(t, te.Message, "runs on host c", c.op)
 	}
-	st, err := r.b.cfg.Store.Status("theirs")
+	st, err := r.shared.Status("theirs")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.Running, st, "the third host's task is untouched")
 	existing := uuid.NewString()
-	_, err = r.b.cfg.Store.Create(ledger.NewTask{ID: existing, Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "c"}, t0)
+	_, err = r.shared.Create(ledger.NewTask{ID: existing, Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "c"}, t0)
 	require.NoError(t, err)
 	var rep handedReply
 	require.NoError(t, json.Unmarshal(r.b.HandleDispatch(ctx, existing, []byte(good)), &rep))
 	require.NotNil(t, rep.Error)
-	assert.Equal(t, InvalidRequest, rep.Error.Code, "an existing task's id")
+	assert.Equal(t, task.InvalidRequest, rep.Error.Code, "an existing task's id")
 	assert.Contains(t, rep.Error.Message, "existing task")
 }
