@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 )
 
 // TestFinishedTaskLetsGoOfItsSession: once a task's process is gone its
@@ -18,21 +20,28 @@ func TestFinishedTaskLetsGoOfItsSession(t *testing.T) {
 	run, err := r.svc.lookup(id)
 	require.NoError(t, err)
 	c := run.chain
-	c.mu.Lock()
-	assert.Nil(t, c.session, "the finished task let go of its session")
-	assert.True(t, c.noResume, "and kept that the fake agent cannot resume")
-	c.mu.Unlock()
+	// session reads the chain's process and what it kept, on its loop.
+	session := func() (sess *acpsession.Session, noResume bool) {
+		c.do(func() {
+			if c.proc != nil {
+				sess = c.proc.sess
+			}
+			noResume = c.noResume
+		})
+		return sess, noResume
+	}
+	sess, noResume := session()
+	assert.Nil(t, sess, "the finished task let go of its session")
+	assert.True(t, noResume, "and kept that the fake agent cannot resume")
 
 	kept := r.spawn(t, SpawnRequest{Agent: "fake", Prompt: "p", Workspace: agentWorkspace(t, nil), KeepAlive: true})
 	r.wait(t, kept)
 	run, err = r.svc.lookup(kept)
 	require.NoError(t, err)
 	c = run.chain
-	c.mu.Lock()
-	assert.NotNil(t, c.session, "a kept process keeps its session")
-	c.mu.Unlock()
+	sess, _ = session()
+	assert.NotNil(t, sess, "a kept process keeps its session")
 	r.cancel(t, kept) // ends the kept process
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	assert.Nil(t, c.session, "let go once the kept process exited")
+	sess, _ = session()
+	assert.Nil(t, sess, "let go once the kept process exited")
 }

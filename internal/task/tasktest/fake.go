@@ -20,12 +20,17 @@ type Supervisor struct {
 	// context; Start then fails if that context has ended, as the real
 	// supervisor does before it launches anything.
 	BeforeStart func(ctx context.Context)
-	// BeforeStop, when set, runs first in every Stop (the task has recorded
-	// task_cancelled by then).
+	// BeforeStop, when set, runs first in the end of every Stop, on the
+	// goroutine that ends the run (the task has recorded task_cancelled by
+	// then), with Stop's context.
 	BeforeStop func(ctx context.Context, r *Run)
 	// Started receives each run as it starts (buffered; never blocks Start
 	// when full).
 	Started chan *Run
+
+	// ending are the goroutines that end stopped runs; Shutdown waits for
+	// them.
+	ending sync.WaitGroup
 
 	mu       sync.Mutex
 	next     supervisor.RunID
@@ -86,7 +91,9 @@ func (f *Supervisor) Start(ctx context.Context, spec supervisor.Spec, sink super
 }
 
 // Stop implements task.Supervisor: the run ends as stopped, with the
-// agent reporting cancelled.
+// agent reporting cancelled. As the real supervisor's coordinator does, a
+// goroutine of the run ends it, never Stop's caller: that may be what the
+// sink's Exited waits for.
 func (f *Supervisor) Stop(ctx context.Context, id supervisor.RunID) {
 	f.mu.Lock()
 	r := f.runs[id]
@@ -94,11 +101,13 @@ func (f *Supervisor) Stop(ctx context.Context, id supervisor.RunID) {
 	if r == nil {
 		return
 	}
-	if f.BeforeStop != nil {
-		f.BeforeStop(ctx, r)
-	}
-	code := 0
-	r.End(supervisor.Exit{ExitCode: &code, StopReason: "cancelled", Stopped: true})
+	f.ending.Go(func() {
+		if f.BeforeStop != nil {
+			f.BeforeStop(ctx, r)
+		}
+		code := 0
+		r.End(supervisor.Exit{ExitCode: &code, StopReason: "cancelled", Stopped: true})
+	})
 	select {
 	case <-r.done:
 	case <-ctx.Done():
@@ -117,16 +126,9 @@ func (f *Supervisor) Shutdown(ctx context.Context) error {
 	for _, r := range runs {
 		f.Stop(ctx, r.ID)
 	}
+	f.ending.Wait()
 	return nil
 }
-
-// Send implements task.Supervisor: no run of the fake is kept.
-func (f *Supervisor) Send(context.Context, supervisor.RunID, supervisor.Turn) error {
-	return supervisor.ErrNotKept
-}
-
-// CancelTurn implements task.Supervisor: the fake has no turns to cancel.
-func (f *Supervisor) CancelTurn(supervisor.RunID, supervisor.Sink) {}
 
 // LookPath implements task.Supervisor: every agent is "installed".
 func (f *Supervisor) LookPath(name string) (string, error) { return "/fake/bin/" + name, nil }
