@@ -35,8 +35,8 @@ type run struct {
 	stopCh   chan struct{} // closed by the first Stop (or Shutdown)
 
 	runDone    chan struct{} // closed when Conversation.Run returned
-	stopReason string // set before runDone is closed
-	runErr     error  // set before runDone is closed
+	stopReason string        // set before runDone is closed
+	runErr     error         // set before runDone is closed
 
 	waitDone chan struct{}    // closed when cmd.Wait returned
 	state    *os.ProcessState // set before waitDone is closed

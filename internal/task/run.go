@@ -257,8 +257,8 @@ func (r *taskRun) requestStop(source string) (started, live bool) {
 const droppedInterval = time.Second
 
 var (
-	_ supervisor.Sink     = (*taskRun)(nil)
-	_ acpsession.Sink     = (*taskRun)(nil)
+	_ supervisor.Sink = (*taskRun)(nil)
+	_ acpsession.Sink = (*taskRun)(nil)
 )
 
 type errorFields struct {
