@@ -28,19 +28,21 @@ type Supervisor struct {
 	// when full).
 	Started chan *Run
 
-	// ending are the goroutines that end stopped runs; Shutdown waits for
-	// them.
-	ending sync.WaitGroup
-
 	mu       sync.Mutex
 	next     supervisor.RunID
 	runs     map[supervisor.RunID]*Run
 	shutting bool
+	// ending counts the goroutines that end stopped runs; Shutdown waits
+	// (ended) until none is left.
+	ending int
+	ended  *sync.Cond
 }
 
 // New returns a fake supervisor.
 func New() *Supervisor {
-	return &Supervisor{Started: make(chan *Run, 1024), runs: make(map[supervisor.RunID]*Run)}
+	f := &Supervisor{Started: make(chan *Run, 1024), runs: make(map[supervisor.RunID]*Run)}
+	f.ended = sync.NewCond(&f.mu)
+	return f
 }
 
 // Run is one fake run.
@@ -97,17 +99,26 @@ func (f *Supervisor) Start(ctx context.Context, spec supervisor.Spec, sink super
 func (f *Supervisor) Stop(ctx context.Context, id supervisor.RunID) {
 	f.mu.Lock()
 	r := f.runs[id]
+	if r != nil {
+		f.ending++
+	}
 	f.mu.Unlock()
 	if r == nil {
 		return
 	}
-	f.ending.Go(func() {
+	go func() {
+		defer func() {
+			f.mu.Lock()
+			f.ending--
+			f.ended.Broadcast()
+			f.mu.Unlock()
+		}()
 		if f.BeforeStop != nil {
 			f.BeforeStop(ctx, r)
 		}
 		code := 0
 		r.End(supervisor.Exit{ExitCode: &code, StopReason: "cancelled", Stopped: true})
-	})
+	}()
 	select {
 	case <-r.done:
 	case <-ctx.Done():
@@ -126,7 +137,11 @@ func (f *Supervisor) Shutdown(ctx context.Context) error {
 	for _, r := range runs {
 		f.Stop(ctx, r.ID)
 	}
-	f.ending.Wait()
+	f.mu.Lock()
+	for f.ending > 0 {
+		f.ended.Wait()
+	}
+	f.mu.Unlock()
 	return nil
 }
 
