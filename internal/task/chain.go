@@ -514,9 +514,9 @@ func isClosed(c <-chan struct{}) bool {
 
 // goLoop runs a chain's loop on a goroutine that Shutdown waits for.
 func (s *Service) goLoop(loop func()) {
-	s.mu.Lock()
+	s.loopsMu.Lock()
 	s.loops++
-	s.mu.Unlock()
+	s.loopsMu.Unlock()
 	go func() {
 		defer s.loopEnded()
 		loop()
@@ -524,8 +524,8 @@ func (s *Service) goLoop(loop func()) {
 }
 
 func (s *Service) loopEnded() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.loopsMu.Lock()
+	defer s.loopsMu.Unlock()
 	s.loops--
 	if s.loops == 0 && s.loopsIdle != nil {
 		close(s.loopsIdle)
@@ -535,16 +535,16 @@ func (s *Service) loopEnded() {
 
 // awaitLoops waits until no chain's loop runs, or ctx ends.
 func (s *Service) awaitLoops(ctx context.Context) error {
-	s.mu.Lock()
+	s.loopsMu.Lock()
 	if s.loops == 0 {
-		s.mu.Unlock()
+		s.loopsMu.Unlock()
 		return nil
 	}
 	if s.loopsIdle == nil {
 		s.loopsIdle = make(chan struct{})
 	}
 	idle := s.loopsIdle
-	s.mu.Unlock()
+	s.loopsMu.Unlock()
 	select {
 	case <-idle:
 		return nil

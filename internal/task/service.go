@@ -4,9 +4,9 @@
 // and records what comes back as events.
 //
 // Lock order: Service.endMu, then Service.mu, then a taskRun's mu, then
-// the store's own locks. A taskRun's wmu (what its watchers read) and a
-// chain's mailbox lock (chain.go) are leaves: taken under another or
-// alone, and nothing is taken under them. Neither lock is held across
+// the store's own locks. A taskRun's wmu (what its watchers read), a
+// chain's mailbox lock and Service.loopsMu (chain.go) are leaves: taken
+// under another or alone, and nothing is taken under them. Neither lock is held across
 // supervisor calls, marker I/O or waiting. One agent session's run time
 // (its process, ACP session, follow-up queue, keep-alive and current
 // task) belongs to its chain's loop (chain.go): nothing else writes it,
@@ -189,7 +189,9 @@ type Service struct {
 	// handed are the tasks this daemon handed to other hosts (dispatch.go).
 	handed handedOut
 	// loops counts the chains' loops that run (chain.go); loopsIdle, when
-	// not nil, is closed once none does.
+	// not nil, is closed once none does. loopsMu guards both: a leaf, as
+	// a loop may start from under any lock (a lost record's stop).
+	loopsMu   sync.Mutex
 	loops     int
 	loopsIdle chan struct{}
 }
