@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -36,6 +37,13 @@ func TestImportRules(t *testing.T) {
 	for _, leaf := range []string{"ledger", "fsowner", "supervisor", "permission", "leakcheck", "syncbuf", "jsonstr", "acpsession/fakeagent", "version", "hostsetup", "gctune"} {
 		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
 	}
+	// The supervisor knows processes, not turns (intent 0036): no type,
+	// function, method or interface method of its API is about a turn.
+	// A kept session's turns, and whose they are, are task's.
+	doc, err := exec.Command("go", "doc", "-all", module+"/internal/supervisor").Output()
+	require.NoError(t, err)
+	turnAPI := regexp.MustCompile(`(?m)^(func .*Turn|type \w*Turn|\s+\w*Turn\w*\()`)
+	assert.Empty(t, turnAPI.FindAllString(string(doc), -1), "internal/supervisor declares no turn API")
 	// The packages that check who owns a path share one check, and import
 	// nothing else of ours.
 	for _, pkg := range []string{"notify", "worktree", "envfile", "daemon"} {

@@ -47,21 +47,15 @@
 // within Drain after its pipes were closed and its context cancelled (Exit.Err
 // says so). Neither calls the Sink.
 //
-// # Kept processes
+// # Turns
 //
-// A run's first turn is Conversation.Run; a run whose Sink is a TurnSink
-// can take more turns on the same process. When a turn ends with a stop
-// reason, the agent still runs and no stop was asked, the coordinator asks
-// the sink for the next turn (TurnEnded). It runs one returned at once;
-// else, with a keep-alive (Spec.KeepAlive, then the last turn's
-// Turn.KeepAlive), the process is kept: the coordinator waits for a turn
-// handed in by Send, the agent's exit, a stop, or the keep-alive's end,
-// whichever comes first (its timer is the coordinator's, stopped when it
-// stops waiting). Without one, or when the wait ends without a turn, the
-// run ends as it would have after its turn: Exited goes to the Sink of the
-// last turn. CancelTurn cancels the current turn without ending the
-// process, so that a next turn can follow it. Kept runs are live runs for
-// Stop and Shutdown.
+// The supervisor knows processes, not turns. A Conversation may span many
+// prompt turns on one process (a kept agent session's follow-ups): the
+// caller's Conversation.Run returns only when the conversation is over,
+// and whatever it did in between, which turn ran and whose it was, is the
+// caller's to know. The run's end above begins when Run returns, when the
+// agent exits, or when Stop is called (Conversation.Cancel then asks the
+// conversation to end, whatever it is doing).
 //
 // # Stderr
 //
@@ -95,9 +89,7 @@
 // Supervisor; Shutdown waits for them.
 //
 // Lock order: there is none, because no two locks are ever held together.
-// A run's sinkMu guards its current sink; CancelTurn holds it across
-// Conversation.Cancel, which must not block, so that no turn begins between
-// the check of the sink and the cancel.
+// A run's Sink and Conversation are fixed before its goroutines start.
 // Supervisor.mu guards the run table and the shutdown state and is never held
 // across I/O or a Sink call. The package-level children.mu guards the set of
 // pids whose cmd.Wait has not returned; it is held across cmd.Start (so a
@@ -122,12 +114,14 @@ import (
 // layer supplies it (an ACP session); the supervisor only starts it, asks it
 // to stop, and waits for it.
 type Conversation interface {
-	// Run drives the conversation to the end of its turn. It returns the
-	// turn's stop reason, or an error when the turn did not end normally
-	// (setup failure, agent gone, ctx cancelled).
+	// Run drives the conversation to its end: one turn, or as many as its
+	// caller gives it. It returns the last turn's stop reason, or an error
+	// when that turn did not end normally (setup failure, agent gone, ctx
+	// cancelled).
 	Run(ctx context.Context) (stopReason string, err error)
-	// Cancel asks the agent to end its turn early. It does not block and may
-	// be called at any time, more than once.
+	// Cancel asks the conversation to end early: the turn that runs, and
+	// any turn after it. It does not block and may be called at any time,
+	// more than once.
 	Cancel()
 	// Done is closed when the conversation has read the agent's stdout to its
 	// end and delivered everything it read to its sink.
@@ -150,51 +144,11 @@ type Spec struct {
 	Dir string
 	// Converse starts the protocol conversation once the process runs.
 	Converse ConverseFunc
-	// KeepAlive, when positive, keeps the process after a turn that ended
-	// with a stop reason: the Sink, which must then be a TurnSink, is told
-	// (TurnEnded), and the process waits up to KeepAlive for a next turn
-	// (Send) before it is ended as usual. See "Kept processes".
-	KeepAlive time.Duration
 }
 
-// TurnSink is the Sink of a run whose process may take more than one
-// turn. A Sink that is one is asked, at the end of every turn that ended
-// with a stop reason while the agent still runs and no stop was asked,
-// for the next turn to run on the process.
-type TurnSink interface {
-	Sink
-	// TurnEnded is called, from the run's coordinator, when a turn ended
-	// with a stop reason. It returns the turn to run next on the process,
-	// at once, or nil: the process is then kept (TurnEnd.KeptUntil set)
-	// or ended as usual, Exited last. Once it returned a turn, the sink
-	// gets no more calls for the run; the turn's own Sink does.
-	TurnEnded(TurnEnd) *Turn
-}
-
-// TurnEnd is the end of one turn of a run.
-type TurnEnd struct {
-	StopReason string
-	PID        int
-	// KeptUntil is when the process ends unless a turn is sent to it;
-	// zero when it is not kept (no KeepAlive).
-	KeptUntil time.Time
-}
-
-// Turn is a next turn on a run's process.
-type Turn struct {
-	// Run drives the turn over the run's conversation, as
-	// Conversation.Run drives the first.
-	Run func(ctx context.Context, conv Conversation) (stopReason string, err error)
-	// Sink gets what the run observes from the turn's start on.
-	Sink TurnSink
-	// KeepAlive is the keep-alive after this turn (0: the process ends
-	// after it, unless its TurnEnded returns another turn).
-	KeepAlive time.Duration
-}
-
-// Sink receives what the supervisor observes about one run. Calls for a run
-// are made from several goroutines but never concurrently with Exited, which
-// is always the last call.
+// Sink receives what the supervisor observes about one run: the same Sink
+// for the whole run. Calls for a run are made from several goroutines but
+// never concurrently with Exited, which is always the last call.
 type Sink interface {
 	// ProcessStarted is called once, from within Start, before any other
 	// call for the run.
@@ -216,7 +170,7 @@ type Exit struct {
 	ExitCode *int
 	// Signal names the signal that killed the agent ("SIGKILL"), or "".
 	Signal string
-	// StopReason is the turn's stop reason, "" when the turn did not end.
+	// StopReason is the last turn's stop reason, "" when it did not end.
 	StopReason string
 	// Stopped reports that Stop was called before the run ended.
 	Stopped bool

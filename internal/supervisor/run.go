@@ -20,36 +20,23 @@ type run struct {
 	id     RunID
 	pid    int         // also the process group id (Setpgid)
 	groups GroupRecord // nil: none
-	// sink is the current turn's; the coordinator changes it when a turn
-	// begins, while the stderr reader and CancelTurn read it. conv is set
-	// under it too, once, by Start.
-	sinkMu sync.Mutex
 	sink   Sink
 	conv   Conversation
-
-	keep    time.Duration // the current turn's keep-alive
-	next    chan Turn     // Send hands a turn to a kept run
-	noTurns chan struct{} // closed when the run takes no more turns
-	t       Timeouts
-	log     *slog.Logger
+	t      Timeouts
+	log    *slog.Logger
 
 	cmd    *exec.Cmd
 	stdin  *os.File // our write end of the agent's stdin
 	stdout *os.File // our read end of the agent's stdout
 	stderr *os.File // our read end of the agent's stderr
 	cancel context.CancelFunc
-	// ctx is the run's own context (cancel's), which every turn's Run
-	// gets: it lives exactly as long as the run.
-	ctx context.Context
 
 	stopOnce sync.Once
 	stopCh   chan struct{} // closed by the first Stop (or Shutdown)
 
-	// runDone is closed when the current turn's Run returned; the
-	// coordinator replaces it when a turn begins.
-	runDone    chan struct{}
-	stopReason string // set before runDone is closed
-	runErr     error  // set before runDone is closed
+	runDone    chan struct{} // closed when Conversation.Run returned
+	stopReason string        // set before runDone is closed
+	runErr     error         // set before runDone is closed
 
 	waitDone chan struct{}    // closed when cmd.Wait returned
 	state    *os.ProcessState // set before waitDone is closed
@@ -138,9 +125,8 @@ const maxStderrLine = 8 * MaxStderrPiece
 
 func (r *run) deliverStderr(line []byte) {
 	pieces := SplitLine(line, MaxStderrPiece)
-	sink := r.currentSink()
 	for i, p := range pieces {
-		sink.Stderr(p, i+1, len(pieces))
+		r.sink.Stderr(p, i+1, len(pieces))
 	}
 }
 
@@ -148,10 +134,10 @@ func (r *run) closeStdin() {
 	r.stdinOnce.Do(func() { r.stdin.Close() })
 }
 
-// coordinate owns the end of the run: it ends the turn, the process and the
-// group, waits for the run's goroutines, then calls Exited exactly once.
+// coordinate owns the end of the run: it ends the conversation, the process
+// and the group, waits for the run's goroutines, then calls Exited exactly
+// once.
 func (r *run) coordinate() {
-	r.turns()
 	exit := r.end()
 	exit.PID = r.pid
 	r.exit = exit
@@ -160,88 +146,14 @@ func (r *run) coordinate() {
 	} else if r.groups != nil {
 		r.groups.Ended(r.pid)
 	}
-	r.currentSink().Exited(exit)
+	r.sink.Exited(exit)
 	close(r.done)
-}
-
-func (r *run) currentSink() Sink {
-	r.sinkMu.Lock()
-	defer r.sinkMu.Unlock()
-	return r.sink
-}
-
-// turns runs the run's turns until the run is to end: a turn failed, the
-// agent exited, a stop was asked, or no next turn came (see "Kept
-// processes"). The last turn's Run may still be running when it returns.
-func (r *run) turns() {
-	defer close(r.noTurns)
-	for {
-		select {
-		case <-r.runDone:
-		case <-r.waitDone:
-			return
-		case <-r.stopCh:
-			return
-		}
-		if r.runErr != nil || r.stopReason == "" || closed(r.waitDone) || closed(r.stopCh) {
-			return
-		}
-		ts, ok := r.currentSink().(TurnSink)
-		if !ok {
-			return
-		}
-		end := TurnEnd{StopReason: r.stopReason, PID: r.pid}
-		if r.keep > 0 {
-			end.KeptUntil = time.Now().Add(r.keep)
-		}
-		next := ts.TurnEnded(end)
-		if next == nil && r.keep > 0 {
-			next = r.kept(r.keep)
-		}
-		if next == nil {
-			return
-		}
-		r.begin(*next)
-	}
-}
-
-// kept waits, the process kept, for a turn handed in by Send: up to d, and
-// not past the agent's exit or a stop. nil: none came.
-func (r *run) kept(d time.Duration) *Turn {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case t := <-r.next:
-		return &t
-	case <-timer.C:
-	case <-r.stopCh:
-	case <-r.waitDone:
-	}
-	return nil
-}
-
-// begin starts turn t on the process: its sink from now on, its Run on a
-// goroutine the coordinator waits for as for the first turn's.
-func (r *run) begin(t Turn) {
-	r.sinkMu.Lock()
-	r.sink = t.Sink
-	r.sinkMu.Unlock()
-	r.keep = t.KeepAlive
-	r.stopReason, r.runErr = "", nil
-	done := make(chan struct{})
-	r.runDone = done
-	ctx := r.ctx
-	go func() {
-		defer close(done)
-		reason, err := t.Run(ctx, r.conv)
-		r.stopReason, r.runErr = reason, err
-	}()
 }
 
 func (r *run) end() Exit {
 	t := r.t
 
-	// 1. The turn: it ends, the agent exits, or a stop is requested.
+	// 1. The conversation: it ends, the agent exits, or a stop is requested.
 	select {
 	case <-r.runDone:
 	case <-r.waitDone:
@@ -255,7 +167,7 @@ func (r *run) end() Exit {
 	// turn, not a process): an exit seen now is the agent's own.
 	selfExit := closed(r.waitDone)
 
-	// 2. A turn that ended by itself: let the agent leave by itself.
+	// 2. A conversation that ended by itself: let the agent leave by itself.
 	if closed(r.runDone) && !selfExit && !closed(r.stopCh) {
 		if r.runErr != nil && closed(r.conv.Done()) {
 			// The turn failed and the agent's stdout is at EOF: the agent

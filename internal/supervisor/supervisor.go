@@ -136,9 +136,6 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec, sink Sink) (RunID, er
 	if sink == nil {
 		return 0, errors.New("start agent: nil Sink")
 	}
-	if _, ok := sink.(TurnSink); spec.KeepAlive > 0 && !ok {
-		return 0, errors.New("start agent: Spec.KeepAlive needs a TurnSink")
-	}
 	path, err := s.LookPath(spec.Argv[0])
 	if err != nil {
 		return 0, err
@@ -193,18 +190,14 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec, sink Sink) (RunID, er
 	argv := slices.Clone(spec.Argv)
 	argv[0] = path
 	sink.ProcessStarted(r.pid, argv)
-	conv := spec.Converse(r.stdin, r.stdout)
-	if conv == nil {
-		conv = nilConversation{}
+	r.conv = spec.Converse(r.stdin, r.stdout)
+	if r.conv == nil {
+		r.conv = nilConversation{}
 	}
-	r.sinkMu.Lock() // CancelTurn reads it
-	r.conv = conv
-	r.sinkMu.Unlock()
 	// The run's context outlives Start's: the caller's request ends when
 	// Start returns, the run does not.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel, r.ctx = cancel, runCtx
-	r.keep = spec.KeepAlive
+	r.cancel = cancel
 	go r.converse(runCtx)
 	go r.readStderr()
 	go r.wait()
@@ -290,8 +283,6 @@ func (s *Supervisor) launch(id RunID, path string, env []string, spec Spec, sink
 		waitDone:   make(chan struct{}),
 		stderrDone: make(chan struct{}),
 		done:       make(chan struct{}),
-		next:       make(chan Turn),
-		noTurns:    make(chan struct{}),
 	}, nil
 }
 
@@ -338,56 +329,6 @@ func (s *Supervisor) Stop(ctx context.Context, id RunID) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
-	}
-}
-
-// ErrNotKept is Send's answer for a run that takes no turn: it is over,
-// ending, or was never started.
-var ErrNotKept = errors.New("supervisor: the agent process is not kept for a next turn")
-
-// Send hands turn t to a run whose process is kept (see "Kept
-// processes") and returns once the run took it: the turn then runs on
-// the run's goroutines, t.Sink getting the rest of the run. A run in a
-// turn takes t once that turn ended, unless its sink returned another.
-// It returns ErrNotKept when the run takes no more turns, or ctx's error;
-// then t was not taken.
-func (s *Supervisor) Send(ctx context.Context, id RunID, t Turn) error {
-	if t.Run == nil || t.Sink == nil {
-		return errors.New("supervisor: a Turn needs Run and Sink")
-	}
-	s.mu.Lock()
-	r := s.runs[id]
-	s.mu.Unlock()
-	if r == nil {
-		return ErrNotKept
-	}
-	select {
-	case r.next <- t:
-		return nil
-	case <-r.noTurns:
-		return ErrNotKept
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// CancelTurn asks the run's current turn to end early
-// (Conversation.Cancel) without ending the process, so that a next turn
-// can follow it: only while sink, the turn's, is the run's current sink,
-// so that it never reaches a turn that began meanwhile. It does not
-// block; an unknown or finished run is left as it is.
-func (s *Supervisor) CancelTurn(id RunID, sink Sink) {
-	s.mu.Lock()
-	r := s.runs[id]
-	s.mu.Unlock()
-	if r == nil {
-		return
-	}
-	// Under sinkMu: a turn cannot begin between the check and the cancel.
-	r.sinkMu.Lock()
-	defer r.sinkMu.Unlock()
-	if r.sink == sink && r.conv != nil {
-		r.conv.Cancel()
 	}
 }
 

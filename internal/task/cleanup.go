@@ -109,13 +109,11 @@ func (s *Service) CleanupWorktrees(ctx context.Context, req CleanupRequest) (Cle
 		default:
 			r.wtRemoved = true
 			// Its follow-ups share it: it is gone for them too.
-			r.chain.mu.Lock()
-			for _, m := range r.chain.members {
+			for _, m := range r.chain.tasks() {
 				if m.wt == r.wt {
 					m.wtRemoved = true
 				}
 			}
-			r.chain.mu.Unlock()
 			res.Removed = append(res.Removed, Removed{TaskID: r.id, Path: r.wt.Path, Branch: r.wt.Branch})
 			s.recordRemoval(r, req.Force)
 		}

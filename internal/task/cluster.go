@@ -87,9 +87,9 @@ func (s *Service) LedgerChanged(id string) {
 		return
 	}
 	r.mu.Lock()
-	started, ended, runID := r.started, r.ended, r.runID
+	started, ended := r.started, r.ended
 	r.mu.Unlock()
 	if started && !ended {
-		s.stopRun(runID)
+		r.chain.stopFor(r)
 	}
 }

@@ -3,10 +3,8 @@ package task
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,86 +40,6 @@ func keepAlive(keep bool, idle *int) (time.Duration, error) {
 		return 0, errorf(InvalidRequest, "idle_timeout_s must be between 1 and %d", int(MaxIdleTimeout/time.Second))
 	}
 	return time.Duration(*idle) * time.Second, nil
-}
-
-// chain is the orchestration of one agent session's tasks: the task whose
-// turn runs (live), the follow-ups waiting for it to end, in order, and
-// the process kept after the last turn. The kept process itself is the
-// supervisor's; the chain only names its run. Its lock comes after
-// Service.mu and before any taskRun's mu, and is held across no
-// supervisor call.
-type chain struct {
-	mu    sync.Mutex
-	live  *taskRun   // the task whose turn runs or whose process is ending; nil: none
-	queue []*taskRun // follow-ups waiting for live's turn to end
-	kept  *taskRun   // the task whose turn ended last on the kept process; nil: none
-	// session is the chain's latest ACP session while its process runs or
-	// is kept, asked whether the agent can resume; once no process is
-	// left the answer is kept in noResume and the session let go (it
-	// holds the whole ACP connection: a finished task must not).
-	session  *acpsession.Session
-	noResume bool
-	// members are the chain's tasks, for cleanup_worktrees.
-	members []*taskRun
-}
-
-// releaseSessionLocked lets go of the session once no process of the
-// chain is left, keeping whether the agent can resume. c.mu is held.
-func (c *chain) releaseSessionLocked() {
-	if c.session == nil || c.live != nil || c.kept != nil {
-		return
-	}
-	c.noResume = !c.session.CanResume()
-	c.session = nil
-}
-
-// cannotResumeLocked reports that the chain's agent is known not to
-// resume a session. c.mu is held.
-func (c *chain) cannotResumeLocked() bool {
-	if c.session != nil {
-		return !c.session.CanResume()
-	}
-	return c.noResume
-}
-
-// popLocked takes the next follow-up off the queue. c.mu is held.
-func (c *chain) popLocked() *taskRun {
-	if len(c.queue) == 0 {
-		return nil
-	}
-	next := c.queue[0]
-	c.queue = slices.Delete(c.queue, 0, 1)
-	return next
-}
-
-// removeQueued takes r off the queue, reporting whether it was queued.
-func (c *chain) removeQueued(r *taskRun) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	i := slices.Index(c.queue, r)
-	if i < 0 {
-		return false
-	}
-	c.queue = slices.Delete(c.queue, i, i+1)
-	return true
-}
-
-// anyLive reports whether a task of the chain has not ended, or the
-// chain's process is kept: its worktree is still in use.
-func (c *chain) anyLive() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.kept != nil || c.live != nil || len(c.queue) > 0 {
-		return true
-	}
-	for _, m := range c.members {
-		select {
-		case <-m.done:
-		default:
-			return true
-		}
-	}
-	return false
 }
 
 // followUp is what a follow-up turn needs, set before the task is known
@@ -165,10 +83,7 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 	}
 	parent, pt, adapter, areq, keep, askReq := p.parent, p.record, p.adapter, p.areq, p.keep, p.ask
 	c := parent.chain
-	c.mu.Lock()
-	onProcess := c.live != nil || c.kept != nil
-	cannotResume := c.cannotResumeLocked()
-	c.mu.Unlock()
+	onProcess, cannotResume := c.state()
 	if req.Effort != "" && adapter.EffortFlag != "" && onProcess {
 		return nil, errorf(InvalidRequest, "agent %s takes effort as a launch flag (%s): a follow-up on its running process cannot change it", adapter.Name, adapter.EffortFlag)
 	}
@@ -210,26 +125,8 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 	s.mu.Unlock()
 	parent.noteFollowUp(id)
 
-	c.mu.Lock()
-	c.members = append(c.members, r)
-	live := c.live
-	switch {
-	case live != nil && req.Interrupt:
-		c.queue = slices.Insert(c.queue, 0, r)
-	case live != nil:
-		c.queue = append(c.queue, r)
-	default:
-		c.live = r
-	}
-	c.mu.Unlock()
-	if live == nil {
-		s.startFollowUp(ctx, r)
-		return s.cfg.Store.TaskJSON(id)
-	}
-	if req.Interrupt {
-		if started, runID, ok := live.requestStop("interrupt"); ok && started {
-			s.cfg.Supervisor.CancelTurn(runID, live)
-		}
+	if wait := c.send(ctx, r, req.Interrupt); wait != nil {
+		<-wait // a stop came as the process started: its end, within the supervisor's bounds
 	}
 	return s.cfg.Store.TaskJSON(id)
 }
@@ -270,67 +167,47 @@ func (r *taskRun) noteFollowUp(child string) {
 	}
 }
 
-// startFollowUp starts follow-up r, the chain's live task now: on the
-// kept process when there is one, else in a new process that resumes the
-// session.
-func (s *Service) startFollowUp(ctx context.Context, r *taskRun) {
-	c := r.chain
-	c.mu.Lock()
-	kept := c.kept
-	c.kept = nil
-	c.mu.Unlock()
-	// A start that fails before the kept process took the turn hands the
-	// process back to the chain first: it is still running, cancel_task
-	// and the chain's next follow-up must find it, and the chain must not
-	// let go of its session.
-	fail := func(msg string) {
-		if kept != nil {
-			c.mu.Lock()
-			if c.kept == nil {
-				c.kept = kept
-			}
-			c.mu.Unlock()
-		}
-		r.failStart(msg)
-	}
+// startFollowUp starts follow-up r, the chain's live task now, on the
+// loop: on the kept process when there is one, else in a new process that
+// resumes the session. It returns the exit of a process stopped as it
+// started (nil: none).
+func (c *chain) startFollowUp(ctx context.Context, r *taskRun) <-chan struct{} {
+	s := c.s
 	if _, err := s.cfg.Store.Transition(r.id, ledger.Starting, s.cfg.Now()); err != nil {
-		fail(fmt.Sprintf("starting task: %v", err))
-		return
+		c.endLive(r, ledger.Failed, fmt.Sprintf("starting task: %v", err))
+		return nil
 	}
 	s.mu.Lock()
 	shutting := s.shutting
 	s.mu.Unlock()
 	if shutting {
-		fail("the server is shutting down; the task was not started")
-		return
+		c.endLive(r, ledger.Failed, "the server is shutting down; the task was not started")
+		return nil
 	}
-	if kept != nil {
-		kept.mu.Lock()
-		runID := kept.runID
-		kept.mu.Unlock()
-		turn, err := r.turnOn(runID)
+	// A start that fails before the kept process took the turn leaves the
+	// process kept: it still runs, and cancel_task and the chain's next
+	// follow-up must find it.
+	if c.kept != nil {
+		t, err := r.newTurn()
 		if err != nil {
-			fail(err.Error())
-			return
+			c.endLive(r, ledger.Failed, err.Error())
+			return nil
 		}
-		err = s.cfg.Supervisor.Send(context.WithoutCancel(ctx), runID, *turn)
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, supervisor.ErrNotKept) {
-			fail(err.Error())
-			return
+		c.kept = nil
+		c.stopIdle()
+		if c.begin(c.proc, t) {
+			return nil
 		}
 		// The keep-alive ended meanwhile: resume in a new process.
 	}
 	t, err := s.taskRecord(r.id)
 	if err != nil {
-		r.failStart(err.Error())
-		return
+		c.endLive(r, ledger.Failed, err.Error())
+		return nil
 	}
 	if t.SessionID == nil {
-		r.failStart("the task has no agent session to resume")
-		return
+		c.endLive(r, ledger.Failed, "the task has no agent session to resume")
+		return nil
 	}
 	startCtx, cancelStart := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStart()
@@ -339,57 +216,40 @@ func (s *Service) startFollowUp(ctx context.Context, r *taskRun) {
 	r.cancelStart = cancelStart
 	r.mu.Unlock()
 	if stopped {
-		r.endUnstarted(ledger.Cancelled, "")
-		return
+		c.endLive(r, ledger.Cancelled, "")
+		return nil
 	}
-	s.launch(ctx, startCtx, r, launchPlan{
+	return c.launch(ctx, startCtx, r, launchPlan{
 		adapter: r.fu.adapter, areq: r.fu.areq, prompt: r.fu.prompt, resumeID: *t.SessionID, cwd: r.fu.cwd, ask: r.fu.ask,
 	})
 }
 
-// turnOn returns follow-up r's turn on the kept run runID.
-func (r *taskRun) turnOn(runID supervisor.RunID) (*supervisor.Turn, error) {
+// newTurn returns follow-up r's turn on a process that runs the chain's
+// session.
+func (r *taskRun) newTurn() (*turn, error) {
 	launch, err := r.fu.adapter.Launch(r.fu.areq, r.s.cfg.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	tp := acpsession.TurnParams{Prompt: r.fu.prompt, Allow: slices.Clone(r.fu.areq.Allow), Ask: r.fu.ask, Settings: launch.Settings}
-	return &supervisor.Turn{
-		Sink:      r,
-		KeepAlive: r.keep,
-		Run: func(ctx context.Context, conv supervisor.Conversation) (string, error) {
-			sess, ok := conv.(*acpsession.Session)
-			if !ok {
-				return "", errors.New("the kept process has no ACP session")
-			}
-			if err := r.turnBegun(runID, sess); err != nil {
-				return "", err
-			}
-			return sess.Turn(ctx, tp, r)
-		},
+	return &turn{
+		task:   r,
+		params: acpsession.TurnParams{Prompt: r.fu.prompt, Allow: slices.Clone(r.fu.areq.Allow), Ask: r.fu.ask, Settings: launch.Settings},
+		begun:  make(chan error, 1),
 	}, nil
 }
 
-// errStoppedBeforeTurn: the follow-up was cancelled as its turn began on
-// the kept process.
-var errStoppedBeforeTurn = errors.New("the follow-up was cancelled before its turn began")
-
-// turnBegun records that follow-up r's turn begins on the kept run runID:
-// it is running, on the chain's process.
-func (r *taskRun) turnBegun(runID supervisor.RunID, sess *acpsession.Session) error {
-	c := r.chain
-	c.mu.Lock()
-	c.session = sess
-	c.mu.Unlock()
+// turnBegun records that follow-up r's turn begins on the chain's
+// process, whose session is sessionID: it is running.
+func (r *taskRun) turnBegun(sessionID string) error {
 	r.mu.Lock()
 	defer r.unlock()
-	r.started, r.runID = true, runID
+	r.started = true
 	if r.stopped != "" {
 		return errStoppedBeforeTurn
 	}
 	// The session of a follow-up queued before its parent's session
 	// existed is known only now.
-	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetSessionID(sess.ID())); err != nil {
+	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetSessionID(sessionID)); err != nil {
 		r.lostLocked("session id", err)
 		return err
 	}
@@ -398,63 +258,6 @@ func (r *taskRun) turnBegun(runID supervisor.RunID, sess *acpsession.Session) er
 		return err
 	}
 	return nil
-}
-
-// TurnEnded implements supervisor.TurnSink: the next follow-up runs on the
-// process at once; else, with keep_alive, the process is kept; either way
-// this task ends now, with turn_ended in place of process_exited. Without
-// either, the process ends and Exited ends the task.
-func (r *taskRun) TurnEnded(end supervisor.TurnEnd) *supervisor.Turn {
-	c := r.chain
-	for {
-		c.mu.Lock()
-		var next *taskRun
-		if c.live == r {
-			next = c.popLocked()
-			switch {
-			case next != nil:
-				c.live = next
-			case !end.KeptUntil.IsZero():
-				c.live, c.kept = nil, r
-			}
-		}
-		c.mu.Unlock()
-		if next == nil {
-			if end.KeptUntil.IsZero() {
-				return nil
-			}
-			r.endTurn(end.StopReason, end.KeptUntil)
-			return nil
-		}
-		// A follow-up that cannot take the turn gives it back to r, whose
-		// process still runs, before it ends: its end must not take the
-		// chain's next follow-up or let go of the session under r.
-		fail := func(msg string) {
-			c.mu.Lock()
-			if c.live == next {
-				c.live = r
-			}
-			c.mu.Unlock()
-			next.failStart(msg)
-		}
-		if _, err := r.s.cfg.Store.Transition(next.id, ledger.Starting, r.s.cfg.Now()); err != nil {
-			fail(fmt.Sprintf("starting task: %v", err))
-			continue
-		}
-		turn, err := next.turnOn(r.runIDNow())
-		if err != nil {
-			fail(err.Error())
-			continue
-		}
-		r.endTurn(end.StopReason, time.Time{})
-		return turn
-	}
-}
-
-func (r *taskRun) runIDNow() supervisor.RunID {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.runID
 }
 
 // endTurn ends a task whose turn ended while its process stays: the
@@ -472,47 +275,9 @@ func (r *taskRun) endTurn(stopReason string, keptUntil time.Time) {
 // keptExited records the end of the process kept after this task's turn:
 // in its record, not its log.
 func (r *taskRun) keptExited(x supervisor.Exit) {
-	c := r.chain
-	c.mu.Lock()
-	if c.kept == r {
-		c.kept = nil
-		c.releaseSessionLocked()
-	}
-	c.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetKeptProcess(x.PID, r.s.cfg.Now(), x.ExitCode, x.Signal)); err != nil {
 		r.s.log.Error("recording the end of a kept process", "task", r.id, "pid", x.PID, "err", err)
-	}
-}
-
-// advance starts the chain's next follow-up once r, its live task, ended
-// and its process with it.
-func (r *taskRun) advance() {
-	c := r.chain
-	c.mu.Lock()
-	var next *taskRun
-	if c.live == r {
-		c.live = nil
-		if next = c.popLocked(); next != nil {
-			c.live = next
-		}
-		c.releaseSessionLocked()
-	}
-	c.mu.Unlock()
-	if next != nil {
-		r.s.startFollowUp(context.Background(), next)
-	}
-}
-
-// stopKept ends the process kept after r's turn, if there is one, and
-// waits within ctx.
-func (s *Service) stopKept(ctx context.Context, r *taskRun) {
-	c := r.chain
-	c.mu.Lock()
-	kept := c.kept == r
-	c.mu.Unlock()
-	if kept {
-		s.cfg.Supervisor.Stop(ctx, r.runIDNow())
 	}
 }

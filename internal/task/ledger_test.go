@@ -129,7 +129,7 @@ func newFaultyRig(t *testing.T, l *faultyLedger, edit func(*Config)) (*rig, *log
 // event says the same, and the server's log has it.
 func requireFailedWith(t *testing.T, r *rig, logs *logRecords, id, reason string) {
 	t.Helper()
-	got := r.task(t, id)
+	got := r.ended(t, id)
 	require.Equal(t, "failed", got["status"], "%v", got)
 	assert.Equal(t, reason, got["error"])
 	var messages []any

@@ -55,9 +55,8 @@ type taskRun struct {
 	done chan struct{} // closed once the task's end is recorded
 
 	mu      sync.Mutex // the per-task lock; also orders the task's events
-	started bool
-	runID   supervisor.RunID
-	stopped string // source of the requested stop, "" if none
+	started bool       // the task's turn began: its process started, or it took a process's turn
+	stopped string     // source of the requested stop, "" if none
 	// cancelStart cuts short a start not yet under way when a stop is
 	// requested; once the process started, cancelling it does nothing.
 	cancelStart context.CancelFunc
@@ -85,8 +84,13 @@ type taskRun struct {
 	// none), keep its keep-alive (0: none), fu what a follow-up's turn
 	// needs (nil for a spawned task); all set before the run is known to
 	// others. turnEnded: the task ended with its turn while its process
-	// stayed (turn_ended), so Exited, if it comes, is the kept process's.
+	// stayed (turn_ended), so the process's exit, if it comes, is the
+	// kept process's. proc is the process the task launched (nil: none),
+	// set by its chain's loop before the launch: the task is the
+	// supervisor's Sink for that run and passes its stderr and exit on
+	// through it (chain.go).
 	chain     *chain
+	proc      *process
 	keep      time.Duration
 	fu        *followUp
 	turnEnded bool
@@ -114,7 +118,7 @@ type liveDigest struct {
 
 func newTaskRun(s *Service, id string, cancelStart context.CancelFunc) *taskRun {
 	r := &taskRun{s: s, id: id, done: make(chan struct{}), cancelStart: cancelStart, live: new(liveDigest)}
-	r.chain = &chain{members: []*taskRun{r}}
+	r.chain = newChain(s, r)
 	return r
 }
 
@@ -222,17 +226,16 @@ func (r *taskRun) finished() {
 	s.mu.Lock()
 	s.wakeLocked()
 	s.mu.Unlock()
-	r.advance()
 }
 
 // requestStop marks a live task as stopping and records task_cancelled
-// once. It reports whether the task was live.
-func (r *taskRun) requestStop(source string) (started bool, runID supervisor.RunID, live bool) {
+// once. It reports whether the task was live, and whether its turn began.
+func (r *taskRun) requestStop(source string) (started, live bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st, err := r.s.cfg.Store.Status(r.id)
 	if err != nil || st.Terminal() || r.ended {
-		return false, 0, false
+		return false, false
 	}
 	if r.stopped == "" {
 		r.stopped = source
@@ -246,7 +249,7 @@ func (r *taskRun) requestStop(source string) (started bool, runID supervisor.Run
 			r.cancelStart()
 		}
 	}
-	return r.started, r.runID, true
+	return r.started, true
 }
 
 // droppedInterval is how often, at most, a stderr_dropped event is recorded
@@ -254,8 +257,8 @@ func (r *taskRun) requestStop(source string) (started bool, runID supervisor.Run
 const droppedInterval = time.Second
 
 var (
-	_ supervisor.TurnSink = (*taskRun)(nil)
-	_ acpsession.Sink     = (*taskRun)(nil)
+	_ supervisor.Sink = (*taskRun)(nil)
+	_ acpsession.Sink = (*taskRun)(nil)
 )
 
 type errorFields struct {
@@ -345,12 +348,12 @@ func (r *taskRun) stopForLostLocked() bool {
 }
 
 // unlock releases mu and then, if a record was just lost, asks the
-// supervisor to stop the run: never under the lock.
+// chain to stop the task's process: never under the lock.
 func (r *taskRun) unlock() {
-	stop, id := r.stopForLostLocked(), r.runID
+	stop := r.stopForLostLocked()
 	r.mu.Unlock()
 	if stop {
-		r.s.stopRun(id)
+		r.chain.stopFor(r)
 	}
 }
 
@@ -603,8 +606,14 @@ func (r *taskRun) ProcessStarted(pid int, argv []string) {
 	r.touch("", 0)
 }
 
-// Stderr implements supervisor.Sink.
+// Stderr implements supervisor.Sink, for the process r launched: the line
+// goes to the task whose turn runs on it.
 func (r *taskRun) Stderr(text string, part, parts int) {
+	r.proc.task.Load().stderr(text, part, parts)
+}
+
+// stderr records one stderr line of the task's process.
+func (r *taskRun) stderr(text string, part, parts int) {
 	type piece struct {
 		Text  string `json:"text"`
 		Part  int    `json:"part,omitempty"`
@@ -664,11 +673,19 @@ func (r *taskRun) reportDroppedLocked(now time.Time) {
 	}
 }
 
-// Exited implements supervisor.Sink: pending text, then the error that
-// explains a failure, process_exited, and the terminal status_changed. For
-// a task that ended with its turn (turn_ended) it is the end of the kept
-// process, recorded in the task's record only.
+// Exited implements supervisor.Sink, for the process r launched: its
+// chain's loop ends the task whose turn ran last on it, and Exited returns
+// once it did.
 func (r *taskRun) Exited(x supervisor.Exit) {
+	p := r.proc
+	r.chain.do(func() { r.chain.exited(p, x) })
+}
+
+// processExited records the end of the task's process: pending text, then
+// the error that explains a failure, process_exited, and the terminal
+// status_changed. For a task that ended with its turn (turn_ended) it is
+// the end of the kept process, recorded in the task's record only.
+func (r *taskRun) processExited(x supervisor.Exit) {
 	r.mu.Lock()
 	kept := r.turnEnded
 	r.mu.Unlock()

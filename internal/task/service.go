@@ -3,11 +3,14 @@
 // agent's process to the supervisor and its conversation to an ACP session,
 // and records what comes back as events.
 //
-// Lock order: Service.endMu, then Service.mu, then a chain's mu (the
-// follow-ups of one session, followup.go), then a taskRun's mu, then the
-// store's own locks. A taskRun's wmu (what its watchers read) is a leaf:
-// taken under mu or alone, and nothing is taken under it.
-// Neither lock is held across supervisor calls, marker I/O or waiting.
+// Lock order: Service.endMu, then Service.mu, then a taskRun's mu, then
+// the store's own locks. A taskRun's wmu (what its watchers read), a
+// chain's mailbox lock and Service.loopsMu (chain.go) are leaves: taken
+// under another or alone, and nothing is taken under them. Neither lock is held across
+// supervisor calls, marker I/O or waiting. One agent session's run time
+// (its process, ACP session, follow-up queue, keep-alive and current
+// task) belongs to its chain's loop (chain.go): nothing else writes it,
+// and a goroutine that waits for a loop holds none of these locks.
 package task
 
 import (
@@ -16,12 +19,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,11 +45,6 @@ type Supervisor interface {
 	// goes on either way, so a ctx already done only asks (stopRun).
 	Stop(ctx context.Context, id supervisor.RunID)
 	Shutdown(ctx context.Context) error
-	// Send hands a follow-up turn to a kept run (supervisor.ErrNotKept:
-	// it takes none); CancelTurn cancels the turn of sink without ending
-	// the process.
-	Send(ctx context.Context, id supervisor.RunID, t supervisor.Turn) error
-	CancelTurn(id supervisor.RunID, sink supervisor.Sink)
 	LookPath(name string) (string, error)
 	// RunCommand runs a helper command (git) whose exit status the
 	// subreaper must leave to it.
@@ -82,8 +78,6 @@ type Markers interface {
 	Path(taskID string) string
 	Touch(taskID string) error
 }
-
-var _ supervisor.Conversation = (*acpsession.Session)(nil)
 
 // Limits of the tools, as the README states them.
 const (
@@ -186,6 +180,12 @@ type Service struct {
 	changed  chan struct{}          // closed and replaced whenever a task ends or a question opens or closes
 	asks     map[string]*pendingAsk // open permission questions, by key (ask.go)
 	askSeq   uint64
+	// loops counts the chains' loops that run (chain.go); loopsIdle, when
+	// not nil, is closed once none does. loopsMu guards both: a leaf, as
+	// a loop may start from under any lock (a lost record's stop).
+	loopsMu   sync.Mutex
+	loops     int
+	loopsIdle chan struct{}
 }
 
 // New returns a Service.
@@ -324,11 +324,10 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 		return nil, fmt.Errorf("starting task: %w", err)
 	}
 	r.touch("", 0)
-	if shutting {
-		r.failStart("the server is shutting down; the task was not started")
-		return s.cfg.Store.TaskJSON(id)
+	lp := launchPlan{adapter: adapter, areq: areq, prompt: req.Prompt, resumeID: req.SessionID, cwd: cwd, ask: s.askPolicy(req, id)}
+	if wait := r.chain.first(ctx, startCtx, r, shutting, lp); wait != nil {
+		<-wait // a stop came as the process started: its end, within the supervisor's bounds
 	}
-	s.launch(ctx, startCtx, r, launchPlan{adapter: adapter, areq: areq, prompt: req.Prompt, resumeID: req.SessionID, cwd: cwd, ask: s.askPolicy(req, id)})
 	return s.cfg.Store.TaskJSON(id)
 }
 
@@ -342,58 +341,9 @@ type launchPlan struct {
 	ask      permission.Ask // the first turn's ask policy
 }
 
-// launch starts the agent of task r, in starting, in a new process:
-// startCtx is the start's, which a stop requested meanwhile cancels; ctx
-// bounds the stop of a run that started as a stop came.
-func (s *Service) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan) {
-	id := r.id
-	launch, err := lp.adapter.Launch(lp.areq, s.cfg.Getenv)
-	if err != nil {
-		r.failStart(err.Error())
-		return
-	}
-	params := acpsession.Params{
-		Cwd: lp.cwd, Prompt: lp.prompt, ResumeID: lp.resumeID, KeepOpen: lp.adapter.KeepSessionOpen,
-		Settings: launch.Settings, Allow: slices.Clone(lp.areq.Allow), Ask: lp.ask, RequestTimeout: s.cfg.RequestTimeout,
-		ClientVersion: s.cfg.Version, Slots: s.slots, Keep: r.keep > 0,
-	}
-	spec := supervisor.Spec{
-		Argv: launch.Argv, Env: launch.Env, Dir: lp.cwd, KeepAlive: r.keep,
-		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
-			sess := acpsession.Start(stdin, stdout, params, r, s.log.With("task", id))
-			r.chain.mu.Lock()
-			r.chain.session = sess
-			r.chain.mu.Unlock()
-			return sess
-		},
-	}
-	// A stop requested from here on cancels startCtx: a start not yet under
-	// way does not begin, and the task ends cancelled without a process.
-	runID, err := s.cfg.Supervisor.Start(startCtx, spec, r)
-	if err != nil {
-		if errors.Is(err, context.Canceled) && ctx.Err() == nil {
-			r.endUnstarted(ledger.Cancelled, "")
-		} else {
-			r.failStart(err.Error())
-		}
-		return
-	}
-
-	r.mu.Lock()
-	r.started, r.runID = true, runID
-	// A cancel or shutdown arrived while the process was starting (the
-	// canceller waits on r.done), or a record was lost meanwhile (the task
-	// has failed): stop here, within the supervisor's bounds.
-	stopNow := r.stopped != "" || r.stopForLostLocked()
-	r.mu.Unlock()
-	if stopNow {
-		s.cfg.Supervisor.Stop(context.WithoutCancel(ctx), runID)
-	}
-}
-
 // stopRun asks the supervisor to stop a run and returns at once: the run's
-// end comes back through Exited, and the caller may be one of the run's
-// own goroutines (a sink call), which the run's end waits for. Stop with a
+// end comes back through Exited, and the caller may be a chain's loop,
+// which Exited waits for. Stop with a
 // context already done asks for the stop and does not wait; the stop
 // itself goes on.
 func (s *Service) stopRun(id supervisor.RunID) {
@@ -596,16 +546,14 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 	if r == nil {
 		return s.cancelElsewhere(id)
 	}
-	started, runID, requested := r.requestStop("cancel_task")
-	switch {
-	case requested && !started && r.chain.removeQueued(r):
-		// A queued follow-up: it ends here, the turn before it untouched.
-		r.endUnstarted(ledger.Cancelled, "")
-	case requested && started:
-		s.cfg.Supervisor.Stop(ctx, runID)
-	case !requested:
-		// A finished task whose process is kept: that process ends.
-		s.stopKept(ctx, r)
+	r.requestStop("cancel_task")
+	// A queued follow-up ends at once, the turn before it untouched; else
+	// the process of its turn ends, or the process kept after it.
+	if wait := r.chain.cancel(r); wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
 	}
 	select {
 	case <-r.done:
@@ -698,8 +646,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for _, r := range runs {
-		if _, _, live := r.requestStop("shutdown"); live && r.chain.removeQueued(r) {
-			r.endUnstarted(ledger.Cancelled, "")
+		if _, live := r.requestStop("shutdown"); live {
+			r.chain.dequeue(r)
 		}
 	}
 	// Kept processes are the supervisor's live runs: Shutdown ends them.
@@ -710,6 +658,10 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			return errors.Join(err, ctx.Err())
 		}
+	}
+	// The chains' loops record the last exits; then none is left.
+	if lerr := s.awaitLoops(ctx); lerr != nil {
+		return errors.Join(err, lerr)
 	}
 	return err
 }

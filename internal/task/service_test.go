@@ -67,6 +67,17 @@ func (r *rig) task(t *testing.T, id string) map[string]any {
 	return decode(t, b)
 }
 
+// ended waits for the task to end, as wait_tasks does, and returns it:
+// a task stopped by the service (a lost record) ends once its run's end
+// came back from the supervisor, on the supervisor's goroutine.
+func (r *rig) ended(t *testing.T, id string) map[string]any {
+	t.Helper()
+	res, err := r.svc.Wait(context.Background(), []string{id}, 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "terminal", res.Reason, "the task did not end")
+	return r.task(t, id)
+}
+
 func (r *rig) events(t *testing.T, id string) []map[string]any {
 	t.Helper()
 	p, err := r.svc.Events(EventsRequest{TaskID: id, Limit: MaxPageLimit, MaxBytes: MaxPageBytes})

@@ -20,8 +20,9 @@ type Supervisor struct {
 	// context; Start then fails if that context has ended, as the real
 	// supervisor does before it launches anything.
 	BeforeStart func(ctx context.Context)
-	// BeforeStop, when set, runs first in every Stop (the task has recorded
-	// task_cancelled by then).
+	// BeforeStop, when set, runs first in the end of every Stop, on the
+	// goroutine that ends the run (the task has recorded task_cancelled by
+	// then), with Stop's context.
 	BeforeStop func(ctx context.Context, r *Run)
 	// Started receives each run as it starts (buffered; never blocks Start
 	// when full).
@@ -31,11 +32,17 @@ type Supervisor struct {
 	next     supervisor.RunID
 	runs     map[supervisor.RunID]*Run
 	shutting bool
+	// ending counts the goroutines that end stopped runs; Shutdown waits
+	// (ended) until none is left.
+	ending int
+	ended  *sync.Cond
 }
 
 // New returns a fake supervisor.
 func New() *Supervisor {
-	return &Supervisor{Started: make(chan *Run, 1024), runs: make(map[supervisor.RunID]*Run)}
+	f := &Supervisor{Started: make(chan *Run, 1024), runs: make(map[supervisor.RunID]*Run)}
+	f.ended = sync.NewCond(&f.mu)
+	return f
 }
 
 // Run is one fake run.
@@ -86,19 +93,32 @@ func (f *Supervisor) Start(ctx context.Context, spec supervisor.Spec, sink super
 }
 
 // Stop implements task.Supervisor: the run ends as stopped, with the
-// agent reporting cancelled.
+// agent reporting cancelled. As the real supervisor's coordinator does, a
+// goroutine of the run ends it, never Stop's caller: that may be what the
+// sink's Exited waits for.
 func (f *Supervisor) Stop(ctx context.Context, id supervisor.RunID) {
 	f.mu.Lock()
 	r := f.runs[id]
+	if r != nil {
+		f.ending++
+	}
 	f.mu.Unlock()
 	if r == nil {
 		return
 	}
-	if f.BeforeStop != nil {
-		f.BeforeStop(ctx, r)
-	}
-	code := 0
-	r.End(supervisor.Exit{ExitCode: &code, StopReason: "cancelled", Stopped: true})
+	go func() {
+		defer func() {
+			f.mu.Lock()
+			f.ending--
+			f.ended.Broadcast()
+			f.mu.Unlock()
+		}()
+		if f.BeforeStop != nil {
+			f.BeforeStop(ctx, r)
+		}
+		code := 0
+		r.End(supervisor.Exit{ExitCode: &code, StopReason: "cancelled", Stopped: true})
+	}()
 	select {
 	case <-r.done:
 	case <-ctx.Done():
@@ -117,16 +137,13 @@ func (f *Supervisor) Shutdown(ctx context.Context) error {
 	for _, r := range runs {
 		f.Stop(ctx, r.ID)
 	}
+	f.mu.Lock()
+	for f.ending > 0 {
+		f.ended.Wait()
+	}
+	f.mu.Unlock()
 	return nil
 }
-
-// Send implements task.Supervisor: no run of the fake is kept.
-func (f *Supervisor) Send(context.Context, supervisor.RunID, supervisor.Turn) error {
-	return supervisor.ErrNotKept
-}
-
-// CancelTurn implements task.Supervisor: the fake has no turns to cancel.
-func (f *Supervisor) CancelTurn(supervisor.RunID, supervisor.Sink) {}
 
 // LookPath implements task.Supervisor: every agent is "installed".
 func (f *Supervisor) LookPath(name string) (string, error) { return "/fake/bin/" + name, nil }
