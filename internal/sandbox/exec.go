@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -44,6 +45,18 @@ func Command(self string, p *Policy, argv []string) (cmd []string, env []string,
 	}
 	cmd = append([]string{self, Subcommand, "--"}, argv...)
 	return cmd, []string{PolicyEnv + "=" + string(data)}, nil
+}
+
+// The pre-exec step execs from the process's main thread: the death
+// signal the supervisor sets (PR_SET_PDEATHSIG) belongs to that thread
+// alone, and a program exec'd from another thread starts without it (seen
+// in TestDeathSignalSurvivesThePreExecStep before this). Locking the main
+// goroutine in an init keeps main, and so Main, on the main thread; only
+// the subcommand's process is affected.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == Subcommand {
+		runtime.LockOSThread()
+	}
 }
 
 // UsageError is a command line the pre-exec step does not take.

@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -120,6 +121,9 @@ func restrictThread(p *Policy) error {
 	}
 	defer unix.Close(fd)
 	runtime.LockOSThread() // never unlocked: the thread execs or the process exits
+	if unix.Gettid() != unix.Getpid() {
+		return errors.New("sandbox: the pre-exec step runs off the main thread, whose death signal the agent would lose")
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("sandbox: no_new_privs: %w", err)
 	}
