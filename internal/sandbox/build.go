@@ -198,7 +198,17 @@ func Build(s Spec) (*Policy, error) {
 	p.ConnectTCP = ports(s.Env, s.AllowPorts, s.DenyPorts)
 	p.Writable = compact(p.Writable)
 	p.Create = compact(p.Create)
-	p.Readable = compact(p.Readable)
+	readable := compact(p.Readable)
+	p.Readable = nil
+	for _, r := range readable {
+		if fi, err := os.Stat(r); err != nil {
+			continue
+		} else if fi.IsDir() {
+			p.Readable = append(p.Readable, r)
+		} else {
+			p.ReadableFiles = append(p.ReadableFiles, r)
+		}
+	}
 	return p, p.Validate()
 }
 

@@ -5,7 +5,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -56,40 +55,21 @@ func config(p *Policy, abi int) landlock.Config {
 	return c
 }
 
-// rules turns the policy into Landlock rules. A directory and a file take
-// different rights (the kernel refuses directory rights on a file).
-func rules(p *Policy, abi int) ([]landlock.Rule, error) {
-	var rs []landlock.Rule
-	for _, w := range p.Writable {
-		fi, err := os.Stat(w)
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: writable %q: %w", w, err)
-		}
-		if !fi.IsDir() {
-			rs = append(rs, landlock.RWFiles(w))
-			continue
-		}
-		r := landlock.RWDirs(w).WithRefer()
-		if abi >= 9 {
-			r = r.WithResolveUnix()
-		}
-		rs = append(rs, r)
+// rules turns the policy into Landlock rules. The policy says which
+// paths are directories and which files, as the kernel refuses directory
+// rights on a file: the pre-exec step stats nothing (a path whose kind
+// changed since is refused by the kernel, and the agent does not start).
+func rules(p *Policy, abi int) []landlock.Rule {
+	w := landlock.RWDirs(p.Writable...).WithRefer()
+	if abi >= 9 {
+		w = w.WithResolveUnix()
 	}
-	for _, r := range p.Readable {
-		fi, err := os.Stat(r)
-		switch {
-		case err != nil:
-			// Gone since the policy was made: nothing to open.
-		case fi.IsDir():
-			rs = append(rs, landlock.RODirs(r))
-		default:
-			rs = append(rs, landlock.ROFiles(r))
-		}
-	}
-	for _, d := range p.Devices {
-		if _, err := os.Stat(d); err == nil {
-			rs = append(rs, landlock.RWFiles(d).WithIoctlDev())
-		}
+	rs := []landlock.Rule{
+		w,
+		// Gone since the policy was made: nothing to open.
+		landlock.RODirs(p.Readable...).IgnoreIfMissing(),
+		landlock.ROFiles(p.ReadableFiles...).IgnoreIfMissing(),
+		landlock.RWFiles(p.Devices...).WithIoctlDev().IgnoreIfMissing(),
 	}
 	for _, port := range p.ConnectTCP {
 		rs = append(rs, landlock.ConnectTCP(port))
@@ -97,7 +77,7 @@ func rules(p *Policy, abi int) ([]landlock.Rule, error) {
 	for _, port := range p.BindTCP {
 		rs = append(rs, landlock.BindTCP(port))
 	}
-	return rs, nil
+	return rs
 }
 
 // restrictThread confines the calling OS thread, which stays locked and
@@ -108,11 +88,7 @@ func restrictThread(p *Policy) error {
 	if err != nil {
 		return err
 	}
-	rs, err := rules(p, abi)
-	if err != nil {
-		return err
-	}
-	fd, flags, err := config(p, abi).NewRulesetFD(rs...)
+	fd, flags, err := config(p, abi).NewRulesetFD(rules(p, abi)...)
 	if err != nil {
 		return fmt.Errorf("sandbox: ruleset: %w", err)
 	}

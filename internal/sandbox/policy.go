@@ -62,15 +62,17 @@ func ModeFor(m Mode, allowsWrites bool) Mode {
 // with everything below it.
 type Policy struct {
 	Mode Mode `json:"mode"`
-	// Writable: read, write, create, remove, rename within and between
-	// them, execute.
+	// Writable are directories to read, write, create and remove in,
+	// rename within and between, execute in.
 	Writable []string `json:"writable"`
 	// Create lists those of Writable the pre-exec step creates (0700) when
 	// missing: the agent's state and temp directories, which a closed home
 	// would not let the agent create itself.
 	Create []string `json:"create,omitempty"`
-	// Readable: read, list, execute. A file or a directory.
+	// Readable are directories to read, list and execute in.
 	Readable []string `json:"readable"`
+	// ReadableFiles are files to read and execute.
+	ReadableFiles []string `json:"readable_files,omitempty"`
 	// Devices: device files and directories of them the process may read,
 	// write and use ioctl on (/dev/null, /dev/tty, /dev/pts).
 	Devices []string `json:"devices,omitempty"`
@@ -109,7 +111,7 @@ func (p *Policy) Validate() error {
 	lists := []struct {
 		name  string
 		paths []string
-	}{{"writable", p.Writable}, {"create", p.Create}, {"readable", p.Readable}, {"devices", p.Devices}}
+	}{{"writable", p.Writable}, {"create", p.Create}, {"readable", p.Readable}, {"readable_files", p.ReadableFiles}, {"devices", p.Devices}}
 	n := 0
 	for _, l := range lists {
 		n += len(l.paths)
