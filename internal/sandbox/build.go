@@ -147,7 +147,9 @@ func Build(s Spec) (*Policy, error) {
 			return nil, err
 		}
 		p.Writable = append(p.Writable, w...)
-		p.Create = append(p.Create, w[1:]...) // all but the private git dir, which exists
+		if len(w) > 0 {
+			p.Create = append(p.Create, w[1:]...) // all but the private git dir, which exists
+		}
 		p.Readable = append(p.Readable, r...)
 	}
 	for _, l := range []struct {
