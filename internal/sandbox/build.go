@@ -46,6 +46,9 @@ type Spec struct {
 	// AllowPorts are TCP ports added to those the agent needs
 	// (--sandbox-allow-port).
 	AllowPorts []uint16
+	// BindPorts are the TCP ports the agent serves itself on (opencode's
+	// server, cline's hub; the agent table's): bound and connected to.
+	BindPorts []uint16
 	// DenyPorts are symm-mcp's own listeners (the daemon's HTTP port),
 	// never reachable whatever else names them.
 	DenyPorts []uint16
@@ -197,7 +200,12 @@ func Build(s Spec) (*Policy, error) {
 		p.Writable = append(p.Writable, "/dev/shm")
 	}
 
-	p.ConnectTCP = ports(s.Env, s.AllowPorts, s.DenyPorts)
+	p.ConnectTCP = ports(s.Env, append(slices.Clone(s.AllowPorts), s.BindPorts...), s.DenyPorts)
+	for _, b := range s.BindPorts {
+		if b != 0 && !slices.Contains(s.DenyPorts, b) && !slices.Contains(p.BindTCP, b) {
+			p.BindTCP = append(p.BindTCP, b)
+		}
+	}
 	p.Writable = compact(p.Writable)
 	p.Create = compact(p.Create)
 	readable := compact(p.Readable)

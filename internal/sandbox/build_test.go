@@ -173,11 +173,12 @@ func TestBuildPorts(t *testing.T) {
 			"HTTPS_PROXY=socks5://proxy", "COPILOT_PROVIDER_BASE_URL=::not a url", "OTHER_URL=http://h:6000",
 		},
 		AllowPorts: []uint16{7000, 0},
+		BindPorts:  []uint16{4096, 9000},
 		DenyPorts:  []uint16{9000},
 	})
 	require.NoError(t, err)
-	assert.Equal(t, []uint16{53, 443, 1080, 7000, 8080}, p.ConnectTCP)
-	assert.Empty(t, p.BindTCP)
+	assert.Equal(t, []uint16{53, 443, 1080, 4096, 7000, 8080}, p.ConnectTCP)
+	assert.Equal(t, []uint16{4096}, p.BindTCP, "never one of symm-mcp's own")
 	assert.True(t, p.Scope)
 }
 

@@ -106,5 +106,5 @@ func restrictThread(p *Policy) error {
 	if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
 		return fmt.Errorf("sandbox: landlock_restrict_self: %w", err)
 	}
-	return nil
+	return denyMPTCP()
 }

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,6 +69,25 @@ func probe(args []string) int {
 			var c net.Conn
 			if c, err = net.Dial("tcp", arg); err == nil {
 				c.Close()
+			}
+		case "listen":
+			var lc net.ListenConfig
+			lc.SetMultipathTCP(false) // Landlock rules TCP, not Multipath TCP
+			var l net.Listener
+			if l, err = lc.Listen(context.Background(), "tcp", arg); err == nil {
+				l.Close()
+			}
+		case "mptcp":
+			var d net.Dialer
+			d.SetMultipathTCP(true)
+			var c net.Conn
+			if c, err = d.Dial("tcp", arg); err == nil {
+				c.Close()
+			}
+		case "mptcp-socket":
+			var fd int
+			if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP); err == nil {
+				unix.Close(fd)
 			}
 		case "abstract":
 			var c net.Conn
@@ -201,6 +221,9 @@ func (f *fixture) ops() []string {
 		"read", f.gitconfig,
 		"connect", f.allowed,
 		"connect", f.denied,
+		"mptcp", f.allowed,
+		"mptcp", f.denied,
+		"mptcp-socket", "-",
 		"abstract", f.abstract,
 		"signal", strconv.Itoa(os.Getpid()),
 	}
@@ -283,6 +306,9 @@ func TestWorkspaceConfinesChildAndGrandchild(t *testing.T) {
 		"read " + f.gitconfig:                            "",
 		"connect " + f.allowed:                           "",
 		"connect " + f.denied:                            "EACCES",
+		"mptcp " + f.allowed:                             "", // as plain TCP
+		"mptcp " + f.denied:                              "EACCES",
+		"mptcp-socket -":                                 "EPROTONOSUPPORT",
 		"abstract " + f.abstract:                         "EPERM",
 		"signal " + strconv.Itoa(os.Getpid()):            "EPERM",
 	}
