@@ -199,3 +199,31 @@ func TestPolicyRoundTrip(t *testing.T) {
 	_, err = Build(Spec{Mode: Off, Home: "/h", Workspace: "/w"})
 	require.Error(t, err)
 }
+
+func TestDecodePolicyBounds(t *testing.T) {
+	many := func(n int, item string) string {
+		s := ""
+		for i := range n {
+			if i > 0 {
+				s += ","
+			}
+			s += item
+		}
+		return s
+	}
+	for name, c := range map[string]struct{ json, want string }{
+		"too many paths": {`{"mode":"read-only","writable":[],"readable":[` + many(maxPaths+1, `"/usr"`) + `],"connect_tcp":[],"scope":true}`, "paths"},
+		"too many ports": {`{"mode":"read-only","writable":[],"readable":[],"connect_tcp":[` + many(maxPorts+1, "443") + `],"scope":true}`, "ports"},
+		"NUL in a path":  {`{"mode":"read-only","writable":["/a\u0000b"],"readable":[],"connect_tcp":[],"scope":true}`, "NUL"},
+		"empty path":     {`{"mode":"read-only","writable":[""],"readable":[],"connect_tcp":[],"scope":true}`, "empty"},
+		"null":           {`null`, "mode"},
+		"array":          {`[]`, "not a policy"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := DecodePolicy([]byte(c.json))
+			var pe *PolicyError
+			require.ErrorAs(t, err, &pe)
+			assert.Contains(t, pe.Error(), c.want)
+		})
+	}
+}

@@ -21,11 +21,13 @@ func (e *UnsupportedError) Error() string {
 }
 
 // Check returns the kernel's Landlock ABI level, and a *UnsupportedError
-// when it is below MinABI.
+// when it is below MinABI or the architecture has no Multipath TCP filter.
 func Check() (int, error) {
 	abi := ABI()
 	var missing string
 	switch {
+	case abi >= MinABI && !multipathFilter:
+		missing = "a seccomp filter for Multipath TCP on this architecture"
 	case abi >= MinABI:
 		return abi, nil
 	case abi <= 0:

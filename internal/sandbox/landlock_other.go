@@ -6,6 +6,8 @@ import "errors"
 
 const missingLandlock = "Landlock (Linux only)"
 
+const multipathFilter = false
+
 // ABI is 0: Landlock is Linux's.
 func ABI() int { return 0 }
 

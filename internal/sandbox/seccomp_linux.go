@@ -20,16 +20,18 @@ import (
 
 // seccomp_data offsets.
 const (
-	offNr       = 0
-	offArch     = 4
-	offArg2Low  = 16 + 2*8 // args[2] (protocol); the kernel reads an int
-	retAllow    = unix.SECCOMP_RET_ALLOW
-	retNoMPTCP  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPROTONOSUPPORT)
-	ldAbs       = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-	jeq         = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-	ret         = unix.BPF_RET | unix.BPF_K
-	unsupported = 0
+	offNr      = 0
+	offArch    = 4
+	offArg2Low = 16 + 2*8 // args[2] (protocol); the kernel reads an int
+	retAllow   = unix.SECCOMP_RET_ALLOW
+	retNoMPTCP = unix.SECCOMP_RET_ERRNO | uint32(unix.EPROTONOSUPPORT)
+	ldAbs      = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	jeq        = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	ret        = unix.BPF_RET | unix.BPF_K
 )
+
+// multipathFilter: the filter knows this architecture's numbers.
+var multipathFilter = thisArch.native != 0
 
 // mptcpFilter is the filter for this architecture's numbers (seccomp_*.go).
 func mptcpFilter(a seccompArch) []unix.SockFilter {
@@ -62,9 +64,6 @@ type seccompArch struct {
 // the filter stays with the agent and everything it starts. no_new_privs
 // must be set.
 func denyMPTCP() error {
-	if thisArch.native == unsupported {
-		return &UnsupportedError{ABI: ABI(), Missing: "a seccomp filter for Multipath TCP on this architecture"}
-	}
 	f := mptcpFilter(thisArch)
 	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
 	if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0); err != nil {
