@@ -14,6 +14,11 @@ require (
 )
 
 require (
+	github.com/landlock-lsm/go-landlock v0.11.2
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
+)
+
+require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect

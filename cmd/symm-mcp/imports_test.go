@@ -34,7 +34,7 @@ func TestImportRules(t *testing.T) {
 		}
 		return r
 	}
-	for _, leaf := range []string{"ledger", "fsowner", "supervisor", "permission", "leakcheck", "syncbuf", "jsonstr", "acpsession/fakeagent", "version", "hostsetup", "gctune"} {
+	for _, leaf := range []string{"ledger", "fsowner", "supervisor", "permission", "leakcheck", "syncbuf", "jsonstr", "acpsession/fakeagent", "version", "hostsetup", "gctune", "sandbox"} {
 		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
 	}
 	// The supervisor knows processes, not turns (intent 0036): no type,

@@ -27,6 +27,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/gctune"
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
 	"github.com/symm-mcp/symm-mcp/internal/notify"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
@@ -215,6 +216,8 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 			return status(args[1:], os.Stdout, stderr)
 		case "shutdown":
 			return shutdown(args[1:], os.Stdout, stderr)
+		case sandbox.Subcommand: // hidden: the pre-exec step of a sandboxed agent
+			return sandbox.Main(args[1:], stderr)
 		}
 	}
 	o, code, done := parse(args, stderr)

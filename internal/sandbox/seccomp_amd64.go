@@ -1,0 +1,13 @@
+//go:build linux
+
+package sandbox
+
+import "golang.org/x/sys/unix"
+
+var thisArch = seccompArch{
+	native:            unix.AUDIT_ARCH_X86_64,
+	socket:            unix.SYS_SOCKET,
+	socketAlt:         unix.SYS_SOCKET | 0x40000000, // the x32 ABI's
+	foreignSocketcall: 102,                          // i386
+	foreignSocket:     359,                          // i386
+}

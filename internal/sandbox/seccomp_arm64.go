@@ -1,0 +1,13 @@
+//go:build linux
+
+package sandbox
+
+import "golang.org/x/sys/unix"
+
+var thisArch = seccompArch{
+	native:            unix.AUDIT_ARCH_AARCH64,
+	socket:            unix.SYS_SOCKET,
+	socketAlt:         unix.SYS_SOCKET,
+	foreignSocketcall: 281, // arm (EABI has no socketcall; its socket)
+	foreignSocket:     281,
+}

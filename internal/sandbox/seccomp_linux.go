@@ -1,0 +1,73 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Landlock's TCP rules do not cover Multipath TCP: a socket made with
+// IPPROTO_MPTCP connected to a port outside the list (seen in a probe
+// before this filter, with net.mptcp.enabled=1). A seccomp filter makes
+// socket(2) with that protocol fail with EPROTONOSUPPORT, on which Go,
+// curl and the others fall back to plain TCP, which Landlock rules. The
+// other architecture the kernel runs (i386 on amd64) passes socket
+// arguments through memory the filter cannot read, so its socket calls
+// fail: a 32-bit program in the sandbox has no network.
+
+// seccomp_data offsets.
+const (
+	offNr      = 0
+	offArch    = 4
+	offArg2Low = 16 + 2*8 // args[2] (protocol); the kernel reads an int
+	retAllow   = unix.SECCOMP_RET_ALLOW
+	retNoMPTCP = unix.SECCOMP_RET_ERRNO | uint32(unix.EPROTONOSUPPORT)
+	ldAbs      = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	jeq        = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	ret        = unix.BPF_RET | unix.BPF_K
+)
+
+// multipathFilter: the filter knows this architecture's numbers.
+var multipathFilter = thisArch.native != 0
+
+// mptcpFilter is the filter for this architecture's numbers (seccomp_*.go).
+func mptcpFilter(a seccompArch) []unix.SockFilter {
+	return []unix.SockFilter{
+		/* 0 */ {Code: ldAbs, K: offArch},
+		/* 1 */ {Code: jeq, K: a.native, Jt: 0, Jf: 5}, // other arch: 7
+		/* 2 */ {Code: ldAbs, K: offNr},
+		/* 3 */ {Code: jeq, K: a.socket, Jt: 1, Jf: 0}, // 5
+		/* 4 */ {Code: jeq, K: a.socketAlt, Jt: 0, Jf: 5}, // 5, else allow
+		/* 5 */ {Code: ldAbs, K: offArg2Low},
+		/* 6 */ {Code: jeq, K: unix.IPPROTO_MPTCP, Jt: 4, Jf: 3}, // refuse, allow
+		/* 7 */ {Code: ldAbs, K: offNr},
+		/* 8 */ {Code: jeq, K: a.foreignSocketcall, Jt: 2, Jf: 0}, // refuse
+		/* 9 */ {Code: jeq, K: a.foreignSocket, Jt: 1, Jf: 0}, // refuse
+		/* 10 */ {Code: ret, K: retAllow},
+		/* 11 */ {Code: ret, K: retNoMPTCP},
+	}
+}
+
+// seccompArch holds the numbers the filter compares.
+type seccompArch struct {
+	native            uint32 // AUDIT_ARCH_* of GOARCH
+	socket            uint32 // its socket(2)
+	socketAlt         uint32 // the same call under another ABI of the arch (x32)
+	foreignSocketcall uint32 // the compat architecture's socketcall(2)
+	foreignSocket     uint32 // and socket(2)
+}
+
+// denyMPTCP installs the filter on the calling thread, which then execs:
+// the filter stays with the agent and everything it starts. no_new_privs
+// must be set.
+func denyMPTCP() error {
+	f := mptcpFilter(thisArch)
+	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
+	if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0); err != nil {
+		return fmt.Errorf("sandbox: seccomp filter: %w", err)
+	}
+	return nil
+}

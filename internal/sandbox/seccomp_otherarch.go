@@ -1,0 +1,6 @@
+//go:build linux && !amd64 && !arm64
+
+package sandbox
+
+// thisArch is unknown: denyMPTCP refuses, and no task is confined.
+var thisArch seccompArch
