@@ -150,7 +150,9 @@ type fastUpdate struct {
 }
 
 // at is the span of tok, which ends at sc.Pos, without its quotes.
-func at(sc *jsonscan.Scanner, tok []byte) span { return span{off: sc.Pos - len(tok) + 1, n: len(tok) - 2} }
+func at(sc *jsonscan.Scanner, tok []byte) span {
+	return span{off: sc.Pos - len(tok) + 1, n: len(tok) - 2}
+}
 
 // toolSpans are a tool call's fields, as sent.
 type toolSpans struct {
