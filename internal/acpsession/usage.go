@@ -51,7 +51,8 @@ func (f UsageFields) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	sc := jsonscan.Scanner{Buf: b.Bytes()}
-	for m := sc.Members(); m.Next(); {
+	m := sc.Members()
+	for m.Next() {
 		v, ok := sc.Raw()
 		if !ok {
 			return nil, fmt.Errorf("acpsession: usage encoded as %q", b.Bytes())

@@ -136,18 +136,10 @@ func (a *Acc) ToolCall(update bool, fields []byte) {
 	// which can be kilobytes.
 	stopAtRaw := !bytes.HasSuffix(fields, []byte("]}"))
 	sc := jsonscan.Scanner{Buf: fields}
-	// str reads a value that counts when it is a string.
-	str := func() (text []byte, isStr, ok bool) {
-		if sc.Peek() != '"' {
-			return nil, false, sc.Value()
-		}
-		tok, c, ok := sc.Str()
-		if !ok {
-			return nil, false, false
-		}
-		return jsonscan.Text(tok, c), true, true
-	}
-	for m := sc.Members(); m.Next(); {
+	// Not the for statement's variable: that would be copied for each
+	// member (a fifth of this read's time).
+	m := sc.Members()
+	for m.Next() {
 		key := m.Key[1 : len(m.Key)-1] // as written: ours has no escapes
 		if stopAtRaw && isRaw(key) {
 			break
@@ -155,11 +147,11 @@ func (a *Acc) ToolCall(update bool, fields []byte) {
 		var ok bool
 		switch string(key) {
 		case "tool_call_id":
-			id, hasID, ok = str()
+			id, hasID, ok = strValue(&sc)
 		case "kind":
-			kind, hasKind, ok = str()
+			kind, hasKind, ok = strValue(&sc)
 		case "status":
-			status, hasStatus, ok = str()
+			status, hasStatus, ok = strValue(&sc)
 		case "locations":
 			locations, ok = sc.Raw()
 		default:
@@ -216,6 +208,18 @@ func (a *Acc) ToolCall(update bool, fields []byte) {
 		}
 		a.overflow[c]++
 	}
+}
+
+// strValue reads a value that counts when it is a string.
+func strValue(sc *jsonscan.Scanner) (text []byte, isStr, ok bool) {
+	if sc.Peek() != '"' {
+		return nil, false, sc.Value()
+	}
+	tok, c, ok := sc.Str()
+	if !ok {
+		return nil, false, false
+	}
+	return jsonscan.Text(tok, c), true, true
 }
 
 func isRaw(key []byte) bool { return string(key) == "raw_input" || string(key) == "raw_output" }
