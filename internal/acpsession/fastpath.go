@@ -409,7 +409,7 @@ func (u *fastUpdate) textValue() string {
 	if u.textPlain {
 		return string(c)
 	}
-	return jsonscan.Unquote(c)
+	return string(jsonscan.Text(u.text, jsonscan.Escaped)) // decoded, whatever the class
 }
 
 // fields encodes the tool call's fields as ToolCallFields encodes (no HTML

@@ -120,23 +120,12 @@ func (s *Scanner) Str() (tok []byte, c Class, ok bool) {
 		// message chunks are most of what the fast path reads), then
 		// straight to the first that does: the word test ran again for
 		// each byte up to it before, and it was a quarter of the reader's
-		// time on a message chunk (intent 0008). Once a byte over 0x7f
-		// made the class PlainUTF8, such bytes need no look.
-		if c == Plain {
-			for i+8 <= len(b) {
-				n := jsonstr.FirstPlain(binary.LittleEndian.Uint64(b[i:]))
-				i += n
-				if n < 8 {
-					break
-				}
-			}
-		} else {
-			for i+8 <= len(b) {
-				n := jsonstr.FirstSpecial(binary.LittleEndian.Uint64(b[i:]))
-				i += n
-				if n < 8 {
-					break
-				}
+		// time on a message chunk (intent 0008).
+		for i+8 <= len(b) {
+			n := jsonstr.FirstPlain(binary.LittleEndian.Uint64(b[i:]))
+			i += n
+			if n < 8 {
+				break
 			}
 		}
 		if i >= len(b) {
@@ -176,6 +165,15 @@ func (s *Scanner) Str() (tok []byte, c Class, ok bool) {
 				c = PlainUTF8
 			}
 			i++
+			// Bytes over 0x7f need no look any more: eight at a time to
+			// the next quote, backslash or control byte.
+			for i+8 <= len(b) {
+				n := jsonstr.FirstSpecial(binary.LittleEndian.Uint64(b[i:]))
+				i += n
+				if n < 8 {
+					break
+				}
+			}
 		default:
 			i++
 		}

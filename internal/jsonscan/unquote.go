@@ -22,7 +22,8 @@ func ReencodesAsIs(tok []byte, c Class) bool {
 
 // Text returns the value of a string token of class c as encoding/json
 // decodes it: the bytes between its quotes when they are the value (no
-// escapes, valid UTF-8; sharing tok's memory), else a decoded copy.
+// escapes, valid UTF-8; sharing tok's memory), else a decoded copy
+// (AppendUnquoted).
 func Text(tok []byte, c Class) []byte {
 	in := tok[1 : len(tok)-1]
 	if c == Plain || c == PlainUTF8 && utf8.Valid(in) {
@@ -31,15 +32,10 @@ func Text(tok []byte, c Class) []byte {
 	return AppendUnquoted(make([]byte, 0, len(in)), in)
 }
 
-// Unquote decodes the contents of a valid JSON string token (what lies
-// between its quotes) as encoding/json does: escapes resolved, a lone or
-// broken surrogate and each byte of invalid UTF-8 replaced by U+FFFD.
-func Unquote(in []byte) string {
-	return string(AppendUnquoted(make([]byte, 0, len(in)), in))
-}
-
-// AppendUnquoted appends the decoded contents of a valid JSON string token
-// to out, as Unquote decodes them.
+// AppendUnquoted appends the value of a valid JSON string token, decoded
+// from its contents (what lies between its quotes) as encoding/json
+// decodes it, to out: escapes resolved, a lone or broken surrogate and
+// each byte of invalid UTF-8 replaced by U+FFFD.
 func AppendUnquoted(out, in []byte) []byte {
 	for r := 0; r < len(in); {
 		switch ch := in[r]; {
