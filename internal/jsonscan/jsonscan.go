@@ -165,20 +165,40 @@ func (s *Scanner) Str() (tok []byte, c Class, ok bool) {
 				c = PlainUTF8
 			}
 			i++
-			// Bytes over 0x7f need no look any more: eight at a time to
-			// the next quote, backslash or control byte.
-			for i+8 <= len(b) {
-				n := jsonstr.FirstSpecial(binary.LittleEndian.Uint64(b[i:]))
-				i += n
-				if n < 8 {
-					break
-				}
-			}
+			// Bytes over 0x7f need no look any more: sixteen at a time
+			// (two independent word tests) to the next quote, backslash
+			// or control byte.
+			i = skipSpecial(b, i)
 		default:
 			i++
 		}
 	}
 	return nil, 0, false
+}
+
+// skipSpecial returns the index of the first quote, backslash or control
+// byte of b from i on, or a point within eight bytes of b's end before
+// which there is none.
+func skipSpecial(b []byte, i int) int {
+	for i+16 <= len(b) {
+		n1 := jsonstr.FirstSpecial(binary.LittleEndian.Uint64(b[i:]))
+		n2 := jsonstr.FirstSpecial(binary.LittleEndian.Uint64(b[i+8:]))
+		if n1 < 8 {
+			return i + n1
+		}
+		if n2 < 8 {
+			return i + 8 + n2
+		}
+		i += 16
+	}
+	for i+8 <= len(b) {
+		n := jsonstr.FirstSpecial(binary.LittleEndian.Uint64(b[i:]))
+		i += n
+		if n < 8 {
+			break
+		}
+	}
+	return i
 }
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }

@@ -22,7 +22,7 @@ var seeds = []string{
 	`true`, `tru`, `nul`, `null `, `falsey`, `1 2`, ``, ` `,
 	`{"k":{"k":{"k":[{"x":"\""}]}}}`, `{"a":1}{}`,
 	nested(MaxDepth), nested(MaxDepth + 1),
-	`"ééééééééé\"ab\u0041éééé\n xxxxxxxx"`, "\"éééééééé\x1fxxxxxxxx\"", "\"ééééééééxxxxxxxx\\q\"",
+	`"ééééééééé\"ab\u0041éééé\n xxxxxxxx"`, `"éééééééééééééééééé\"ééééééééééééééé"`, `"éxxxxxxxxxxxxxxx\\"`, `"éxxxxxxxxxxxxxxxxxxxxxxx\\"`, "\"éééééééé\x1fxxxxxxxx\"", "\"ééééééééxxxxxxxx\\q\"",
 	`{"tool_call_id":"b\u0041","kind":"edit","raw_input":{"s":"\"}"},"locations":[{"path":"/p"}]}`,
 }
 
