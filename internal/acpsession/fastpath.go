@@ -3,6 +3,8 @@ package acpsession
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/symm-mcp/symm-mcp/internal/jsonscan"
 )
 
 // The fast path. Nearly every line an agent writes in a turn is a
@@ -19,7 +21,7 @@ import (
 // key that matches one of ours only when case is ignored, a repeated key, a
 // value of a type the general path treats specially, an id, a result or an
 // error — it gives up, and the line takes the general path. This file is
-// all the fast path knows of ACP; jscan (jsonscan.go) is the JSON grammar
+// all the fast path knows of ACP; the jsonscan package is the JSON grammar
 // under it.
 
 // readFast reads b, a trimmed line starting with '{', as a session/update
@@ -147,8 +149,10 @@ type fastUpdate struct {
 	method                      bool // the top walk read the method
 }
 
-// at is the span of tok, which ends at sc.i, without its quotes.
-func at(sc *jscan, tok []byte) span { return span{off: sc.i - len(tok) + 1, n: len(tok) - 2} }
+// at is the span of tok, which ends at sc.Pos, without its quotes.
+func at(sc *jsonscan.Scanner, tok []byte) span {
+	return span{off: sc.Pos - len(tok) + 1, n: len(tok) - 2}
+}
 
 // toolSpans are a tool call's fields, as sent.
 type toolSpans struct {
@@ -171,6 +175,10 @@ const updateTextKeys = 1<<0 | 1<<1
 // members before it (a _meta of its own) is read whole, not copied.
 const maxTextPrefix = 1 << 10
 
+// maxFastDepth bounds the arrays and objects a value the fast path skips
+// may nest; a deeper line takes the general path.
+const maxFastDepth = 1000
+
 // The keys the fast path reads, in each object it looks into.
 var (
 	topKeys     = []string{"method", "params", "id", "result", "error"}
@@ -182,8 +190,8 @@ var (
 // scan reads b as a session/update notification; false when it is not
 // one, or not one readFast reads exactly.
 func (u *fastUpdate) scan(b []byte) bool {
-	sc := jscan{b: b}
-	w := sc.walk(topKeys)
+	sc := jsonscan.Scanner{Buf: b, MaxDepth: maxFastDepth}
+	w := sc.Walk(topKeys)
 	return u.top(&sc, &w)
 }
 
@@ -191,7 +199,7 @@ func (u *fastUpdate) scan(b []byte) bool {
 // as p left it, the innermost first. False when the rest is not what
 // readFast reads exactly (the whole read then decides).
 func (u *fastUpdate) resume(b []byte, p *textPrefix) bool {
-	sc := jscan{b: b, i: len(p.b)}
+	sc := jsonscan.Scanner{Buf: b, Pos: len(p.b), MaxDepth: maxFastDepth}
 	for _, f := range []struct {
 		s   span
 		dst *[]byte
@@ -203,8 +211,8 @@ func (u *fastUpdate) resume(b []byte, p *textPrefix) bool {
 	// The text is content's, and the method was read before params when
 	// the top walk had seen it there.
 	u.content, u.method = true, p.seen[0]&1 != 0
-	resumed := func(names []string, seen uint32) objWalk {
-		return objWalk{sc: &sc, names: names, seen: seen}
+	resumed := func(names []string, seen uint32) jsonscan.Walk {
+		return sc.ResumeWalk(names, seen)
 	}
 	if !u.readText(&sc) {
 		return false
@@ -215,7 +223,7 @@ func (u *fastUpdate) resume(b []byte, p *textPrefix) bool {
 	if w := resumed(updateKeys, p.seen[2]); !u.updateMembers(&sc, &w) {
 		return false
 	}
-	u.update = b[p.update:sc.i]
+	u.update = b[p.update:sc.Pos]
 	if w := resumed(paramsKeys, p.seen[1]); !u.paramsMembers(&sc, &w) {
 		return false
 	}
@@ -225,17 +233,17 @@ func (u *fastUpdate) resume(b []byte, p *textPrefix) bool {
 
 // top reads the members of the notification from w on, and then the end
 // of the line.
-func (u *fastUpdate) top(sc *jscan, w *objWalk) bool {
-	for w.next() {
-		switch w.k {
+func (u *fastUpdate) top(sc *jsonscan.Scanner, w *jsonscan.Walk) bool {
+	for w.Next() {
+		switch w.K {
 		case 0: // method
-			tok, class, ok := sc.str()
-			if !ok || class != plainASCII || string(tok) != `"`+methodUpdate+`"` {
+			tok, class, ok := sc.Str()
+			if !ok || class != jsonscan.Plain || string(tok) != `"`+methodUpdate+`"` {
 				return false
 			}
 			u.method = true
 		case 1: // params
-			u.seen[0] = w.seen
+			u.seen[0] = w.Seen
 			if !u.scanParams(sc) {
 				return false
 			}
@@ -243,139 +251,139 @@ func (u *fastUpdate) top(sc *jscan, w *objWalk) bool {
 			return false
 		}
 	}
-	sc.space()
-	return !w.bad && sc.i == len(sc.b) && u.method && u.update != nil
+	sc.Space()
+	return !w.Bad && sc.Pos == len(sc.Buf) && u.method && u.update != nil
 }
 
-func (u *fastUpdate) scanParams(sc *jscan) bool {
-	w := sc.walk(paramsKeys)
+func (u *fastUpdate) scanParams(sc *jsonscan.Scanner) bool {
+	w := sc.Walk(paramsKeys)
 	return u.paramsMembers(sc, &w)
 }
 
-func (u *fastUpdate) paramsMembers(sc *jscan, w *objWalk) bool {
-	for w.next() {
-		if w.k == 0 { // sessionId
-			tok, class, ok := sc.str()
-			if !ok || class != plainASCII {
+func (u *fastUpdate) paramsMembers(sc *jsonscan.Scanner, w *jsonscan.Walk) bool {
+	for w.Next() {
+		if w.K == 0 { // sessionId
+			tok, class, ok := sc.Str()
+			if !ok || class != jsonscan.Plain {
 				return false
 			}
 			u.sid, u.sidAt = tok[1:len(tok)-1], at(sc, tok)
 			continue
 		}
 		// update
-		if sc.peek() != '{' {
+		if sc.Peek() != '{' {
 			return false
 		}
-		start := sc.i
-		u.seen[1], u.updateAt = w.seen, start
+		start := sc.Pos
+		u.seen[1], u.updateAt = w.Seen, start
 		if !u.scanUpdate(sc) {
 			return false
 		}
-		u.update = sc.b[start:sc.i]
+		u.update = sc.Buf[start:sc.Pos]
 	}
-	return !w.bad
+	return !w.Bad
 }
 
-func (u *fastUpdate) scanUpdate(sc *jscan) bool {
-	w := sc.walk(updateKeys)
+func (u *fastUpdate) scanUpdate(sc *jsonscan.Scanner) bool {
+	w := sc.Walk(updateKeys)
 	return u.updateMembers(sc, &w)
 }
 
-func (u *fastUpdate) updateMembers(sc *jscan, w *objWalk) bool {
-	for w.next() {
-		switch k := w.k; {
+func (u *fastUpdate) updateMembers(sc *jsonscan.Scanner, w *jsonscan.Walk) bool {
+	for w.Next() {
+		switch k := w.K; {
 		case k == 0: // sessionUpdate
-			tok, class, ok := sc.str()
-			if !ok || class != plainASCII {
+			tok, class, ok := sc.Str()
+			if !ok || class != jsonscan.Plain {
 				return false
 			}
 			u.typ, u.typAt = tok[1:len(tok)-1], at(sc, tok)
 		case k == 1: // content
-			if sc.peek() != '{' {
-				if !sc.value(0) {
+			if sc.Peek() != '{' {
+				if !sc.Value() {
 					return false
 				}
 				continue
 			}
 			u.content = true
-			u.seen[2] = w.seen
+			u.seen[2] = w.Seen
 			if !u.scanContent(sc) {
 				return false
 			}
 		case k < 6: // toolCallId, title, kind, status
-			switch sc.peek() {
+			switch sc.Peek() {
 			case 'n':
-				if !sc.value(0) {
+				if !sc.Value() {
 					return false
 				}
 				continue
 			case '"':
 			default:
 				u.tool.odd = true
-				if !sc.value(0) {
+				if !sc.Value() {
 					return false
 				}
 				continue
 			}
-			tok, class, ok := sc.str()
+			tok, class, ok := sc.Str()
 			if !ok {
 				return false
 			}
-			if !reencodesAsIs(tok, class) {
+			if !jsonscan.ReencodesAsIs(tok, class) {
 				u.tool.odd = true
 			}
 			u.tool.strs[k-2] = tok
 		default: // rawInput, rawOutput, locations
-			sc.space()
-			start := sc.i
-			sc.ws = false
-			if !sc.value(0) {
+			sc.Space()
+			start := sc.Pos
+			sc.Spaced = false
+			if !sc.Value() {
 				return false
 			}
-			u.tool.raws[k-6] = sc.b[start:sc.i]
-			u.tool.loose[k-6] = sc.ws
+			u.tool.raws[k-6] = sc.Buf[start:sc.Pos]
+			u.tool.loose[k-6] = sc.Spaced
 		}
 	}
-	return !w.bad
+	return !w.Bad
 }
 
-func (u *fastUpdate) scanContent(sc *jscan) bool {
-	w := sc.walk(contentKeys)
+func (u *fastUpdate) scanContent(sc *jsonscan.Scanner) bool {
+	w := sc.Walk(contentKeys)
 	return u.contentMembers(sc, &w)
 }
 
-func (u *fastUpdate) contentMembers(sc *jscan, w *objWalk) bool {
-	for w.next() {
-		if w.k == 0 { // type
-			tok, class, ok := sc.str()
-			if !ok || class != plainASCII {
+func (u *fastUpdate) contentMembers(sc *jsonscan.Scanner, w *jsonscan.Walk) bool {
+	for w.Next() {
+		if w.K == 0 { // type
+			tok, class, ok := sc.Str()
+			if !ok || class != jsonscan.Plain {
 				return false
 			}
 			u.contentType, u.contentTypeAt = tok[1:len(tok)-1], at(sc, tok)
 			continue
 		}
 		// text
-		if sc.peek() == '"' {
-			u.seen[3], u.textAt = w.seen, sc.i
+		if sc.Peek() == '"' {
+			u.seen[3], u.textAt = w.Seen, sc.Pos
 		}
 		if !u.readText(sc) {
 			return false
 		}
 	}
-	return !w.bad
+	return !w.Bad
 }
 
 // readText reads the value of content.text.
-func (u *fastUpdate) readText(sc *jscan) bool {
-	switch sc.peek() {
+func (u *fastUpdate) readText(sc *jsonscan.Scanner) bool {
+	switch sc.Peek() {
 	case 'n':
-		return sc.value(0)
+		return sc.Value()
 	case '"':
-		tok, class, ok := sc.str()
+		tok, class, ok := sc.Str()
 		if !ok {
 			return false
 		}
-		u.text, u.textPlain = tok, class == plainASCII
+		u.text, u.textPlain = tok, class == jsonscan.Plain
 		return true
 	default: // a type error in the general path
 		return false
@@ -401,7 +409,7 @@ func (u *fastUpdate) textValue() string {
 	if u.textPlain {
 		return string(c)
 	}
-	return unquote(c)
+	return string(jsonscan.Text(u.text, jsonscan.Escaped)) // decoded, whatever the class
 }
 
 // fields encodes the tool call's fields as ToolCallFields encodes (no HTML

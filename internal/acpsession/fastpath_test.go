@@ -243,22 +243,6 @@ func TestFastPathResumes(t *testing.T) {
 	}
 }
 
-func FuzzUnquote(f *testing.F) {
-	for _, s := range []string{`"a"`, `"\ud83d\ude00"`, `"\ud800\u0041"`, "\"\xff\"", `"\u00e9\n"`, `"\udc00\ud800\udc00"`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, tok []byte) {
-		var want string
-		if json.Unmarshal(tok, &want) != nil || len(tok) < 2 || tok[0] != '"' {
-			return
-		}
-		sc := jscan{b: tok}
-		got, _, ok := sc.str()
-		require.True(t, ok, "the scanner accepts what encoding/json accepts")
-		require.Equal(t, want, unquote(got[1:len(got)-1]))
-	})
-}
-
 // Updates read before the session start is recorded are held; the reader
 // reuses its buffer meanwhile, so what is held must not share it.
 func TestHeldUpdatesDoNotShareTheLine(t *testing.T) {

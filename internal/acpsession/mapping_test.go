@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 func TestMapUpdate(t *testing.T) {
@@ -66,7 +68,7 @@ func TestMapUpdate(t *testing.T) {
 		{
 			name:   "usage update",
 			update: `{"sessionUpdate":"usage_update","used":1,"size":2}`,
-			want: Mapped{Usage: &UsageFields{Source: UsageFromUpdate, Context: &UsageContext{Used: 1, Size: 2}}, EventType: EventAgentUpdate,
+			want: Mapped{Usage: &UsageFields{Source: UsageFromUpdate, Usage: ledger.Usage{Context: &ledger.ContextUsage{Used: 1, Size: 2}}}, EventType: EventAgentUpdate,
 				Fields: AgentUpdateFields{UpdateType: "usage_update", Data: raw(`{"sessionUpdate":"usage_update","used":1,"size":2}`)}},
 		},
 		{

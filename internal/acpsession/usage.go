@@ -3,9 +3,13 @@ package acpsession
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/symm-mcp/symm-mcp/internal/jsonscan"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // EventUsage is the event type of one usage report.
@@ -21,33 +25,43 @@ const (
 )
 
 // UsageFields are the fields of a usage event: one report of the agent,
-// in symm-mcp's names, with only what the report carried. ACP defines every
-// figure as cumulative: a report replaces the one before, and is never
-// added to it.
+// its source and the figures it carried, in the ledger's model of a
+// task's usage (which takes them as the task's latest, ledger.MergeUsage).
+// ACP defines every figure as cumulative: a report replaces the one
+// before, and is never added to it.
 type UsageFields struct {
 	// Source is UsageFromUpdate or UsageFromPrompt.
-	Source            string        `json:"source"`
-	InputTokens       *int64        `json:"input_tokens,omitempty"`
-	OutputTokens      *int64        `json:"output_tokens,omitempty"`
-	ThoughtTokens     *int64        `json:"thought_tokens,omitempty"`
-	CachedReadTokens  *int64        `json:"cached_read_tokens,omitempty"`
-	CachedWriteTokens *int64        `json:"cached_write_tokens,omitempty"`
-	TotalTokens       *int64        `json:"total_tokens,omitempty"`
-	Cost              *UsageCost    `json:"cost,omitempty"`
-	Context           *UsageContext `json:"context,omitempty"`
+	Source string
+	ledger.Usage
 }
 
-// UsageCost is the session's cumulative cost.
-type UsageCost struct {
-	Amount float64 `json:"amount"`
-	// Currency is the ISO 4217 code the agent gave ("USD").
-	Currency string `json:"currency"`
-}
-
-// UsageContext is the session's context window: tokens in it, and its size.
-type UsageContext struct {
-	Used int64 `json:"used"`
-	Size int64 `json:"size"`
+// MarshalJSON writes the event's fields: the source, then the figures the
+// report carried, named and ordered as in the task's record; the figures
+// it did not carry are left out (the record shows them null).
+func (f UsageFields) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the encoder of the event decides
+	if err := enc.Encode(f.Source); err != nil {
+		return nil, err
+	}
+	out := append([]byte(`{"source":`), bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
+	b.Reset()
+	if err := enc.Encode(f.Usage); err != nil {
+		return nil, err
+	}
+	sc := jsonscan.Scanner{Buf: b.Bytes()}
+	m := sc.Members()
+	for m.Next() {
+		v, ok := sc.Raw()
+		if !ok {
+			return nil, fmt.Errorf("acpsession: usage encoded as %q", b.Bytes())
+		}
+		if string(v) != "null" {
+			out = append(append(append(append(out, ','), m.Key...), ':'), v...)
+		}
+	}
+	return append(out, '}'), nil
 }
 
 // MaxCurrencyBytes bounds the currency code kept: ISO 4217 codes have
@@ -93,11 +107,11 @@ func usageFromUpdate(raw []byte) *UsageFields {
 	f := UsageFields{Source: UsageFromUpdate}
 	used, size := count(u.Used), count(u.Size)
 	if used != nil && size != nil {
-		f.Context = &UsageContext{Used: *used, Size: *size}
+		f.Context = &ledger.ContextUsage{Used: *used, Size: *size}
 	}
 	if c := u.Cost; c != nil && c.Amount != nil && c.Currency != nil &&
 		!math.IsInf(*c.Amount, 0) && !math.IsNaN(*c.Amount) && len(*c.Currency) <= MaxCurrencyBytes && utf8.ValidString(*c.Currency) {
-		f.Cost = &UsageCost{Amount: *c.Amount, Currency: *c.Currency}
+		f.Cost = &ledger.Cost{Amount: *c.Amount, Currency: *c.Currency}
 	}
 	if f.Context == nil && f.Cost == nil {
 		return nil
@@ -119,11 +133,10 @@ func usageFromPrompt(raw []byte) *UsageFields {
 	if json.Unmarshal(raw, &u) != nil {
 		return nil
 	}
-	f := UsageFields{
-		Source:      UsageFromPrompt,
+	f := UsageFields{Source: UsageFromPrompt, Usage: ledger.Usage{
 		InputTokens: count(u.Input), OutputTokens: count(u.Output), ThoughtTokens: count(u.Thought),
 		CachedReadTokens: count(u.CachedRead), CachedWriteTokens: count(u.CachedWrite), TotalTokens: count(u.Total),
-	}
+	}}
 	if f.InputTokens == nil && f.OutputTokens == nil && f.ThoughtTokens == nil &&
 		f.CachedReadTokens == nil && f.CachedWriteTokens == nil && f.TotalTokens == nil {
 		return nil

@@ -116,6 +116,17 @@ func FirstPlain(w uint64) int {
 	return bits.TrailingZeros64(m&hi) >> 3
 }
 
+// FirstSpecial is FirstPlain for a scanner that has already met a byte
+// over 0x7f in a string: those bytes need no look any more, only a quote,
+// a backslash or a control byte does. Without it, text that is not ASCII
+// (a plan in another script, an accented document) went through a
+// scanner byte by byte.
+func FirstSpecial(w uint64) int {
+	q, b := w^(lo*'"'), w^(lo*'\\')
+	m := (w-lo*0x20)&^w | (q-lo)&^q | (b-lo)&^b
+	return bits.TrailingZeros64(m&hi) >> 3
+}
+
 func firstHTML(w uint64) int {
 	q, b, l, g, a := w^(lo*'"'), w^(lo*'\\'), w^(lo*'<'), w^(lo*'>'), w^(lo*'&')
 	m := w | (w-lo*0x20)&^w | (q-lo)&^q | (b-lo)&^b | (l-lo)&^l | (g-lo)&^g | (a-lo)&^a

@@ -43,13 +43,14 @@ func TestAppendContent(t *testing.T) {
 // each bound.
 func TestFirst(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		safe  *[utf8.RuneSelf]bool
-		first func(uint64) int
-	}{{"plain", &safePlain, FirstPlain}, {"html", &safeHTML, firstHTML}} {
+		name     string
+		safe     *[utf8.RuneSelf]bool
+		first    func(uint64) int
+		highSafe bool // bytes over 0x7f need no look
+	}{{"plain", &safePlain, FirstPlain, false}, {"html", &safeHTML, firstHTML, false}, {"special", &safePlain, FirstSpecial, true}} {
 		want := func(b []byte) int {
 			for i, x := range b {
-				if x >= utf8.RuneSelf || !c.safe[x] {
+				if x >= utf8.RuneSelf && !c.highSafe || x < utf8.RuneSelf && !c.safe[x] {
 					return i
 				}
 			}
@@ -68,7 +69,7 @@ func TestFirst(t *testing.T) {
 			for i := range b {
 				b[i] = byte(0x18 + rng.IntN(0x70))
 				if rng.IntN(4) == 0 {
-					b[i] = "\"\\<>&\x00\x7f\x80"[rng.IntN(8)]
+					b[i] = "\"\\<>&\x00\x7f\x80\xff\x1f"[rng.IntN(10)]
 				}
 			}
 			require.Equal(t, want(b), c.first(binary.LittleEndian.Uint64(b)), "%s: %x", c.name, b)

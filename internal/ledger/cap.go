@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/symm-mcp/symm-mcp/internal/jsonscan"
 )
 
 // MaxEventBytes bounds one stored event, its seq, type and time included.
@@ -29,18 +31,18 @@ type Preview struct {
 // fields (eventSize's allowance).
 func eventOverhead(quotedType []byte) int { return eventSize(quotedType, nil) }
 
-// capInner returns inner (the members of an event's fields object) when
+// capInner returns inner (the members of object, an event's fields) when
 // the event fits MaxEventBytes, and else the members with the largest
 // values replaced by their Preview, largest first, until it fits. Fields
 // that are not made of object members (which the store's callers never
 // pass) and fields too many to fit even as previews become one Preview
 // of the whole, under the key "fields".
-func capInner(quotedType, inner []byte) []byte {
+func capInner(quotedType, object, inner []byte) []byte {
 	budget := MaxEventBytes - eventOverhead(quotedType)
 	if len(inner) <= budget {
 		return inner
 	}
-	members, ok := splitMembers(inner)
+	members, ok := splitMembers(object)
 	if !ok {
 		return wholePreview(inner)
 	}
@@ -78,92 +80,23 @@ func capInner(quotedType, inner []byte) []byte {
 
 type member struct{ key, value []byte }
 
-// splitMembers splits the members of a JSON object (what lies between its
-// braces) into their keys and values, as written. The store's callers pass
-// valid JSON; anything else reports false. One pass, no decoding: this
-// runs on the largest events only, on the task's recording path.
-func splitMembers(inner []byte) ([]member, bool) {
+// splitMembers splits the members of a JSON object into their keys and
+// values, as written. The store's callers pass valid JSON; anything else
+// reports false. One pass, no decoding: this runs on the largest events
+// only, on the task's recording path.
+func splitMembers(object []byte) ([]member, bool) {
 	var out []member
-	i := skipSpace(inner, 0)
-	for i < len(inner) {
-		if inner[i] != '"' {
+	sc := jsonscan.Scanner{Buf: object}
+	m := sc.Members()
+	for m.Next() {
+		v, ok := sc.Raw()
+		if !ok {
 			return nil, false
 		}
-		k := scanString(inner, i)
-		if k < 0 {
-			return nil, false
-		}
-		key := inner[i:k]
-		i = skipSpace(inner, k)
-		if i >= len(inner) || inner[i] != ':' {
-			return nil, false
-		}
-		i = skipSpace(inner, i+1)
-		v, ok := scanValue(inner, i)
-		if !ok || v == i {
-			return nil, false
-		}
-		out = append(out, member{key: key, value: bytes.TrimRight(inner[i:v], " \t\r\n")})
-		i = skipSpace(inner, v)
-		if i < len(inner) {
-			if inner[i] != ',' {
-				return nil, false
-			}
-			i = skipSpace(inner, i+1)
-			if i >= len(inner) {
-				return nil, false // a trailing comma
-			}
-		}
+		out = append(out, member{key: m.Key, value: v})
 	}
-	return out, true
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	return i
-}
-
-// scanString returns the index just past the string that starts at b[i]
-// (a quote), or -1.
-func scanString(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return -1
-}
-
-// scanValue returns the index of the comma that ends the value starting
-// at b[i], or len(b), skipping strings and nested arrays and objects.
-func scanValue(b []byte, i int) (int, bool) {
-	depth := 0
-	for j := i; j < len(b); j++ {
-		switch b[j] {
-		case '"':
-			k := scanString(b, j)
-			if k < 0 {
-				return 0, false
-			}
-			j = k - 1
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth--; depth < 0 {
-				return 0, false
-			}
-		case ',':
-			if depth == 0 {
-				return j, true
-			}
-		}
-	}
-	return len(b), depth == 0
+	sc.Space()
+	return out, !m.Bad && sc.Pos == len(object)
 }
 
 // previewOf returns the encoded Preview of a JSON value.

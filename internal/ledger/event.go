@@ -42,7 +42,7 @@ func eventSize(quotedType, inner []byte) int { return 64 + len(quotedType) + len
 // with its largest values replaced by their Preview. It panics when fields
 // are not a JSON object: a ledger's callers pass their own encodings.
 func CapFields(quotedType, fields []byte) []byte {
-	return capInner(quotedType, objectMembers(fields))
+	return capInner(quotedType, fields, objectMembers(fields))
 }
 
 // QuoteType returns the JSON encoding of an event type.

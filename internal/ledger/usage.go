@@ -11,7 +11,9 @@ import (
 // when it never said. ACP defines the figures as cumulative, so a report
 // replaces the value before it and is never added to it. The agents
 // measured (intent 0017) give the turn's tokens on the prompt response and
-// the session's cost, earlier turns included, on usage_update.
+// the session's cost, earlier turns included, on usage_update. It is the
+// one model of these figures: one report of the agent (acpsession's usage
+// event) carries them in it too, with the ones it did not report nil.
 type Usage struct {
 	InputTokens       *int64        `json:"input_tokens"`
 	OutputTokens      *int64        `json:"output_tokens"`

@@ -12,27 +12,48 @@ type Worktree struct {
 	SourceDirty bool   `json:"source_dirty"`
 }
 
-// Diff is what a task changed in its worktree against BaseCommit.
-// Insertions and Deletions count every file, listed or not.
+// Diff is what a task changed in its worktree against BaseCommit, the
+// commit the worktree was made from: committed, staged, unstaged and
+// untracked changes alike (ignored files aside). The worktree package
+// reads it from git; the record holds it as read, cut to the bounds below.
 type Diff struct {
-	BaseCommit string       `json:"base_commit"`
-	Files      []FileChange `json:"files"`
-	Insertions int          `json:"insertions"`
-	Deletions  int          `json:"deletions"`
-	Truncated  bool         `json:"truncated"`
+	BaseCommit string `json:"base_commit"`
+	// Files are the changed files in path order.
+	Files []FileChange `json:"files"`
+	// Insertions and Deletions count the lines of every changed file,
+	// listed or not; binary files count none.
+	Insertions int `json:"insertions"`
+	Deletions  int `json:"deletions"`
+	// Truncated is true when more files changed than Files lists.
+	Truncated bool `json:"truncated"`
 }
 
-// FileChange is one changed file of a Diff.
+// FileChange is one changed file of a Diff. Paths are relative to the top
+// of the worktree, as git spells them (no quoting).
 type FileChange struct {
-	Path       string `json:"path"`
-	OldPath    string `json:"old_path,omitempty"`
-	Status     string `json:"status"`
-	Insertions int    `json:"insertions"`
-	Deletions  int    `json:"deletions"`
-	Binary     bool   `json:"binary"`
+	Path string `json:"path"`
+	// OldPath is where a renamed file was; "" otherwise.
+	OldPath    string     `json:"old_path,omitempty"`
+	Status     FileStatus `json:"status"`
+	Insertions int        `json:"insertions"`
+	Deletions  int        `json:"deletions"`
+	Binary     bool       `json:"binary"`
 }
 
-// Overlap names another task whose diff touches files this one's does.
+// FileStatus is how a file changed.
+type FileStatus string
+
+// The statuses of a FileChange.
+const (
+	FileAdded       FileStatus = "added"
+	FileModified    FileStatus = "modified"
+	FileDeleted     FileStatus = "deleted"
+	FileRenamed     FileStatus = "renamed"
+	FileTypeChanged FileStatus = "type_changed" // a file became a link, or back
+)
+
+// Overlap names another task whose diff touches files this one's does
+// (worktree.Overlaps finds them).
 type Overlap struct {
 	TaskID string   `json:"task_id"`
 	Files  []string `json:"files"`

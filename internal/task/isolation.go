@@ -84,23 +84,6 @@ func recordOf(wt *worktree.Worktree) *ledger.Worktree {
 	return &ledger.Worktree{Path: wt.Path, Branch: wt.Branch, BaseRef: wt.BaseRef, BaseCommit: wt.BaseCommit, SourceDirty: wt.SourceDirty}
 }
 
-func diffRecord(d worktree.Diff) ledger.Diff {
-	files := make([]ledger.FileChange, len(d.Files))
-	for i, f := range d.Files {
-		files[i] = ledger.FileChange{Path: f.Path, OldPath: f.OldPath, Status: string(f.Status),
-			Insertions: f.Insertions, Deletions: f.Deletions, Binary: f.Binary}
-	}
-	return ledger.Diff{BaseCommit: d.BaseCommit, Files: files, Insertions: d.Insertions, Deletions: d.Deletions, Truncated: d.Truncated}
-}
-
-func overlapRecords(os []worktree.Overlap) []ledger.Overlap {
-	out := make([]ledger.Overlap, len(os))
-	for i, o := range os {
-		out[i] = ledger.Overlap{TaskID: o.TaskID, Files: o.Files}
-	}
-	return out
-}
-
 // endWorktree runs as a worktree task ends, before its terminal status is
 // recorded, without any lock held: it reads the task's diff and finds the
 // other tasks of the same repository (finished and unresolved: a live one
@@ -134,7 +117,7 @@ func (r *taskRun) endWorktree() {
 	// first's diff.
 	s.endMu.Lock()
 	defer s.endMu.Unlock()
-	others := map[string]worktree.Diff{}
+	others := map[string]ledger.Diff{}
 	runs := map[string]*taskRun{}
 	s.mu.Lock()
 	for id, o := range s.runs {
@@ -153,10 +136,10 @@ func (r *taskRun) endWorktree() {
 	mine := worktree.Overlaps(d, others)
 	for _, ov := range mine {
 		o := runs[ov.TaskID]
-		back := worktree.Overlaps(others[ov.TaskID], map[string]worktree.Diff{r.id: d})
+		back := worktree.Overlaps(others[ov.TaskID], map[string]ledger.Diff{r.id: d})
 		o.mu.Lock()
 		o.overlaps = mergeOverlaps(o.overlaps, back)
-		_, err := s.cfg.Store.Update(o.id, ledger.SetDiff(diffRecord(*o.diff), overlapRecords(o.overlaps)))
+		_, err := s.cfg.Store.Update(o.id, ledger.SetDiff(*o.diff, o.overlaps))
 		o.mu.Unlock()
 		if err != nil {
 			s.log.Error("recording an overlap", "task", o.id, "with", r.id, "err", err)
@@ -164,7 +147,7 @@ func (r *taskRun) endWorktree() {
 	}
 	r.diff, r.overlaps = &d, mine
 	r.mu.Lock()
-	_, err = s.cfg.Store.Update(r.id, ledger.SetDiff(diffRecord(d), overlapRecords(mine)))
+	_, err = s.cfg.Store.Update(r.id, ledger.SetDiff(d, mine))
 	r.mu.Unlock()
 	if err != nil {
 		s.log.Error("recording the diff", "task", r.id, "err", err)
@@ -172,16 +155,16 @@ func (r *taskRun) endWorktree() {
 }
 
 // mergeOverlaps adds add to have, keeping task id order.
-func mergeOverlaps(have, add []worktree.Overlap) []worktree.Overlap {
-	m := map[string]worktree.Overlap{}
-	for _, o := range append(append([]worktree.Overlap{}, have...), add...) {
+func mergeOverlaps(have, add []ledger.Overlap) []ledger.Overlap {
+	m := map[string]ledger.Overlap{}
+	for _, o := range append(append([]ledger.Overlap{}, have...), add...) {
 		m[o.TaskID] = o
 	}
-	out := make([]worktree.Overlap, 0, len(m))
+	out := make([]ledger.Overlap, 0, len(m))
 	for _, o := range m {
 		out = append(out, o)
 	}
-	slices.SortFunc(out, func(a, b worktree.Overlap) int { return strings.Compare(a.TaskID, b.TaskID) })
+	slices.SortFunc(out, func(a, b ledger.Overlap) int { return strings.Compare(a.TaskID, b.TaskID) })
 	return out
 }
 

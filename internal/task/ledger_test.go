@@ -178,7 +178,7 @@ func TestLostRecordFailsTheTask(t *testing.T) {
 			reason: "stderr_dropped count could not be recorded" + why},
 		{name: "usage", fail: []string{"update"},
 			drive: func(t *testing.T, _ *rig, _ string, run *tasktest.Run) {
-				_ = sessionSink(run).Usage(acpsession.UsageFields{Source: acpsession.UsageFromUpdate, Context: &acpsession.UsageContext{Used: 10, Size: 20}})
+				_ = sessionSink(run).Usage(acpsession.UsageFields{Source: acpsession.UsageFromUpdate, Usage: ledger.Usage{Context: &ledger.ContextUsage{Used: 10, Size: 20}}})
 			},
 			reason: "usage could not be recorded" + why},
 		{name: "agent text", fail: []string{"agent_message"},

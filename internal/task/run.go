@@ -75,8 +75,8 @@ type taskRun struct {
 	// to others and never changed. diff and overlaps are its end's, under
 	// Service.endMu.
 	wt       *worktree.Worktree
-	diff     *worktree.Diff
-	overlaps []worktree.Overlap
+	diff     *ledger.Diff
+	overlaps []ledger.Overlap
 	// wtRemoved: cleanup removed the worktree; under Service.cleanMu.
 	wtRemoved bool
 
@@ -542,17 +542,7 @@ func (r *taskRun) Usage(f acpsession.UsageFields) error {
 		r.lostLocked("usage event", err)
 		return err
 	}
-	u := ledger.Usage{
-		InputTokens: f.InputTokens, OutputTokens: f.OutputTokens, ThoughtTokens: f.ThoughtTokens,
-		CachedReadTokens: f.CachedReadTokens, CachedWriteTokens: f.CachedWriteTokens, TotalTokens: f.TotalTokens,
-	}
-	if f.Cost != nil {
-		u.Cost = &ledger.Cost{Amount: f.Cost.Amount, Currency: f.Cost.Currency}
-	}
-	if f.Context != nil {
-		u.Context = &ledger.ContextUsage{Used: f.Context.Used, Size: f.Context.Size}
-	}
-	if _, err := r.s.cfg.Store.Update(r.id, ledger.MergeUsage(u)); err != nil {
+	if _, err := r.s.cfg.Store.Update(r.id, ledger.MergeUsage(f.Usage)); err != nil {
 		r.lostLocked("usage", err)
 		return err
 	}

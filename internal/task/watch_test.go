@@ -38,7 +38,9 @@ func TestChanges(t *testing.T) {
 			require.NoError(t, sink.ToolCall(false, json.RawMessage(`{"tool_call_id":"a","title":"edit"}`)))
 		},
 		"a title": func() { require.NoError(t, sink.Title(acpsession.TitleChange{Title: new("t")})) },
-		"usage":   func() { require.NoError(t, sink.Usage(acpsession.UsageFields{InputTokens: ptrInt64(1)})) },
+		"usage": func() {
+			require.NoError(t, sink.Usage(acpsession.UsageFields{Usage: ledger.Usage{InputTokens: ptrInt64(1)}}))
+		},
 		"text flushed": func() {
 			sink.Text(acpsession.Message, "hi")
 			sink.Flush()
@@ -94,7 +96,7 @@ func TestActivity(t *testing.T) {
 	assert.Equal(t, "running tool 'Edit main.go'", doing())
 	require.NoError(t, sink.ToolCall(true, json.RawMessage(`{"tool_call_id":"a","status":"completed"}`)))
 	assert.Equal(t, "running tool 'Edit main.go'", doing(), "an update names the latest tool call")
-	require.NoError(t, sink.Usage(acpsession.UsageFields{InputTokens: ptrInt64(1)}))
+	require.NoError(t, sink.Usage(acpsession.UsageFields{Usage: ledger.Usage{InputTokens: ptrInt64(1)}}))
 	assert.Equal(t, "running tool 'Edit main.go'", doing(), "usage says nothing of what the agent does")
 	require.NoError(t, sink.ToolCall(false, json.RawMessage(`{"tool_call_id":"b","kind":"execute"}`)))
 	assert.Equal(t, "running tool 'execute'", doing(), "the kind when there is no title")

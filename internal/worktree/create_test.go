@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 func TestCreateOfHEAD(t *testing.T) {
@@ -487,5 +489,5 @@ func TestCreateIgnoresRepositoryVariables(t *testing.T) {
 	r.write(wt.Path, map[string]string{"new": "n\n"})
 	d, err := r.m.Diff(context.Background(), wt)
 	require.NoError(t, err)
-	assert.Equal(t, []FileChange{{Path: "new", Status: Added, Insertions: 1}}, d.Files)
+	assert.Equal(t, []ledger.FileChange{{Path: "new", Status: ledger.FileAdded, Insertions: 1}}, d.Files)
 }

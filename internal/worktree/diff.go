@@ -12,64 +12,28 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
-// MaxDiffFiles bounds the files a Diff lists.
-const MaxDiffFiles = 500
-
-// Status is how a file changed.
-type Status string
-
-// The statuses of a FileChange.
-const (
-	Added       Status = "added"
-	Modified    Status = "modified"
-	Deleted     Status = "deleted"
-	Renamed     Status = "renamed"
-	TypeChanged Status = "type_changed" // a file became a link, or back
-)
-
-// Diff is what a task changed in its worktree, against the commit the
-// worktree was made from: committed, staged, unstaged and untracked changes
-// alike (ignored files aside).
-type Diff struct {
-	BaseCommit string `json:"base_commit"`
-	// Files are the changed files in path order, at most MaxDiffFiles.
-	Files []FileChange `json:"files"`
-	// Insertions and Deletions count the lines of every changed file, the
-	// ones past MaxDiffFiles included; binary files count none.
-	Insertions int `json:"insertions"`
-	Deletions  int `json:"deletions"`
-	// Truncated is true when more files changed than Files lists.
-	Truncated bool `json:"truncated"`
-}
-
-// FileChange is one changed file. Paths are relative to the top of the
-// worktree, as git spells them (no quoting).
-type FileChange struct {
-	Path string `json:"path"`
-	// OldPath is where a renamed file was; "" otherwise.
-	OldPath    string `json:"old_path,omitempty"`
-	Status     Status `json:"status"`
-	Insertions int    `json:"insertions"`
-	Deletions  int    `json:"deletions"`
-	Binary     bool   `json:"binary"`
-}
-
-// Diff reports the changes in wt against wt.BaseCommit. It lists the
+// Diff reports the changes in wt against wt.BaseCommit, as the task's
+// record holds them: committed, staged, unstaged and untracked changes
+// alike (ignored files aside), the files in path order, at most
+// ledger.MaxDiffFiles, their paths relative to the top of the worktree as
+// git spells them (no quoting). It lists the
 // worktree's files into a temporary index and compares the base commit with
 // the files themselves; the worktree's own index and files, and the
 // repository's objects, are not changed. Cancelling ctx stops it. Its errors are *Error.
-func (m *Manager) Diff(ctx context.Context, wt Worktree) (Diff, error) {
+func (m *Manager) Diff(ctx context.Context, wt Worktree) (ledger.Diff, error) {
 	if !isObjectID(wt.BaseCommit) {
-		return Diff{}, newError(GitFailed, nil, "the base commit %q of %q is not a commit id", wt.BaseCommit, wt.Path)
+		return ledger.Diff{}, newError(GitFailed, nil, "the base commit %q of %q is not a commit id", wt.BaseCommit, wt.Path)
 	}
 	g, err := m.lookGit()
 	if err != nil {
-		return Diff{}, err
+		return ledger.Diff{}, err
 	}
-	fail := func(err error, what string) (Diff, error) {
-		return Diff{}, gitFailure(GitFailed, err, "cannot diff the worktree %q: %s: %v", wt.Path, what, err)
+	fail := func(err error, what string) (ledger.Diff, error) {
+		return ledger.Diff{}, gitFailure(GitFailed, err, "cannot diff the worktree %q: %s: %v", wt.Path, what, err)
 	}
 	out, err := g.run(ctx, wt.Path, nil, "rev-parse", "--path-format=absolute", "--git-path", "index")
 	if err != nil {
@@ -115,14 +79,14 @@ func (m *Manager) Diff(ctx context.Context, wt Worktree) (Diff, error) {
 	if err != nil {
 		return fail(err, "reading git diff")
 	}
-	d := Diff{BaseCommit: wt.BaseCommit, Files: files}
+	d := ledger.Diff{BaseCommit: wt.BaseCommit, Files: files}
 	for _, f := range files {
 		d.Insertions += f.Insertions
 		d.Deletions += f.Deletions
 	}
-	slices.SortFunc(d.Files, func(a, b FileChange) int { return strings.Compare(a.Path, b.Path) })
-	if len(d.Files) > MaxDiffFiles {
-		d.Files, d.Truncated = d.Files[:MaxDiffFiles:MaxDiffFiles], true
+	slices.SortFunc(d.Files, func(a, b ledger.FileChange) int { return strings.Compare(a.Path, b.Path) })
+	if len(d.Files) > ledger.MaxDiffFiles {
+		d.Files, d.Truncated = d.Files[:ledger.MaxDiffFiles:ledger.MaxDiffFiles], true
 	}
 	return d, nil
 }
@@ -145,7 +109,7 @@ func untrackedFiles(out []byte) []byte {
 //
 //	raw:     ":<mode> <mode> <id> <id> <status>\0<path>\0" (renames and copies: two paths)
 //	numstat: "<ins>\t<del>\t<path>\0" (renames: "<ins>\t<del>\t\0<old>\0<new>\0"; binary: "-\t-\t")
-func parseDiff(out []byte) ([]FileChange, error) {
+func parseDiff(out []byte) ([]ledger.FileChange, error) {
 	fields := bytes.Split(out, []byte{0})
 	if n := len(fields); n > 0 && len(fields[n-1]) == 0 {
 		fields = fields[:n-1]
@@ -158,14 +122,14 @@ func parseDiff(out []byte) ([]FileChange, error) {
 		i++
 		return string(fields[i-1]), nil
 	}
-	files := []FileChange{} // a list in JSON, even when empty
+	files := []ledger.FileChange{} // a list in JSON, even when empty
 	for i < len(fields) && bytes.HasPrefix(fields[i], []byte(":")) {
 		head, _ := next()
 		parts := strings.Fields(head)
 		if len(parts) != 5 || parts[4] == "" {
 			return nil, fmt.Errorf("raw record %q", head)
 		}
-		f := FileChange{}
+		f := ledger.FileChange{}
 		letter := parts[4][0]
 		path, err := next()
 		if err != nil {
@@ -180,15 +144,15 @@ func parseDiff(out []byte) ([]FileChange, error) {
 		f.Path = path
 		switch letter {
 		case 'A', 'C':
-			f.Status, f.OldPath = Added, "" // a copy (not asked for) is a new file
+			f.Status, f.OldPath = ledger.FileAdded, "" // a copy (not asked for) is a new file
 		case 'D':
-			f.Status = Deleted
+			f.Status = ledger.FileDeleted
 		case 'R':
-			f.Status = Renamed
+			f.Status = ledger.FileRenamed
 		case 'T':
-			f.Status = TypeChanged
+			f.Status = ledger.FileTypeChanged
 		default:
-			f.Status = Modified
+			f.Status = ledger.FileModified
 		}
 		files = append(files, f)
 	}

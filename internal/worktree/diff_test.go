@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // TestDiff: what the task committed, staged, left unstaged and left
@@ -74,24 +76,24 @@ func TestDiff(t *testing.T) {
 
 	d, err := r.m.Diff(context.Background(), wt)
 	require.NoError(t, err)
-	assert.Equal(t, Diff{
+	assert.Equal(t, ledger.Diff{
 		BaseCommit: wt.BaseCommit,
-		Files: []FileChange{
-			{Path: "*", Status: Added, Insertions: 1},
-			{Path: "[ab]", Status: Added, Insertions: 1},
-			{Path: "committed.txt", Status: Modified, Insertions: 1},
-			{Path: "deleted.txt", Status: Deleted, Deletions: 1},
-			{Path: "dir/new name.txt", OldPath: "old name.txt", Status: Renamed},
-			{Path: "image.bin", Status: Modified, Binary: true},
-			{Path: "is.go", OldPath: "was.go", Status: Renamed},
-			{Path: "mode.sh", Status: Modified},
-			{Path: "new dir/ünïcödé", Status: Added, Insertions: 2},
-			{Path: "new.bin", Status: Added, Binary: true},
-			{Path: "staged.txt", Status: Modified, Insertions: 1, Deletions: 1},
-			{Path: "tab\there", Status: Added, Insertions: 1},
-			{Path: "to be a link.md", Status: TypeChanged, Insertions: 1, Deletions: 1},
-			{Path: "unstaged.txt", Status: Modified, Deletions: 1},
-			{Path: "with\nnewline", Status: Added, Insertions: 1},
+		Files: []ledger.FileChange{
+			{Path: "*", Status: ledger.FileAdded, Insertions: 1},
+			{Path: "[ab]", Status: ledger.FileAdded, Insertions: 1},
+			{Path: "committed.txt", Status: ledger.FileModified, Insertions: 1},
+			{Path: "deleted.txt", Status: ledger.FileDeleted, Deletions: 1},
+			{Path: "dir/new name.txt", OldPath: "old name.txt", Status: ledger.FileRenamed},
+			{Path: "image.bin", Status: ledger.FileModified, Binary: true},
+			{Path: "is.go", OldPath: "was.go", Status: ledger.FileRenamed},
+			{Path: "mode.sh", Status: ledger.FileModified},
+			{Path: "new dir/ünïcödé", Status: ledger.FileAdded, Insertions: 2},
+			{Path: "new.bin", Status: ledger.FileAdded, Binary: true},
+			{Path: "staged.txt", Status: ledger.FileModified, Insertions: 1, Deletions: 1},
+			{Path: "tab\there", Status: ledger.FileAdded, Insertions: 1},
+			{Path: "to be a link.md", Status: ledger.FileTypeChanged, Insertions: 1, Deletions: 1},
+			{Path: "unstaged.txt", Status: ledger.FileModified, Deletions: 1},
+			{Path: "with\nnewline", Status: ledger.FileAdded, Insertions: 1},
 		},
 		Insertions: 9,
 		Deletions:  4,
@@ -105,7 +107,7 @@ func TestDiff(t *testing.T) {
 	assert.Error(t, err, "nor is it after the diff")
 	assert.ElementsMatch(t, []string{"base_commit", "files", "insertions", "deletions", "truncated"}, jsonKeys(t, d))
 	assert.ElementsMatch(t, []string{"path", "status", "insertions", "deletions", "binary"},
-		jsonKeys(t, FileChange{Path: "p", Status: Added}), "old_path only for a rename")
+		jsonKeys(t, ledger.FileChange{Path: "p", Status: ledger.FileAdded}), "old_path only for a rename")
 }
 
 func TestDiffOfNothing(t *testing.T) {
@@ -114,17 +116,17 @@ func TestDiffOfNothing(t *testing.T) {
 	require.NoError(t, err)
 	d, err := r.m.Diff(context.Background(), wt)
 	require.NoError(t, err)
-	assert.Equal(t, Diff{BaseCommit: wt.BaseCommit, Files: []FileChange{}}, d)
+	assert.Equal(t, ledger.Diff{BaseCommit: wt.BaseCommit, Files: []ledger.FileChange{}}, d)
 	assert.Contains(t, string(mustJSON(t, d)), `"files":[]`, "files is a list, empty")
 }
 
-// A diff lists at most MaxDiffFiles files, in path order; the totals count
+// A diff lists at most ledger.MaxDiffFiles files, in path order; the totals count
 // them all.
 func TestDiffTruncated(t *testing.T) {
 	r := newRig(t, nil)
 	wt, err := r.m.Create(context.Background(), r.request("many"))
 	require.NoError(t, err)
-	const n = MaxDiffFiles + 37
+	const n = ledger.MaxDiffFiles + 37
 	files := map[string]string{}
 	for i := range n {
 		files[fmt.Sprintf("f%04d", i)] = "line\n"
@@ -134,20 +136,20 @@ func TestDiffTruncated(t *testing.T) {
 	d, err := r.m.Diff(context.Background(), wt)
 	require.NoError(t, err)
 	assert.True(t, d.Truncated)
-	require.Len(t, d.Files, MaxDiffFiles)
+	require.Len(t, d.Files, ledger.MaxDiffFiles)
 	assert.Equal(t, "f0000", d.Files[0].Path)
-	assert.Equal(t, fmt.Sprintf("f%04d", MaxDiffFiles-1), d.Files[MaxDiffFiles-1].Path)
+	assert.Equal(t, fmt.Sprintf("f%04d", ledger.MaxDiffFiles-1), d.Files[ledger.MaxDiffFiles-1].Path)
 	assert.Equal(t, n, d.Insertions)
 	assert.Zero(t, d.Deletions)
 
-	// Exactly MaxDiffFiles is not truncated.
-	for i := MaxDiffFiles; i < n; i++ {
+	// Exactly ledger.MaxDiffFiles is not truncated.
+	for i := ledger.MaxDiffFiles; i < n; i++ {
 		require.NoError(t, os.Remove(filepath.Join(wt.Path, fmt.Sprintf("f%04d", i))))
 	}
 	d, err = r.m.Diff(context.Background(), wt)
 	require.NoError(t, err)
 	assert.False(t, d.Truncated)
-	assert.Len(t, d.Files, MaxDiffFiles)
+	assert.Len(t, d.Files, ledger.MaxDiffFiles)
 }
 
 func TestDiffRefusals(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 )
 
 // agentConfig is repository config an agent with edit could have written
@@ -104,10 +106,10 @@ func TestNoCodeFromTheRepository(t *testing.T) {
 			d, err := r.m.Diff(ctx, wt)
 			require.NoError(t, err)
 			ran("diffing the worktree")
-			assert.Equal(t, []FileChange{
-				{Path: "a.txt", Status: Modified, Insertions: 2, Deletions: 1},
-				{Path: "dir/c.txt", Status: Deleted, Deletions: 1},
-				{Path: "new.txt", Status: Added, Insertions: 1},
+			assert.Equal(t, []ledger.FileChange{
+				{Path: "a.txt", Status: ledger.FileModified, Insertions: 2, Deletions: 1},
+				{Path: "dir/c.txt", Status: ledger.FileDeleted, Deletions: 1},
+				{Path: "new.txt", Status: ledger.FileAdded, Insertions: 1},
 			}, d.Files)
 
 			reason, err := r.m.Remove(ctx, wt, false)

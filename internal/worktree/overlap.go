@@ -3,13 +3,9 @@ package worktree
 import (
 	"maps"
 	"slices"
-)
 
-// Overlap names another task whose changes touch files this one's do.
-type Overlap struct {
-	TaskID string   `json:"task_id"`
-	Files  []string `json:"files"`
-}
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
+)
 
 // Overlaps returns, sorted by task id, the tasks in others whose diffs
 // touch files mine touches, each with those files in order. A rename
@@ -17,9 +13,9 @@ type Overlap struct {
 // a truncated diff an overlap can go unseen. The caller chooses others: the
 // other tasks of the same repository (Worktree.Repository), live or
 // finished and unresolved.
-func Overlaps(mine Diff, others map[string]Diff) []Overlap {
+func Overlaps(mine ledger.Diff, others map[string]ledger.Diff) []ledger.Overlap {
 	touched := paths(mine)
-	out := []Overlap{}
+	out := []ledger.Overlap{}
 	for _, id := range slices.Sorted(maps.Keys(others)) {
 		var common []string
 		for p := range paths(others[id]) {
@@ -29,14 +25,14 @@ func Overlaps(mine Diff, others map[string]Diff) []Overlap {
 		}
 		if len(common) > 0 {
 			slices.Sort(common)
-			out = append(out, Overlap{TaskID: id, Files: common})
+			out = append(out, ledger.Overlap{TaskID: id, Files: common})
 		}
 	}
 	return out
 }
 
 // paths is the set of paths d's files touch.
-func paths(d Diff) map[string]bool {
+func paths(d ledger.Diff) map[string]bool {
 	set := make(map[string]bool, len(d.Files))
 	for _, f := range d.Files {
 		set[f.Path] = true
