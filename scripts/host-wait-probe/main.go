@@ -1,0 +1,370 @@
+// Command host-wait-probe measures what a real MCP host (Claude Code,
+// Codex CLI) does with a tool call that runs for a long time. It runs the
+// host headless against the end-to-end suite's scripted model server on
+// 127.0.0.1, with one MCP server: this program itself in -serve mode, whose
+// tool sleep waits the given seconds (sending a progress notification
+// every progress_every seconds when the host gave a progress token). The
+// scripted model calls sleep once and then answers with the result it was
+// given. Everything lands in -out: mcp.log (every MCP message both ways,
+// with the time since the server started), model.jsonl (every model
+// request), host.txt (the host's output) and timeline.txt.
+//
+//	scripts/install-agents.sh && . ~/.cache/symm-mcp/agents/env.sh
+//	go run ./scripts/host-wait-probe -host claude -sleep 20 -env CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT=10000
+//	go run ./scripts/host-wait-probe -host codex -sleep 20 -codex-timeout 10
+//
+// -env adds NAME=VALUE to the host's environment (repeatable); the host
+// gets a fresh HOME and nothing of the caller's (internal/e2e/agentenv).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/symm-mcp/symm-mcp/internal/e2e/agentenv"
+	"github.com/symm-mcp/symm-mcp/internal/e2e/modelserver"
+)
+
+type envList []string
+
+func (e *envList) String() string     { return strings.Join(*e, " ") }
+func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
+
+func main() {
+	serve := flag.String("serve", "", "run as the sleeping MCP server, logging to this file (used by the probe itself)")
+	host := flag.String("host", "claude", "claude or codex")
+	sleep := flag.Int("sleep", 20, "seconds the tool sleeps")
+	progress := flag.Int("progress-every", 0, "seconds between progress notifications (0: none)")
+	codexTimeout := flag.Int("codex-timeout", 0, "codex: tool_timeout_sec for the server (0: not set)")
+	claudeTimeout := flag.Int("claude-timeout", 0, "claude: the server's \"timeout\" (ms) in the --mcp-config file (0: not set)")
+	out := flag.String("out", "", "where the logs go (default: a new temporary folder)")
+	busy := flag.Int("busy", 0, "claude: seconds of foreground Bash work after the call went to the background (0: none)")
+	stdinOpen := flag.Duration("stdin-open", 0, "claude: send the prompt as stream-json on stdin and keep stdin open this long (0: claude -p PROMPT)")
+	limit := flag.Duration("limit", 15*time.Minute, "the longest the host may run")
+	var env envList
+	flag.Var(&env, "env", "NAME=VALUE for the host's environment (repeatable)")
+	flag.Parse()
+
+	if *serve != "" {
+		if err := serveSleeper(*serve); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *out == "" {
+		d, err := os.MkdirTemp("", "symm-host-wait-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		*out = d
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *limit)
+	defer cancel()
+	err := probe(ctx, probeConfig{host: *host, sleep: *sleep, progress: *progress, codexTimeout: *codexTimeout, claudeTimeout: *claudeTimeout, out: *out, env: env,
+		busy: *busy, stdinOpen: *stdinOpen})
+	fmt.Fprintf(os.Stderr, "logs: %s\n", *out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// sleepIn is the sleep tool's input.
+type sleepIn struct {
+	Seconds       int `json:"seconds"`
+	ProgressEvery int `json:"progress_every,omitempty"`
+}
+
+// newSleeper is the MCP server the host calls: one tool, sleep.
+func newSleeper() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "sleeper", Version: "probe"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "sleep", Description: "Waits the given number of seconds, then says so."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in sleepIn) (*mcp.CallToolResult, any, error) {
+			start := time.Now()
+			token := req.Params.GetProgressToken()
+			var tick <-chan time.Time
+			if in.ProgressEvery > 0 && token != nil {
+				t := time.NewTicker(time.Duration(in.ProgressEvery) * time.Second)
+				defer t.Stop()
+				tick = t.C
+			}
+			done := time.After(time.Duration(in.Seconds) * time.Second)
+			for n := 1; ; n++ {
+				select {
+				case <-ctx.Done():
+					return nil, nil, fmt.Errorf("sleep cancelled after %s: %w", time.Since(start).Round(time.Second), ctx.Err())
+				case <-tick:
+					_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token,
+						Progress: float64(n * in.ProgressEvery), Total: float64(in.Seconds), Message: "sleeping"})
+				case <-done:
+					text := fmt.Sprintf("slept %d s", in.Seconds)
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
+				}
+			}
+		})
+	return s
+}
+
+// stampWriter prefixes every write with the milliseconds since start.
+type stampWriter struct {
+	start time.Time
+	mu    sync.Mutex
+	w     io.Writer
+}
+
+func (s *stampWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := fmt.Fprintf(s.w, "%7dms ", time.Since(s.start).Milliseconds()); err != nil {
+		return 0, err
+	}
+	return s.w.Write(p)
+}
+
+func serveSleeper(logPath string) error {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	signal.Ignore(syscall.SIGPIPE)
+	t := &mcp.LoggingTransport{Transport: &mcp.StdioTransport{}, Writer: &stampWriter{start: time.Now(), w: f}}
+	err = newSleeper().Run(context.Background(), t)
+	fmt.Fprintf(f, "server ended: %v\n", err)
+	return nil
+}
+
+type probeConfig struct {
+	host         string
+	sleep        int
+	progress     int
+	codexTimeout int
+	// claudeTimeout is the server's "timeout" in Claude Code's config, ms.
+	claudeTimeout int
+	busy          int
+	stdinOpen     time.Duration
+	out           string
+	env           []string
+}
+
+// marker is in the probe's prompt; the script answers only its
+// conversation (hosts make side requests too).
+const marker = "HOST-WAIT-PROBE"
+
+// script plays the host's model: load the tool (Claude Code defers MCP
+// tools behind ToolSearch), call sleep once, then report what came back.
+// With busy > 0, a result saying the call went to the background is
+// followed by a foreground Bash sleep of busy seconds, once: other work
+// the model does while the call runs.
+func script(sleep, progress, busy int) modelserver.Script {
+	return func(c modelserver.Conversation) modelserver.Step {
+		if !strings.Contains(c.Prompt(), marker) {
+			return modelserver.Step{Text: "not the probe's conversation"}
+		}
+		var called, backgrounded, busied bool
+		var results []string
+		for _, e := range c.Exchanges() {
+			if strings.HasSuffix(e.Call.Name, "sleep") {
+				called = true
+				backgrounded = backgrounded || strings.Contains(e.Result.Text, "background")
+			}
+			if e.Call.Name == "Bash" {
+				busied = true
+			}
+			if e.HasResult && e.Call.Name != "ToolSearch" {
+				results = append(results, fmt.Sprintf("%s -> error=%v %q", e.Call.Name, e.Result.IsError, e.Result.Text))
+			}
+		}
+		var loaded bool
+		var ns, name string
+		for _, t := range c.Tools {
+			if t.Name == "sleep" && strings.Contains(t.Namespace, "sleeper") || strings.HasSuffix(t.Name, "sleeper__sleep") {
+				loaded, ns, name = true, t.Namespace, t.Name
+			}
+		}
+		switch {
+		case !called && !loaded && c.Offers("ToolSearch"):
+			return modelserver.Step{Tool: "ToolSearch", Args: map[string]any{"query": "select:mcp__sleeper__sleep", "max_results": 1}}
+		case !called && loaded:
+			args := map[string]any{"seconds": sleep}
+			if progress > 0 {
+				args["progress_every"] = progress
+			}
+			return modelserver.Step{Namespace: ns, Tool: name, Args: args}
+		case !called:
+			return modelserver.Step{Text: "probe: the sleep tool is not offered"}
+		case backgrounded && busy > 0 && !busied:
+			return modelserver.Step{Tool: "Bash", Args: map[string]any{"command": fmt.Sprintf("timeout %d tail -f /dev/null; echo worked", busy), "description": "Other work"}}
+		}
+		// A notification the host added after the call's result.
+		for _, it := range c.Items {
+			if it.Kind == modelserver.UserText && strings.Contains(it.Text, fmt.Sprintf("slept %d s", sleep)) {
+				results = append(results, "woken by: "+it.Text)
+			}
+		}
+		// The last user texts tell whether the host woke the model for a
+		// background result.
+		return modelserver.Step{Text: "probe results: " + strings.Join(results, "; ")}
+	}
+}
+
+func probe(ctx context.Context, cfg probeConfig) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	home := filepath.Join(cfg.out, "home")
+	ws := filepath.Join(home, "workspace")
+	for _, d := range []string{ws, filepath.Join(home, "tmp")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	modelLog, err := os.Create(filepath.Join(cfg.out, "model.jsonl"))
+	if err != nil {
+		return err
+	}
+	defer modelLog.Close()
+	start := time.Now()
+	bodies := filepath.Join(cfg.out, "bodies")
+	if err := os.MkdirAll(bodies, 0o755); err != nil {
+		return err
+	}
+	model, err := modelserver.Start(modelserver.Options{Log: &stampWriter{start: start, w: modelLog}, BodyDir: bodies, Script: script(cfg.sleep, cfg.progress, cfg.busy)})
+	if err != nil {
+		return err
+	}
+	defer model.Close()
+	bin := filepath.Dir(lookPath(cfg.host))
+	env := agentenv.Base(home, bin)
+	mcpLog := filepath.Join(cfg.out, "mcp.log")
+	prompt := marker + ": call the sleep tool once and report its result."
+	var argv []string
+	switch cfg.host {
+	case "claude":
+		env = append(env, "ANTHROPIC_BASE_URL="+model.URL, "ANTHROPIC_API_KEY=x", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+			"DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1")
+		server := map[string]any{"command": self, "args": []string{"-serve", mcpLog}}
+		if cfg.claudeTimeout > 0 {
+			server["timeout"] = cfg.claudeTimeout
+		}
+		b, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"sleeper": server}})
+		cfgPath := filepath.Join(home, "mcp.json")
+		if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+			return err
+		}
+		allowed := "mcp__sleeper"
+		if cfg.busy > 0 {
+			allowed += ",Bash"
+		}
+		argv = []string{"claude", "-p", prompt, "--mcp-config", cfgPath, "--allowedTools", allowed, "--output-format", "stream-json", "--verbose"}
+		if cfg.stdinOpen > 0 {
+			argv = append([]string{"claude", "-p", "--input-format", "stream-json"}, argv[3:]...)
+		}
+	case "codex":
+		env = append(env, "LOCAL_KEY=x")
+		toml := fmt.Sprintf("model = \"m\"\nmodel_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\n"+
+			"base_url = \"%s/v1\"\nwire_api = \"responses\"\nenv_key = \"LOCAL_KEY\"\n\n[mcp_servers.sleeper]\ncommand = %q\nargs = [\"-serve\", %q]\n"+
+			"default_tools_approval_mode = \"approve\"\n", model.URL, self, mcpLog)
+		if cfg.codexTimeout > 0 {
+			toml += fmt.Sprintf("tool_timeout_sec = %d\n", cfg.codexTimeout)
+		}
+		dir := filepath.Join(home, ".codex")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(toml), 0o600); err != nil {
+			return err
+		}
+		argv = []string{"codex", "exec", "--strict-config", "--skip-git-repo-check", "--json", prompt}
+	default:
+		return fmt.Errorf("unknown host %q (claude or codex)", cfg.host)
+	}
+	env = append(env, cfg.env...)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, argv[0]), argv[1:]...)
+	cmd.Env, cmd.Dir = env, ws
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	hostOut, err := os.Create(filepath.Join(cfg.out, "host.txt"))
+	if err != nil {
+		return err
+	}
+	defer hostOut.Close()
+	cmd.Stdout, cmd.Stderr = &stampWriter{start: start, w: hostOut}, &stampWriter{start: start, w: hostOut}
+	var runErr error
+	if cfg.host == "claude" && cfg.stdinOpen > 0 {
+		runErr = runStdinOpen(cmd, prompt, cfg.stdinOpen)
+	} else {
+		runErr = cmd.Run()
+	}
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever the host left in its group
+	}
+	elapsed := time.Since(start)
+
+	var tl strings.Builder
+	fmt.Fprintf(&tl, "host %s exited after %s: %v\n", cfg.host, elapsed.Round(time.Millisecond), runErr)
+	for _, r := range model.Requests() {
+		if r.Marker != "script" {
+			continue
+		}
+		fmt.Fprintf(&tl, "model request %d: results %s -> %s\n", r.Seq, resultsText(r.Results), r.Reply)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, "timeline.txt"), []byte(tl.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprint(os.Stderr, tl.String())
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("the host ran past the limit: %w", ctx.Err())
+	}
+	return nil
+}
+
+func resultsText(items []modelserver.Item) string {
+	b, _ := json.Marshal(items)
+	return string(b)
+}
+
+func lookPath(name string) string {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return name
+	}
+	return p
+}
+
+// runStdinOpen runs claude with the prompt as one stream-json user message
+// on stdin, which stays open for open: a session that is not over when the
+// turn ends, as in an interactive host.
+func runStdinOpen(cmd *exec.Cmd, prompt string, open time.Duration) error {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	msg, _ := json.Marshal(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": prompt}})
+	_, werr := stdin.Write(append(msg, '\n'))
+	time.Sleep(open) // the measurement's window, not a wait for a condition
+	_ = stdin.Close()
+	return errors.Join(werr, cmd.Wait())
+}

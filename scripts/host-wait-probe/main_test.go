@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/e2e/modelserver"
+	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
+)
+
+// TestSleeperThroughAClient: the probe's MCP server, through a real client
+// session, answers sleep with the seconds it slept, and a call whose
+// context ends (a host that gave up) ends at once as a tool error.
+func TestSleeperThroughAClient(t *testing.T) {
+	base := leakcheck.Take()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := newSleeper().Connect(ctx, st, nil)
+	require.NoError(t, err)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-06-18"})
+	require.NoError(t, err)
+
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"seconds": 0}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	assert.Equal(t, "slept 0 s", res.Content[0].(*mcp.TextContent).Text)
+
+	callCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"seconds": 3600}})
+		done <- err
+	}()
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+
+	require.NoError(t, cs.Close())
+	require.NoError(t, ss.Wait())
+	cancel()
+	base.Check(t, 5*time.Second, 0, 0)
+}
+
+func call(name string, args map[string]any) modelserver.Item {
+	return modelserver.Item{Kind: modelserver.Call, CallID: name, Name: name, Args: args}
+}
+
+func result(id, text string) modelserver.Item {
+	return modelserver.Item{Kind: modelserver.Result, CallID: id, Text: text}
+}
+
+// TestScriptPlaysTheHostModel: the scripted model loads the tool through
+// ToolSearch where the host defers it, calls sleep once, does other work
+// after a result saying the call went to the background, and reports a
+// notification that carries the result.
+func TestScriptPlaysTheHostModel(t *testing.T) {
+	s := script(20, 5, 30)
+	prompt := modelserver.Item{Kind: modelserver.UserText, Text: marker + ": call the sleep tool"}
+	deferred := []modelserver.Tool{{Name: "ToolSearch"}, {Name: "Bash"}}
+	loaded := append(deferred, modelserver.Tool{Name: "mcp__sleeper__sleep"})
+
+	st := s(modelserver.Conversation{Tools: []modelserver.Tool{{Name: "Bash"}}, Items: []modelserver.Item{{Kind: modelserver.UserText, Text: "a title request"}}})
+	assert.Empty(t, st.Tool, "not the probe's conversation")
+
+	st = s(modelserver.Conversation{Tools: deferred, Items: []modelserver.Item{prompt}})
+	assert.Equal(t, "ToolSearch", st.Tool)
+
+	st = s(modelserver.Conversation{Tools: loaded, Items: []modelserver.Item{prompt}})
+	assert.Equal(t, "mcp__sleeper__sleep", st.Tool)
+	assert.Equal(t, map[string]any{"seconds": 20, "progress_every": 5}, st.Args)
+
+	codex := s(modelserver.Conversation{Tools: []modelserver.Tool{{Namespace: "mcp__sleeper", Name: "sleep"}}, Items: []modelserver.Item{prompt}})
+	assert.Equal(t, modelserver.Step{Namespace: "mcp__sleeper", Tool: "sleep", Args: map[string]any{"seconds": 20, "progress_every": 5}}, codex)
+
+	bg := []modelserver.Item{prompt, call("mcp__sleeper__sleep", nil), result("mcp__sleeper__sleep", "It was moved to the background as task k1")}
+	st = s(modelserver.Conversation{Tools: loaded, Items: bg})
+	assert.Equal(t, "Bash", st.Tool)
+
+	woken := append(bg, call("Bash", nil), result("Bash", "worked"),
+		modelserver.Item{Kind: modelserver.UserText, Text: "<task-notification><result>\nslept 20 s\n</result></task-notification>"})
+	st = s(modelserver.Conversation{Tools: loaded, Items: woken})
+	assert.Empty(t, st.Tool)
+	assert.True(t, strings.Contains(st.Text, "woken by: <task-notification>"), st.Text)
+}
