@@ -46,6 +46,7 @@ func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
 
 func main() {
 	serve := flag.String("serve", "", "run as the sleeping MCP server, logging to this file (used by the probe itself)")
+	offerTasks := flag.Bool("offer-tasks", false, "the server declares the MCP tasks extension (io.modelcontextprotocol/tasks) in its capabilities, to see whether the host then declares it too")
 	host := flag.String("host", "claude", "claude or codex")
 	sleep := flag.Int("sleep", 20, "seconds the tool sleeps")
 	progress := flag.Int("progress-every", 0, "seconds between progress notifications (0: none)")
@@ -60,7 +61,7 @@ func main() {
 	flag.Parse()
 
 	if *serve != "" {
-		if err := serveSleeper(*serve); err != nil {
+		if err := serveSleeper(*serve, *offerTasks); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -78,7 +79,7 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *limit)
 	defer cancel()
-	err := probe(ctx, probeConfig{host: *host, sleep: *sleep, progress: *progress, codexTimeout: *codexTimeout, claudeTimeout: *claudeTimeout, out: *out, env: env,
+	err := probe(ctx, probeConfig{offerTasks: *offerTasks, host: *host, sleep: *sleep, progress: *progress, codexTimeout: *codexTimeout, claudeTimeout: *claudeTimeout, out: *out, env: env,
 		busy: *busy, stdinOpen: *stdinOpen})
 	fmt.Fprintf(os.Stderr, "logs: %s\n", *out)
 	if err != nil {
@@ -93,9 +94,19 @@ type sleepIn struct {
 	ProgressEvery int `json:"progress_every,omitempty"`
 }
 
-// newSleeper is the MCP server the host calls: one tool, sleep.
-func newSleeper() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "sleeper", Version: "probe"}, nil)
+// tasksExtension is the MCP tasks extension's identifier.
+const tasksExtension = "io.modelcontextprotocol/tasks"
+
+// newSleeper is the MCP server the host calls: one tool, sleep. With
+// offerTasks its capabilities declare the tasks extension (it does not
+// implement it: the probe only looks at what the host declares then).
+func newSleeper(offerTasks bool) *mcp.Server {
+	var opts *mcp.ServerOptions
+	if offerTasks {
+		opts = &mcp.ServerOptions{Capabilities: &mcp.ServerCapabilities{
+			Extensions: map[string]any{tasksExtension: map[string]any{}}}}
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "sleeper", Version: "probe"}, opts)
 	mcp.AddTool(s, &mcp.Tool{Name: "sleep", Description: "Waits the given number of seconds, then says so."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in sleepIn) (*mcp.CallToolResult, any, error) {
 			start := time.Now()
@@ -139,7 +150,7 @@ func (s *stampWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-func serveSleeper(logPath string) error {
+func serveSleeper(logPath string, offerTasks bool) error {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -147,7 +158,7 @@ func serveSleeper(logPath string) error {
 	defer f.Close()
 	signal.Ignore(syscall.SIGPIPE)
 	t := &mcp.LoggingTransport{Transport: &mcp.StdioTransport{}, Writer: &stampWriter{start: time.Now(), w: f}}
-	err = newSleeper().Run(context.Background(), t)
+	err = newSleeper(offerTasks).Run(context.Background(), t)
 	fmt.Fprintf(f, "server ended: %v\n", err)
 	return nil
 }
@@ -157,6 +168,7 @@ type probeConfig struct {
 	sleep        int
 	progress     int
 	codexTimeout int
+	offerTasks   bool
 	// claudeTimeout is the server's "timeout" in Claude Code's config, ms.
 	claudeTimeout int
 	busy          int
@@ -256,13 +268,18 @@ func probe(ctx context.Context, cfg probeConfig) error {
 	bin := filepath.Dir(lookPath(cfg.host))
 	env := agentenv.Base(home, bin)
 	mcpLog := filepath.Join(cfg.out, "mcp.log")
+	serverArgs := []string{"-serve", mcpLog}
+	if cfg.offerTasks {
+		serverArgs = append(serverArgs, "-offer-tasks")
+	}
+	tomlArgs, _ := json.Marshal(serverArgs)
 	prompt := marker + ": call the sleep tool once and report its result."
 	var argv []string
 	switch cfg.host {
 	case "claude":
 		env = append(env, "ANTHROPIC_BASE_URL="+model.URL, "ANTHROPIC_API_KEY=x", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 			"DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1")
-		server := map[string]any{"command": self, "args": []string{"-serve", mcpLog}}
+		server := map[string]any{"command": self, "args": serverArgs}
 		if cfg.claudeTimeout > 0 {
 			server["timeout"] = cfg.claudeTimeout
 		}
@@ -282,8 +299,8 @@ func probe(ctx context.Context, cfg probeConfig) error {
 	case "codex":
 		env = append(env, "LOCAL_KEY=x")
 		toml := fmt.Sprintf("model = \"m\"\nmodel_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\n"+
-			"base_url = \"%s/v1\"\nwire_api = \"responses\"\nenv_key = \"LOCAL_KEY\"\n\n[mcp_servers.sleeper]\ncommand = %q\nargs = [\"-serve\", %q]\n"+
-			"default_tools_approval_mode = \"approve\"\n", model.URL, self, mcpLog)
+			"base_url = \"%s/v1\"\nwire_api = \"responses\"\nenv_key = \"LOCAL_KEY\"\n\n[mcp_servers.sleeper]\ncommand = %q\nargs = %s\n"+
+			"default_tools_approval_mode = \"approve\"\n", model.URL, self, tomlArgs)
 		if cfg.codexTimeout > 0 {
 			toml += fmt.Sprintf("tool_timeout_sec = %d\n", cfg.codexTimeout)
 		}

@@ -22,10 +22,11 @@ func TestSleeperThroughAClient(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := newSleeper().Connect(ctx, st, nil)
+	ss, err := newSleeper(false).Connect(ctx, st, nil)
 	require.NoError(t, err)
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-06-18"})
 	require.NoError(t, err)
+	assert.Nil(t, cs.InitializeResult().Capabilities.Extensions)
 
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"seconds": 0}})
 	require.NoError(t, err)
@@ -45,6 +46,21 @@ func TestSleeperThroughAClient(t *testing.T) {
 	require.NoError(t, ss.Wait())
 	cancel()
 	base.Check(t, 5*time.Second, 0, 0)
+}
+
+// TestSleeperOffersTasks: with -offer-tasks the server's capabilities
+// declare the tasks extension, which is all the probe needs of it.
+func TestSleeperOffersTasks(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := newSleeper(true).Connect(ctx, st, nil)
+	require.NoError(t, err)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	require.NoError(t, err)
+	assert.Contains(t, cs.InitializeResult().Capabilities.Extensions, tasksExtension)
+	require.NoError(t, cs.Close())
+	require.NoError(t, ss.Wait())
 }
 
 func call(name string, args map[string]any) modelserver.Item {
