@@ -55,6 +55,7 @@ func main() {
 	out := flag.String("out", "", "where the logs go (default: a new temporary folder)")
 	busy := flag.Int("busy", 0, "claude: seconds of foreground Bash work after the call went to the background (0: none)")
 	stdinOpen := flag.Duration("stdin-open", 0, "claude: send the prompt as stream-json on stdin and keep stdin open this long (0: claude -p PROMPT)")
+	interactive := flag.Duration("interactive", 0, "claude: run the interactive Claude Code (in a terminal made by script(1)) with the prompt as its first message, for this long (0: headless)")
 	limit := flag.Duration("limit", 15*time.Minute, "the longest the host may run")
 	var env envList
 	flag.Var(&env, "env", "NAME=VALUE for the host's environment (repeatable)")
@@ -80,7 +81,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(ctx, *limit)
 	defer cancel()
 	err := probe(ctx, probeConfig{offerTasks: *offerTasks, host: *host, sleep: *sleep, progress: *progress, codexTimeout: *codexTimeout, claudeTimeout: *claudeTimeout, out: *out, env: env,
-		busy: *busy, stdinOpen: *stdinOpen})
+		busy: *busy, stdinOpen: *stdinOpen, interactive: *interactive})
 	fmt.Fprintf(os.Stderr, "logs: %s\n", *out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -173,6 +174,7 @@ type probeConfig struct {
 	claudeTimeout int
 	busy          int
 	stdinOpen     time.Duration
+	interactive   time.Duration
 	out           string
 	env           []string
 }
@@ -296,6 +298,13 @@ func probe(ctx context.Context, cfg probeConfig) error {
 		if cfg.stdinOpen > 0 {
 			argv = append([]string{"claude", "-p", "--input-format", "stream-json"}, argv[3:]...)
 		}
+		if cfg.interactive > 0 {
+			if err := trustWorkspace(home, ws); err != nil {
+				return err
+			}
+			line := shellQuote(filepath.Join(bin, "claude"), prompt, "--mcp-config", cfgPath, "--allowedTools", allowed)
+			argv = []string{"script", "-qfec", line, "/dev/null"}
+		}
 	case "codex":
 		env = append(env, "LOCAL_KEY=x")
 		toml := fmt.Sprintf("model = \"m\"\nmodel_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\n"+
@@ -316,7 +325,11 @@ func probe(ctx context.Context, cfg probeConfig) error {
 		return fmt.Errorf("unknown host %q (claude or codex)", cfg.host)
 	}
 	env = append(env, cfg.env...)
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, argv[0]), argv[1:]...)
+	exe := filepath.Join(bin, argv[0])
+	if argv[0] == "script" {
+		exe = lookPath("script")
+	}
+	cmd := exec.CommandContext(ctx, exe, argv[1:]...)
 	cmd.Env, cmd.Dir = env, ws
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -327,9 +340,12 @@ func probe(ctx context.Context, cfg probeConfig) error {
 	defer hostOut.Close()
 	cmd.Stdout, cmd.Stderr = &stampWriter{start: start, w: hostOut}, &stampWriter{start: start, w: hostOut}
 	var runErr error
-	if cfg.host == "claude" && cfg.stdinOpen > 0 {
+	switch {
+	case cfg.host == "claude" && cfg.stdinOpen > 0:
 		runErr = runStdinOpen(cmd, prompt, cfg.stdinOpen)
-	} else {
+	case cfg.host == "claude" && cfg.interactive > 0:
+		runErr = runFor(cmd, cfg.interactive)
+	default:
 		runErr = cmd.Run()
 	}
 	if cmd.Process != nil {
@@ -384,4 +400,40 @@ func runStdinOpen(cmd *exec.Cmd, prompt string, open time.Duration) error {
 	time.Sleep(open) // the measurement's window, not a wait for a condition
 	_ = stdin.Close()
 	return errors.Join(werr, cmd.Wait())
+}
+
+// runFor runs the interactive host for d, its terminal's input left
+// open and empty, then ends its process group.
+func runFor(cmd *exec.Cmd, d time.Duration) error {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	time.Sleep(d) // the measurement's window, not a wait for a condition
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	_ = stdin.Close()
+	return cmd.Wait()
+}
+
+// trustWorkspace writes what a first interactive start would ask: the
+// onboarding done, the workspace trusted, the API key (x) approved.
+func trustWorkspace(home, ws string) error {
+	b, _ := json.Marshal(map[string]any{
+		"hasCompletedOnboarding": true, "theme": "dark",
+		"customApiKeyResponses": map[string]any{"approved": []string{"x"}, "rejected": []string{}},
+		"projects":              map[string]any{ws: map[string]any{"hasTrustDialogAccepted": true}},
+	})
+	return os.WriteFile(filepath.Join(home, ".claude.json"), b, 0o600)
+}
+
+// shellQuote joins words into one sh command line.
+func shellQuote(words ...string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
 }

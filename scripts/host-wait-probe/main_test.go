@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -103,4 +104,14 @@ func TestScriptPlaysTheHostModel(t *testing.T) {
 	st = s(modelserver.Conversation{Tools: loaded, Items: woken})
 	assert.Empty(t, st.Tool)
 	assert.True(t, strings.Contains(st.Text, "woken by: <task-notification>"), st.Text)
+}
+
+// TestShellQuote: the interactive command line survives quotes and
+// spaces in its words, as sh reads it back.
+func TestShellQuote(t *testing.T) {
+	words := []string{"/a b/claude", "it's \"quoted\"; $(no)", ""}
+	line := shellQuote(words...)
+	out, err := exec.Command("sh", "-c", `for w in `+line+`; do printf '<%s>' "$w"; done`).Output()
+	require.NoError(t, err)
+	assert.Equal(t, `</a b/claude><it's "quoted"; $(no)><>`, string(out))
 }
