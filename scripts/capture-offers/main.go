@@ -145,7 +145,7 @@ func main() {
 	bare := flag.Bool("bare", false, "launch with no configuration and write nothing")
 	timeout := flag.Duration("timeout", 90*time.Second, "per agent, startup to session/new")
 	steer := flag.String("steer", "", "comma-separated steering scenarios to run instead of capturing (see steer.go): "+
-		"tool-steer, tool-prompt, slow-steer, slow-prompt, idle-steer")
+		"tool-steer, tool-prompt, slow-steer, slow-prompt, perm-steer, idle-steer")
 	steerOut := flag.String("steer-out", "", "where the -steer transcripts go (default: a new temporary folder)")
 	flag.Parse()
 

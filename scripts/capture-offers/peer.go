@@ -20,6 +20,10 @@ type peer struct {
 	start   time.Time
 	w       io.Writer
 	updates chan<- map[string]any
+	// hold, when set before read starts, delays every permission answer
+	// until it is closed: a decision left open.
+	hold <-chan struct{}
+	held sync.WaitGroup
 
 	mu      sync.Mutex
 	log     io.Writer
@@ -95,8 +99,10 @@ func (p *peer) call(ctx context.Context, id int64, method string, params any) (j
 	}
 }
 
-// read dispatches the agent's messages until its stdout ends.
+// read dispatches the agent's messages until its stdout ends; held
+// permission answers are sent, once hold is closed, before it returns.
 func (p *peer) read(stdout io.Reader) {
+	defer p.held.Wait()
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
@@ -111,6 +117,11 @@ func (p *peer) read(stdout io.Reader) {
 			continue
 		}
 		switch {
+		case m.Method == "session/request_permission" && len(m.ID) > 0 && p.hold != nil:
+			p.held.Go(func() {
+				<-p.hold
+				_ = p.send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": allowOnce(m.Params)})
+			})
 		case m.Method == "session/request_permission" && len(m.ID) > 0:
 			_ = p.send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": allowOnce(m.Params)})
 		case m.Method != "" && len(m.ID) > 0:

@@ -103,3 +103,48 @@ func TestPeerAgainstAScriptedAgent(t *testing.T) {
 	assert.Contains(t, lines[0], `"dir":"client"`)
 	assert.Contains(t, lines[1], `"dir":"agent"`)
 }
+
+// TestPeerHoldsPermissionAnswers: with hold set, a permission request
+// does not stop the peer from reading on (a response after it reaches its
+// caller while nothing reads the agent's stdin, where an immediate answer
+// would block the reader), the answer is written once hold is closed, and
+// read returns only after writing it.
+func TestPeerHoldsPermissionAnswers(t *testing.T) {
+	toAgentR, toAgentW := io.Pipe()
+	fromAgentR, fromAgentW := io.Pipe()
+	p := newPeer(toAgentW, io.Discard, nil)
+	hold := make(chan struct{})
+	p.hold = hold
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		p.read(fromAgentR)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() {
+		_, err := p.call(ctx, 1, "session/prompt", map[string]any{})
+		answered <- err
+	}()
+	fromClient := bufio.NewScanner(toAgentR)
+	require.True(t, fromClient.Scan())
+	assert.Contains(t, fromClient.Text(), `"session/prompt"`)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(fromAgentW,
+			`{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{"options":[{"optionId":"ok","kind":"allow_once"}]}}`+"\n"+
+				`{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}`+"\n")
+		if err == nil {
+			err = fromAgentW.Close()
+		}
+		wrote <- err
+	}()
+	require.NoError(t, <-answered, "the response after a held permission request")
+	require.NoError(t, <-wrote)
+	close(hold)
+	require.True(t, fromClient.Scan())
+	assert.JSONEq(t, `{"jsonrpc":"2.0","id":7,"result":{"outcome":{"outcome":"selected","optionId":"ok"}}}`, fromClient.Text())
+	<-readDone
+	require.NoError(t, toAgentW.Close())
+}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,6 +32,8 @@ import (
 //	slow-steer   the first turn streams text slowly (for minutes); while
 //	             it streams, _session/steering with the second message
 //	slow-prompt  the same, but the second message is a session/prompt
+//	perm-steer   as tool-steer, but the tool's permission request is left
+//	             open until 3 s after the steer's response
 //	idle-steer   no turn runs: _session/steering with
 //	             _meta.steering.idleBehavior "promptRequired" (the host
 //	             keeps the message when the turn has already ended)
@@ -62,6 +65,9 @@ type scenario struct {
 	// idle: no first turn; the second message goes to an idle session,
 	// asking the agent to hand it back rather than start a turn.
 	idle bool
+	// holdPermission leaves the first turn's permission request open
+	// until afterRunning after the second message's response.
+	holdPermission bool
 }
 
 var scenarios = map[string]scenario{
@@ -70,6 +76,8 @@ var scenarios = map[string]scenario{
 	"slow-steer":  {name: "slow-steer", first: slowFirst, running: slowRunning, method: "_session/steering"},
 	"slow-prompt": {name: "slow-prompt", first: slowFirst, running: slowRunning, method: "session/prompt"},
 	"idle-steer":  {name: "idle-steer", method: "_session/steering", idle: true},
+	"perm-steer": {name: "perm-steer", first: toolFirst, running: toolRunning, method: "_session/steering",
+		holdPermission: true},
 }
 
 // toolSleep is how long the first turn's shell tool sleeps.
@@ -214,12 +222,22 @@ func runScenario(a agent, bin, dir string, sc scenario, timeout time.Duration) (
 	}
 	updates := make(chan map[string]any, 1024)
 	rec := newPeer(stdin, transcript, updates)
+	release := func() {}
+	if sc.holdPermission {
+		hold := make(chan struct{})
+		rec.hold = hold
+		var once sync.Once
+		release = func() { once.Do(func() { close(hold) }) }
+	}
 	waited := make(chan error, 1)
 	go func() {
 		rec.read(stdout)
 		waited <- cmd.Wait()
 	}()
-	defer stopAgent(stdin, cmd.Process.Pid, home, waited)
+	defer func() {
+		release() // held answers first: read returns only after sending them
+		stopAgent(stdin, cmd.Process.Pid, home, waited)
+	}()
 
 	var notes []string
 	note := func(format string, args ...any) {
@@ -296,14 +314,22 @@ func runScenario(a agent, bin, dir string, sc scenario, timeout time.Duration) (
 	note("sent %s 11 (second message)", sc.method)
 	deadline := time.After(settle)
 	cancelled := false
+	var answerPermission <-chan time.Time
 	for first != nil || second != nil {
 		select {
+		case <-answerPermission:
+			note("answering the held permission request")
+			release()
+			answerPermission = nil
 		case raw, ok := <-first:
 			note("response 10 (first turn): %s", closedOr(raw, ok))
 			first = nil
 		case raw, ok := <-second:
 			note("response 11 (%s): %s", sc.method, closedOr(raw, ok))
 			second = nil
+			if sc.holdPermission {
+				answerPermission = time.After(afterRunning)
+			}
 		case <-deadline:
 			if cancelled {
 				return "", errors.New("no answer after session/cancel")

@@ -49,6 +49,8 @@ func TestAllowOnceChoosesByKind(t *testing.T) {
 // agents send for it (transcripts of 2026-12-05) and not on others.
 func TestScenariosSeeTheRunningTurn(t *testing.T) {
 	assert.True(t, scenarios["idle-steer"].idle)
+	assert.True(t, scenarios["perm-steer"].holdPermission)
+	assert.Equal(t, "_session/steering", scenarios["perm-steer"].method)
 	for _, name := range []string{"tool-steer", "tool-prompt", "slow-steer", "slow-prompt"} {
 		sc := scenarios[name]
 		require.NotNil(t, sc.running, name)
