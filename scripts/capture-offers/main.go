@@ -147,6 +147,7 @@ func main() {
 	steer := flag.String("steer", "", "comma-separated steering scenarios to run instead of capturing (see steer.go): "+
 		"tool-steer, tool-prompt, slow-steer, slow-prompt, perm-steer, idle-steer")
 	steerOut := flag.String("steer-out", "", "where the -steer transcripts go (default: a new temporary folder)")
+	linger := flag.Duration("steer-linger", 0, "with -steer: how long to keep each session open after its turns end, recording what the agent sends on its own")
 	flag.Parse()
 
 	list, err := installable()
@@ -169,7 +170,7 @@ func main() {
 				*steerOut = d
 				fmt.Fprintf(os.Stderr, "steering transcripts: %s\n", d)
 			}
-			if err := probeSteer(a, filepath.Join(*cache, "bin"), *steerOut, strings.Split(*steer, ","), 5*time.Minute); err != nil {
+			if err := probeSteer(a, filepath.Join(*cache, "bin"), *steerOut, strings.Split(*steer, ","), 5*time.Minute, *linger); err != nil {
 				failed = true
 			}
 			continue

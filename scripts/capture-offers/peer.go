@@ -29,6 +29,14 @@ type peer struct {
 	log     io.Writer
 	results map[int64]chan json.RawMessage // registered before the request is written
 	ended   bool                           // stdout ended: no more results
+	heard   int                            // messages read from the agent
+}
+
+// heardCount is how many messages the agent has sent so far.
+func (p *peer) heardCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heard
 }
 
 func newPeer(w, log io.Writer, updates chan<- map[string]any) *peer {
@@ -108,6 +116,9 @@ func (p *peer) read(stdout io.Reader) {
 	for sc.Scan() {
 		raw := append([]byte(nil), sc.Bytes()...)
 		p.record("agent", raw)
+		p.mu.Lock()
+		p.heard++
+		p.mu.Unlock()
 		var m struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`

@@ -120,7 +120,7 @@ const (
 
 // probeSteer runs the scenarios for one agent; a failed scenario is
 // reported and the next one runs.
-func probeSteer(a agent, bin, out string, names []string, timeout time.Duration) error {
+func probeSteer(a agent, bin, out string, names []string, timeout, linger time.Duration) error {
 	var errs []error
 	for _, n := range names {
 		sc, ok := scenarios[strings.TrimSpace(n)]
@@ -131,7 +131,7 @@ func probeSteer(a agent, bin, out string, names []string, timeout time.Duration)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		summary, err := runScenario(a, bin, dir, sc, timeout)
+		summary, err := runScenario(a, bin, dir, sc, timeout, linger)
 		fmt.Fprintf(os.Stderr, "== %s %s\n%s", a.name, sc.name, summary)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s %s: %v\n", a.name, sc.name, err)
@@ -161,7 +161,7 @@ func allowOnce(params json.RawMessage) map[string]any {
 	return map[string]any{"outcome": map[string]any{"outcome": "cancelled"}}
 }
 
-func runScenario(a agent, bin, dir string, sc scenario, timeout time.Duration) (summary string, err error) {
+func runScenario(a agent, bin, dir string, sc scenario, timeout, linger time.Duration) (summary string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	home, err := os.MkdirTemp("", "symm-steer-"+a.name+"-")
@@ -341,6 +341,13 @@ func runScenario(a agent, bin, dir string, sc scenario, timeout time.Duration) (
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
+	}
+	if linger > 0 {
+		// What the agent does on its own once both turns are over (claude:
+		// a command its steer moved to the background ends meanwhile).
+		heard := rec.heardCount()
+		time.Sleep(linger) // the probe's window, not a wait for a condition
+		note("after %s more: %d messages from the agent since the last response (see the transcript)", linger, rec.heardCount()-heard)
 	}
 	// The model's view: which requests carried the second message.
 	for _, r := range model.Requests() {
