@@ -15,18 +15,30 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
 )
 
+// sleeperSession connects a client of that protocol version to a new
+// sleeper over in-memory transports; closing it closes both ends.
+func sleeperSession(ctx context.Context, t *testing.T, offerTasks bool, version string) (cs *mcp.ClientSession, closeBoth func()) {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := newSleeper(offerTasks).Connect(ctx, st, nil)
+	require.NoError(t, err)
+	cs, err = mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	require.NoError(t, err)
+	return cs, func() {
+		require.NoError(t, cs.Close())
+		require.NoError(t, ss.Wait())
+	}
+}
+
 // TestSleeperThroughAClient: the probe's MCP server, through a real client
-// session, answers sleep with the seconds it slept, and a call whose
-// context ends (a host that gave up) ends at once as a tool error.
+// session, answers sleep with the seconds it slept; a call the client
+// gives up on returns at once, and its handler ends with it (no goroutine
+// is left behind).
 func TestSleeperThroughAClient(t *testing.T) {
 	base := leakcheck.Take()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := newSleeper(false).Connect(ctx, st, nil)
-	require.NoError(t, err)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-06-18"})
-	require.NoError(t, err)
+	cs, closeBoth := sleeperSession(ctx, t, false, "2025-06-18")
 	assert.Nil(t, cs.InitializeResult().Capabilities.Extensions)
 
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"seconds": 0}})
@@ -43,8 +55,7 @@ func TestSleeperThroughAClient(t *testing.T) {
 	stop()
 	require.ErrorIs(t, <-done, context.Canceled)
 
-	require.NoError(t, cs.Close())
-	require.NoError(t, ss.Wait())
+	closeBoth()
 	cancel()
 	base.Check(t, 5*time.Second, 0, 0)
 }
@@ -54,14 +65,9 @@ func TestSleeperThroughAClient(t *testing.T) {
 func TestSleeperOffersTasks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := newSleeper(true).Connect(ctx, st, nil)
-	require.NoError(t, err)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-	require.NoError(t, err)
+	cs, closeBoth := sleeperSession(ctx, t, true, "2025-11-25")
+	defer closeBoth()
 	assert.Contains(t, cs.InitializeResult().Capabilities.Extensions, tasksExtension)
-	require.NoError(t, cs.Close())
-	require.NoError(t, ss.Wait())
 }
 
 func call(name string, args map[string]any) modelserver.Item {
