@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Command host-wait-probe measures what a real MCP host (Claude Code,
 // Codex CLI) does with a tool call that runs for a long time. It runs the
 // host headless against the end-to-end suite's scripted model server on
@@ -10,11 +12,15 @@
 // request), host.txt (the host's output) and timeline.txt.
 //
 //	scripts/install-agents.sh && . ~/.cache/symm-mcp/agents/env.sh
-//	go run ./scripts/host-wait-probe -host claude -sleep 20 -env CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT=10000
-//	go run ./scripts/host-wait-probe -host codex -sleep 20 -codex-timeout 10
+//	go run -tags e2e ./scripts/host-wait-probe -host claude -sleep 20 -env CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT=10000
+//	go run -tags e2e ./scripts/host-wait-probe -host codex -sleep 20 -codex-timeout 10
 //
 // -env adds NAME=VALUE to the host's environment (repeatable); the host
 // gets a fresh HOME and nothing of the caller's (internal/e2e/agentenv).
+//
+// It builds only with the e2e tag, as the end-to-end suite does: its
+// sleeping server imports the MCP SDK, which only internal/mcpserver does
+// in the product (cmd/symm-mcp's TestImportRules).
 package main
 
 import (
