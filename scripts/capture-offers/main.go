@@ -9,10 +9,15 @@
 //
 //	scripts/install-agents.sh && go run ./scripts/capture-offers
 //	go run ./scripts/capture-offers -agents codex,cline -bare
+//	go run ./scripts/capture-offers -agents codex -steer tool-steer,tool-prompt
 //
 // -bare launches the agents with no configuration at all (only the fresh
 // HOME, and IS_SANDBOX for claude as root) and writes nothing: it shows
 // which agents need configuration before session/new succeeds.
+//
+// -steer runs the named steering scenarios instead (steer.go): a second
+// message sent into a turn that is still running, every message recorded
+// in -steer-out.
 //
 // It speaks newline-delimited JSON-RPC itself rather than through the ACP
 // SDK, so the results are recorded exactly as the agent sent them, and it
@@ -20,11 +25,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,7 +37,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -142,6 +144,10 @@ func main() {
 	only := flag.String("agents", "", "comma-separated agents (default: every agent on npm)")
 	bare := flag.Bool("bare", false, "launch with no configuration and write nothing")
 	timeout := flag.Duration("timeout", 90*time.Second, "per agent, startup to session/new")
+	steer := flag.String("steer", "", "comma-separated steering scenarios to run instead of capturing (see steer.go): "+
+		"tool-steer, tool-prompt, slow-steer, slow-prompt, perm-steer, idle-steer")
+	steerOut := flag.String("steer-out", "", "where the -steer transcripts go (default: a new temporary folder)")
+	linger := flag.Duration("steer-linger", 0, "with -steer: how long to keep each session open after its turns end, recording what the agent sends on its own")
 	flag.Parse()
 
 	list, err := installable()
@@ -152,6 +158,21 @@ func main() {
 	failed := false
 	for _, a := range list {
 		if *only != "" && !contains(strings.Split(*only, ","), a.name) {
+			continue
+		}
+		if *steer != "" {
+			if *steerOut == "" {
+				d, err := os.MkdirTemp("", "symm-steer-")
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(1)
+				}
+				*steerOut = d
+				fmt.Fprintf(os.Stderr, "steering transcripts: %s\n", d)
+			}
+			if err := probeSteer(a, filepath.Join(*cache, "bin"), *steerOut, strings.Split(*steer, ","), 5*time.Minute, *linger); err != nil {
+				failed = true
+			}
 			continue
 		}
 		init, sess, err := capture(a, filepath.Join(*cache, "bin"), *bare, *timeout)
@@ -253,40 +274,19 @@ func capture(a agent, bin string, bare bool, timeout time.Duration) (init, sess 
 	}
 	waited := make(chan error, 1)
 	defer func() {
-		// Close stdin, give the agent 3 s, then end its group.
-		_ = stdin.Close()
-		select {
-		case <-waited:
-		case <-time.After(3 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-waited:
-			case <-time.After(3 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				// A process outside the group may still hold stdout.
-				killByHome(home)
-				<-waited
-			}
-		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		stopAgent(stdin, cmd.Process.Pid, home, waited)
 		if err != nil {
 			err = fmt.Errorf("%w\nstderr:\n%s", err, tail(stderr.String(), 40))
 		}
 	}()
 
-	c := &conn{w: stdin, results: make(map[int64]chan response)}
+	c := newPeer(stdin, io.Discard, nil)
 	go func() {
 		c.read(stdout)
 		waited <- cmd.Wait()
 	}()
 
-	init, err = c.call(ctx, 1, "initialize", map[string]any{
-		"protocolVersion": 1,
-		"clientCapabilities": map[string]any{
-			"fs": map[string]any{"readTextFile": false, "writeTextFile": false}, "terminal": false,
-		},
-		"clientInfo": map[string]any{"name": "symm-mcp", "version": "capture"},
-	})
+	init, err = c.call(ctx, 1, "initialize", initializeParams("capture"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
@@ -302,100 +302,37 @@ func capture(a agent, bin string, bare bool, timeout time.Duration) (init, sess 
 	return init, sess, nil
 }
 
-type response struct {
-	result json.RawMessage
-	err    error
-}
-
-// conn is a minimal JSON-RPC 2.0 client over newline-delimited JSON.
-type conn struct {
-	w io.Writer
-
-	mu      sync.Mutex
-	results map[int64]chan response // registered before the request is written
-	ended   bool                    // stdout ended: no more results
-}
-
-type message struct {
-	ID     json.RawMessage `json:"id,omitempty"`
-	Method string          `json:"method,omitempty"`
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *struct {
-		Code    int             `json:"code"`
-		Message string          `json:"message"`
-		Data    json.RawMessage `json:"data,omitempty"`
-	} `json:"error,omitempty"`
-}
-
-func (c *conn) call(ctx context.Context, id int64, method string, params any) (json.RawMessage, error) {
-	ch := make(chan response, 1)
-	c.mu.Lock()
-	if c.ended {
-		c.mu.Unlock()
-		return nil, errors.New("the agent closed its stdout")
+// initializeParams are the initialize params symm-mcp sends: protocol 1,
+// no file system, no terminal.
+func initializeParams(version string) map[string]any {
+	return map[string]any{
+		"protocolVersion": 1,
+		"clientCapabilities": map[string]any{
+			"fs": map[string]any{"readTextFile": false, "writeTextFile": false}, "terminal": false,
+		},
+		"clientInfo": map[string]any{"name": "symm-mcp", "version": version},
 	}
-	c.results[id] = ch
-	c.mu.Unlock()
-	if err := c.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
-		return nil, err
-	}
+}
+
+// stopAgent closes the agent's stdin and gives it 3 s, then ends its group
+// (SIGTERM, 3 s, SIGKILL, and whatever escaped the group by the HOME it
+// runs under, which may still hold stdout); it returns once waited, the
+// end of the agent's reader and Wait, has been received.
+func stopAgent(stdin io.Closer, pid int, home string, waited <-chan error) {
+	_ = stdin.Close()
 	select {
-	case r := <-ch:
-		return r.result, r.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("no answer: %w", ctx.Err())
-	}
-}
-
-func (c *conn) send(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = c.w.Write(append(b, '\n'))
-	return err
-}
-
-// read dispatches the agent's messages until its stdout ends: responses
-// to our calls, an error for each of its requests, notifications dropped.
-func (c *conn) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		var m message
-		if json.Unmarshal(sc.Bytes(), &m) != nil {
-			continue
-		}
-		switch {
-		case m.Method != "" && len(m.ID) > 0:
-			_ = c.send(map[string]any{"jsonrpc": "2.0", "id": m.ID,
-				"error": map[string]any{"code": -32601, "message": "method not found: " + m.Method}})
-		case m.Method == "" && len(m.ID) > 0:
-			id, err := strconv.ParseInt(string(m.ID), 10, 64)
-			if err != nil {
-				continue
-			}
-			c.mu.Lock()
-			ch := c.results[id]
-			delete(c.results, id)
-			c.mu.Unlock()
-			if ch == nil {
-				continue
-			}
-			if m.Error != nil {
-				ch <- response{err: fmt.Errorf("agent error %d: %s %s", m.Error.Code, m.Error.Message, m.Error.Data)}
-			} else {
-				ch <- response{result: m.Result}
-			}
+	case <-waited:
+	case <-time.After(3 * time.Second):
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		select {
+		case <-waited:
+		case <-time.After(3 * time.Second):
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			killByHome(home)
+			<-waited
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ended = true
-	for id, ch := range c.results {
-		ch <- response{err: errors.New("the agent closed its stdout")}
-		delete(c.results, id)
-	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
 
 func writeJSON(path string, raw json.RawMessage) error {
