@@ -97,7 +97,7 @@ const usage = `Usage: symm-mcp [flags]
        symm-mcp serve [--socket PATH] [--state-dir DIR] [--ledger memory|jetstream] [flags]
        symm-mcp status [--json] [--socket PATH]
        symm-mcp shutdown [--socket PATH]
-       symm-mcp doctor [--json] [--env-file FILE]
+       symm-mcp doctor [--json] [--env-file FILE] [--workspace-root DIR]...
        symm-mcp setup HOST [--scope user|project] [--shared] [--env-file FILE] [--dry-run]
 
 symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.
