@@ -79,6 +79,9 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 		}
 		cfg.dir = wd
 	}
+	if code := doctorDirInRoots(cfg.dir, o.rootsResolved, stderr); code != 0 {
+		return code
+	}
 	if cfg.deadline == 0 {
 		cfg.deadline = task.DescribeDeadline
 	}

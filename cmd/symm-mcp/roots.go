@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/symm-mcp/symm-mcp/internal/task"
@@ -40,4 +41,18 @@ func rootsText(roots []string) string {
 		return "none"
 	}
 	return strings.Join(roots, ", ")
+}
+
+// doctorDirInRoots refuses a doctor run in a directory outside its roots
+// (exit 2): no agent would start there, as no task would.
+func doctorDirInRoots(dir string, roots []string, stderr io.Writer) int {
+	if len(roots) == 0 {
+		return 0
+	}
+	if r, err := filepath.EvalSymlinks(dir); err == nil && task.InRoots(r, roots) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "symm-mcp doctor: the working directory %s is outside the workspace roots (%s): "+
+		"no agent would start there; run the doctor in one of them\n", dir, rootsText(roots))
+	return 2
 }

@@ -109,8 +109,12 @@ func sameRepository(wt *worktree.Worktree, checked string) error {
 	return errorf(InvalidRequest, "isolation=%q: the repository of the workspace changed after it was checked (%q, then %q)", IsolationWorktree, checked, wt.Repository)
 }
 
-func (s *Service) inRoots(p string) bool {
-	for _, root := range s.cfg.WorkspaceRoots {
+func (s *Service) inRoots(p string) bool { return InRoots(p, s.cfg.WorkspaceRoots) }
+
+// InRoots reports whether p (absolute, clean, its links resolved) is one
+// of roots or below one.
+func InRoots(p string, roots []string) bool {
+	for _, root := range roots {
 		if within(p, root) {
 			return true
 		}
