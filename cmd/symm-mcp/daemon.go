@@ -193,6 +193,9 @@ func parseServe(args []string, stderr io.Writer) (c serveConfig, code int, done 
 	if err := daemonPaths(&c.o); err != nil {
 		return usageErr("%v", err)
 	}
+	if code := resolveRoots(&c.o, "symm-mcp serve", stderr); code != 0 {
+		return c, code, true
+	}
 	// Read first, while the front that started this daemon still waits
 	// for it as its parent.
 	c.origin = daemon.ReadOrigin(c.o.envFile)
@@ -312,7 +315,7 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	// open only under the state directory's lock that Listen takes.
 	s.d, err = daemon.Listen(daemon.Config{
 		Socket: c.o.socket, StateDir: c.o.stateDir, Tasks: s, Version: version, Ledger: c.ledger, Logger: log, Origin: &c.origin,
-		ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(c.ledger),
+		ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(c.ledger), WorkspaceRoots: c.o.rootsResolved,
 		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
 			end := mcpserver.ServeShared(ctx, s.front, version, in, out)
 			log.Debug("MCP session ended", "reason", end.Reason)
@@ -557,6 +560,7 @@ func status(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "started by: %s\ndirectory:  %s\nenv file:   %s\n", by, o.Dir, envFile)
 	}
+	fmt.Fprintf(stdout, "workspace roots: %s\n", rootsText(st.WorkspaceRoots))
 	if st.SkippedEntries > 0 {
 		fmt.Fprintf(stdout, "skipped:    %d unreadable ledger entries (named in the daemon's log)\n", st.SkippedEntries)
 	}

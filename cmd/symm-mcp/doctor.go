@@ -43,8 +43,10 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	envFile := fs.String("env-file", "", "`FILE` of the agents' environment, as for the server (see symm-mcp --help)")
+	var o options
+	fs.Var(&o.roots, "workspace-root", "`DIR` tasks may run in, as for the server (repeatable; see symm-mcp --help)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: symm-mcp doctor [--json] [--env-file FILE]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: symm-mcp doctor [--json] [--env-file FILE] [--workspace-root DIR]...\n\n"+
 			"Starts each registered agent found on PATH, as describe_agent does, and reports\n"+
 			"its executable, version, ACP handshake, resume support, the settings symm-mcp pins,\n"+
 			"and its model and effort offers. The agents run in the working directory, all at\n"+
@@ -53,6 +55,9 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 		fs.PrintDefaults()
 	}
 	if code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
+	}
+	if code := resolveRoots(&o, "symm-mcp doctor", stderr); code != 0 {
 		return code
 	}
 	if *envFile != "" {
@@ -74,6 +79,9 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 		}
 		cfg.dir = wd
 	}
+	if code := doctorDirInRoots(cfg.dir, o.rootsResolved, stderr); code != 0 {
+		return code
+	}
 	if cfg.deadline == 0 {
 		cfg.deadline = task.DescribeDeadline
 	}
@@ -85,7 +93,8 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	if cfg.env != nil {
 		getenv = func(k string) string { return envValue(cfg.env, k) }
 	}
-	svc := task.New(task.Config{Store: store.New(), Agents: reg, Supervisor: sup, Workspace: cfg.dir, Getenv: getenv, Logger: log, Version: version.String()})
+	svc := task.New(task.Config{Store: store.New(), Agents: reg, Supervisor: sup, Workspace: cfg.dir, Getenv: getenv, Logger: log, Version: version.String(),
+		WorkspaceRoots: o.rootsResolved})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -93,6 +102,9 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	probed := doctor.Probe(ctx, svc, reg.Names(), cfg.dir)
 	cancel()
 	report := doctor.Judge(version.String(), cfg.dir, probed, reg.Lookup)
+	if o.rootsResolved != nil {
+		report.WorkspaceRoots = o.rootsResolved
+	}
 
 	// Every describe ended its agent; Shutdown confirms nothing is left.
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownBound)

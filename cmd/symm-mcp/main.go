@@ -54,6 +54,10 @@ type options struct {
 	noNotify     bool
 	stderrCapMiB int64
 	envFile      string
+	// roots are the --workspace-root directories as given; rootsResolved
+	// the same, checked and resolved (task.ResolveRoots).
+	roots         stringsFlag
+	rootsResolved []string
 
 	// --shared and serve
 	shared   bool
@@ -79,6 +83,7 @@ func addServerFlags(fs *flag.FlagSet, o *options) serverFlags {
 	fs.Int64Var(&o.stderrCapMiB, "stderr-cap-mib", task.DefaultStderrCap>>20,
 		"MiB of stderr events kept per task; past it the oldest are dropped and counted (0: no cap)")
 	fs.StringVar(&o.envFile, "env-file", "", envFileUsage)
+	fs.Var(&o.roots, "workspace-root", workspaceRootUsage)
 	return f
 }
 
@@ -92,7 +97,7 @@ const usage = `Usage: symm-mcp [flags]
        symm-mcp serve [--socket PATH] [--state-dir DIR] [--ledger memory|jetstream] [flags]
        symm-mcp status [--json] [--socket PATH]
        symm-mcp shutdown [--socket PATH]
-       symm-mcp doctor [--json] [--env-file FILE]
+       symm-mcp doctor [--json] [--env-file FILE] [--workspace-root DIR]...
        symm-mcp setup HOST [--scope user|project] [--shared] [--env-file FILE] [--dry-run]
 
 symm-mcp speaks MCP over stdin and stdout; an MCP client launches it.
@@ -142,11 +147,18 @@ func parse(args []string, stderr io.Writer) (o options, code int, done bool) {
 				code = 2
 			}
 		case "shared", "version":
+		case "workspace-root": // one flag per directory, for the daemon
+			for _, r := range o.roots {
+				o.set = append(o.set, "--workspace-root="+r)
+			}
 		default:
 			o.set = append(o.set, "--"+fl.Name+"="+fl.Value.String())
 		}
 	})
 	if code != 0 {
+		return o, code, true
+	}
+	if code := resolveRoots(&o, "symm-mcp", stderr); code != 0 {
 		return o, code, true
 	}
 	return o, 0, false
@@ -310,8 +322,8 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 		Store: led, Agents: agents.Default(), Supervisor: sup, Markers: markers,
 		Workspace: wd, Logger: log, StderrCap: o.stderrCapMiB << 20, Version: version.String(),
 		Getenv:       func(k string) string { return envValue(env.all, k) },
-		WorktreeRoot: worktreeRoot(o, log),
-		Host:         host, Hosts: hosts, Keys: keys,
+		WorktreeRoot: worktreeRoot(o, log), WorkspaceRoots: o.rootsResolved,
+		Host: host, Hosts: hosts, Keys: keys,
 	}
 	return task.New(cfg), markers, nil
 }

@@ -261,6 +261,7 @@ func TestStatusAndShutdown(t *testing.T) {
 	assert.Equal(t, "jetstream", raw["ledger"], "the default ledger")
 	assert.Nil(t, raw["http"])
 	assert.Equal(t, 2.0, raw["live_tasks"])
+	assert.Equal(t, []any{}, raw["workspace_roots"], "no limit: none")
 	pid := int(raw["pid"].(float64))
 
 	out, code = d.run(t, "shutdown")

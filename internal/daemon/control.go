@@ -56,6 +56,9 @@ type Status struct {
 	// SkippedEntries counts the ledger's entries and messages left out as
 	// unreadable since the daemon started (their keys are in its log).
 	SkippedEntries int `json:"skipped_entries"`
+	// WorkspaceRoots are the directories tasks may run in (--workspace-root,
+	// links resolved); [] when there is no limit.
+	WorkspaceRoots []string `json:"workspace_roots"`
 }
 
 // ShutdownReply is the answer to shutdown.

@@ -78,6 +78,9 @@ type Config struct {
 	// Groups, when set, is the record of the agents' process groups that
 	// the supervisor keeps; Listen ends the groups a previous daemon left.
 	Groups *Groups
+	// WorkspaceRoots are the directories tasks may run in, for status
+	// (nil: no limit).
+	WorkspaceRoots []string
 	// MinFree is the room the state directory's file system must have
 	// for Listen to go on: bytes and inodes (0: not checked).
 	MinFree Room
@@ -467,6 +470,7 @@ func (d *Daemon) status() Status {
 	s := Status{
 		Running: true, PID: os.Getpid(), Version: d.cfg.Version, Socket: d.cfg.Socket, StateDir: d.cfg.StateDir,
 		Ledger: d.cfg.Ledger, Host: host, LiveTasks: d.cfg.Tasks.LiveTasks(), StartedBy: d.cfg.Origin,
+		WorkspaceRoots: append([]string{}, d.cfg.WorkspaceRoots...),
 	}
 	if sk, ok := d.cfg.Tasks.(Skipper); ok {
 		s.SkippedEntries = sk.SkippedEntries()

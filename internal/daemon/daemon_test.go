@@ -202,7 +202,7 @@ func TestFirstLine(t *testing.T) {
 	st, err := QueryStatus(context.Background(), cfg.Socket)
 	require.NoError(t, err)
 	assert.Equal(t, Status{Running: true, PID: os.Getpid(), Version: "v-test", Socket: cfg.Socket, StateDir: cfg.StateDir,
-		Ledger: "memory", Host: st.Host, LiveTasks: 0}, st)
+		Ledger: "memory", Host: st.Host, LiveTasks: 0, WorkspaceRoots: []string{}}, st)
 	assert.NotEmpty(t, st.Host)
 
 	u, err := net.Dial("unix", cfg.Socket)

@@ -37,10 +37,13 @@ type Agent struct {
 // Report is the doctor's answer; OK is false when an installed agent is
 // unusable, which is also when the command's exit status is 1.
 type Report struct {
-	OK        bool    `json:"ok"`
-	Version   string  `json:"version"` // symm-mcp's own, as --version prints it
-	Workspace string  `json:"workspace"`
-	Agents    []Agent `json:"agents"`
+	OK        bool   `json:"ok"`
+	Version   string `json:"version"` // symm-mcp's own, as --version prints it
+	Workspace string `json:"workspace"`
+	// WorkspaceRoots are the directories tasks may run in
+	// (--workspace-root, links resolved); [] when there is no limit.
+	WorkspaceRoots []string `json:"workspace_roots"`
+	Agents         []Agent  `json:"agents"`
 }
 
 // Describer starts an agent, reads what it offers and ends it, as
@@ -76,7 +79,7 @@ type Lookup func(name string) (*agents.Adapter, bool)
 // missing agent on npm given its install command from the table, and OK
 // false when an installed agent is unusable.
 func Judge(version, workspace string, probed []task.Description, lookup Lookup) Report {
-	r := Report{OK: true, Version: version, Workspace: workspace, Agents: make([]Agent, len(probed))}
+	r := Report{OK: true, Version: version, Workspace: workspace, WorkspaceRoots: []string{}, Agents: make([]Agent, len(probed))}
 	for i, d := range probed {
 		a := judge(d)
 		if ad, ok := lookup(a.Agent); ok && !a.Installed && ad.NPM != nil {
@@ -216,6 +219,11 @@ func WriteText(w io.Writer, r Report) {
 		}
 	}
 	fmt.Fprintf(w, "\n%d of %d agents installed, %d usable (workspace %s).\n", installed, len(r.Agents), usable, r.Workspace)
+	roots := "none (a task may run in any directory)"
+	if len(r.WorkspaceRoots) > 0 {
+		roots = strings.Join(r.WorkspaceRoots, ", ")
+	}
+	fmt.Fprintf(w, "Workspace roots: %s.\n", roots)
 	if !r.OK {
 		fmt.Fprintln(w, "An installed agent is unusable: see PROBLEM.")
 	}

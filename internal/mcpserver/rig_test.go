@@ -83,6 +83,8 @@ type rigOptions struct {
 	// git puts git on the agents' PATH and gives the service a worktree
 	// root and git an environment of its own (isolation_test.go).
 	git *gitSetup
+	// roots are the service's workspace roots (roots_test.go).
+	roots []string
 }
 
 func newRig(t *testing.T, o rigOptions) *rig {
@@ -101,6 +103,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	cfg := task.Config{
 		Store: store.New(), Agents: agents.NewRegistry(adapters...), Supervisor: sup,
 		Workspace: t.TempDir(), Getenv: func(k string) string { return lookupEnv(env, k) },
+		WorkspaceRoots: o.roots,
 	}
 	if o.git != nil {
 		cfg.WorktreeRoot, cfg.GitEnv = o.git.root, o.git.env

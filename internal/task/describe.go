@@ -79,6 +79,9 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 		return Description{}, errorf(UnknownAgent, "no agent named %q", agent)
 	}
 	ws, err := s.workspace(workspace)
+	if err == nil {
+		ws, err = s.confine(ws) // the agent starts there, as a task's would
+	}
 	if err != nil {
 		return Description{}, err
 	}

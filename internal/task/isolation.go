@@ -3,7 +3,6 @@ package task
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -49,14 +48,10 @@ func (s *Service) createWorktree(ctx context.Context, req SpawnRequest, ws, id s
 	s.adminMu.Lock()
 	wt, err := s.worktrees().Create(ctx, worktree.Request{Workspace: ws, BaseRef: req.BaseRef, TaskID: id, Root: s.cfg.WorktreeRoot})
 	s.adminMu.Unlock()
-	if we := (*worktree.Error)(nil); errors.As(err, &we) {
-		switch we.Code {
-		case worktree.NotARepository, worktree.BareRepository, worktree.UnknownRef, worktree.AddRefused,
-			worktree.GitMissing, worktree.RootUnusable:
-			return nil, errorf(InvalidRequest, "isolation=%q: %s", IsolationWorktree, we.Msg)
-		}
-	}
 	if err != nil {
+		if r, ok := worktreeRefusal(err); ok {
+			return nil, r
+		}
 		return nil, fmt.Errorf("creating the worktree: %w", err)
 	}
 	return &wt, nil

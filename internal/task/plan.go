@@ -28,6 +28,9 @@ type spawnPlan struct {
 	// the process ends with the turn).
 	ws   string
 	keep time.Duration
+	// repo is the common git directory of the worktree's repository that
+	// the workspace roots were checked against ("" when not checked).
+	repo string
 	// digest is the SHA-256 of the arguments, defaults applied, when the
 	// spawn has an idempotency key ("" without one; idempotency.go).
 	digest string
@@ -49,6 +52,9 @@ func (s *Service) planSpawn(ctx context.Context, req SpawnRequest) (spawnPlan, e
 		return spawnPlan{}, err
 	}
 	if p.ws, err = s.workspace(req.Workspace); err != nil {
+		return spawnPlan{}, err
+	}
+	if p.ws, p.repo, err = s.confineSpawn(ctx, req, p.ws); err != nil {
 		return spawnPlan{}, err
 	}
 	if req.IdempotencyKey != "" {
@@ -165,6 +171,9 @@ func (s *Service) planSend(req SendRequest) (sendPlan, error) {
 		return sendPlan{}, errorf(InvalidRequest, "task %s's agent %q is not registered", pt.TaskID, pt.Agent)
 	}
 	if err := checkTurn(req.Prompt, req.Allow, label{"model", req.Model}, label{"effort", req.Effort}); err != nil {
+		return sendPlan{}, err
+	}
+	if _, err := s.confine(pt.Workspace); err != nil { // roots narrowed since the parent's spawn
 		return sendPlan{}, err
 	}
 	keep, err := keepAlive(req.KeepAlive, req.IdleTimeoutS)

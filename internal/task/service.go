@@ -140,6 +140,10 @@ type Config struct {
 	// (nil: the server's own).
 	WorktreeRoot string
 	GitEnv       []string
+	// WorkspaceRoots, when not empty, are the directories (absolute, links
+	// resolved: ResolveRoots) that workspaces and the repositories of
+	// worktrees must be in (roots.go); empty: no limit.
+	WorkspaceRoots []string
 	// Version is symm-mcp's, told to the agents in ACP initialize.
 	Version string
 	// Host is this daemon's host name on a cluster (serve --nats): its
@@ -279,6 +283,10 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 	}
 	wt, err := s.createWorktree(ctx, req, ws, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := sameRepository(wt, p.repo); err != nil {
+		s.dropWorktree(wt)
 		return nil, err
 	}
 	cwd := ws

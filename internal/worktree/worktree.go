@@ -467,3 +467,18 @@ func within(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
+
+// Locate names the repository the workspace is in as Create finds it: its
+// checkout's top directory and its common git directory, absolute, their
+// symbolic links resolved. It makes nothing; its errors are *Error.
+func (m *Manager) Locate(ctx context.Context, workspace string) (top, common string, err error) {
+	g, err := m.lookGit()
+	if err != nil {
+		return "", "", err
+	}
+	src, err := g.source(ctx, workspace)
+	if err != nil {
+		return "", "", err
+	}
+	return src.top, src.common, nil
+}
