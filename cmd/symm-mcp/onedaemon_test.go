@@ -176,6 +176,7 @@ func TestFrontAndStatusNameASecondDaemon(t *testing.T) {
 // and the env file it read; for a daemon run by hand, the process that
 // ran it and no env file.
 func TestStatusSaysWhatStartedTheDaemon(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	envFile := filepath.Join(t.TempDir(), "agents.env")
 	require.NoError(t, os.WriteFile(envFile, []byte("SYMM_TEST_ORIGIN=1\n"), 0o600))

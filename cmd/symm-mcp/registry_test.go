@@ -39,6 +39,7 @@ func readAny(t *testing.T, path string) map[string]any {
 // package claims with mcpName, one version throughout), and describes the
 // npm package over stdio.
 func TestRegistryServerJSON(t *testing.T) {
+	t.Parallel()
 	schema := registrySchema(t)
 	server := readAny(t, filepath.Join(repoRoot, "server.json"))
 	require.NoError(t, schema.Validate(server))
@@ -88,6 +89,7 @@ func TestRegistryServerJSON(t *testing.T) {
 // TestRegistrySchemaRejects: the schema check is not vacuous: server.json
 // broken as the registry's invalid examples are broken fails it.
 func TestRegistrySchemaRejects(t *testing.T) {
+	t.Parallel()
 	schema := registrySchema(t)
 	valid := readAny(t, filepath.Join(repoRoot, "server.json"))
 	for _, tt := range []struct {

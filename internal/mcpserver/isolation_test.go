@@ -71,6 +71,7 @@ func writeStep(path, content string) map[string]any {
 }
 
 func TestWorktreeTaskRecordAndDiff(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n", "sub/b.txt": "b\n"})
@@ -99,6 +100,7 @@ func TestWorktreeTaskRecordAndDiff(t *testing.T) {
 }
 
 func TestWorktreeOverlaps(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"shared.txt": "s\n", "other.txt": "o\n"})
@@ -133,6 +135,7 @@ func TestWorktreeOverlaps(t *testing.T) {
 }
 
 func TestWorktreeBaseRef(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -157,6 +160,7 @@ func TestWorktreeBaseRef(t *testing.T) {
 }
 
 func TestWorktreeBadInputs(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -206,6 +210,7 @@ func countTasks(t *testing.T, r *rig) int {
 }
 
 func TestWorktreeDiffFailureKeepsTheOutcome(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -223,6 +228,7 @@ func TestWorktreeDiffFailureKeepsTheOutcome(t *testing.T) {
 }
 
 func TestWorktreeOverlapsOfTasksEndingTogether(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"shared.txt": "s\n"})
