@@ -25,24 +25,28 @@ func TestPipedRequestsAreAnsweredAtEOF(t *testing.T) {
 	input := initialize + "\n" +
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
 		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}` + "\n"
+	// The runs are independent processes: they run side by side.
 	for run := range 20 {
-		cmd := exec.Command(binary, "--no-notify")
-		cmd.Stdin = strings.NewReader(input)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		require.NoError(t, err, "run %d; stderr:\n%s", run, stderr.String())
-		var ids []string
-		for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
-			var m struct {
-				ID     json.RawMessage `json:"id"`
-				Result json.RawMessage `json:"result"`
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(binary, "--no-notify")
+			cmd.Stdin = strings.NewReader(input)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			require.NoError(t, err, "run %d; stderr:\n%s", run, stderr.String())
+			var ids []string
+			for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+				var m struct {
+					ID     json.RawMessage `json:"id"`
+					Result json.RawMessage `json:"result"`
+				}
+				require.NoError(t, json.Unmarshal(line, &m), "stdout carries JSON-RPC only: %q", line)
+				require.NotEmpty(t, m.Result, "%s", line)
+				ids = append(ids, string(m.ID))
 			}
-			require.NoError(t, json.Unmarshal(line, &m), "stdout carries JSON-RPC only: %q", line)
-			require.NotEmpty(t, m.Result, "%s", line)
-			ids = append(ids, string(m.ID))
-		}
-		require.Equal(t, []string{"1", "2"}, ids, "run %d", run)
+			require.Equal(t, []string{"1", "2"}, ids, "run %d", run)
+		})
 	}
 }
 
