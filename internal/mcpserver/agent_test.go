@@ -19,7 +19,6 @@ var (
 )
 
 func TestPlainPromptSucceeds(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{markers: true})
 	ws := workspace(t, map[string]any{"stderr": []string{"starting up"}})
 	out := call(t, r.cs, "spawn_task", map[string]any{"agent": "fake", "prompt": "hello", "workspace": ws})
@@ -74,7 +73,6 @@ func waitForEvent(t *testing.T, r *rig, id, typ string) map[string]any {
 }
 
 func TestShutdownEndsEveryAgent(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{markers: true})
 	var ids, wss []string
 	for range 8 {

@@ -11,7 +11,6 @@ import (
 )
 
 func TestCleanupWorktrees(t *testing.T) {
-	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -85,7 +84,6 @@ func TestCleanupWorktrees(t *testing.T) {
 }
 
 func TestSpawnTasksFleet(t *testing.T) {
-	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	ws := workspace(t, nil)

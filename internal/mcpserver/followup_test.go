@@ -65,7 +65,6 @@ func count(xs []string, x string) int {
 func pidStep() map[string]any { return map[string]any{"pid": true} }
 
 func TestFollowUpOnKeptProcess(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
 	parent := r.spawn(t, map[string]any{"prompt": script(pidStep()), "workspace": ws, "keep_alive": true})
@@ -117,7 +116,6 @@ func TestFollowUpOnKeptProcess(t *testing.T) {
 }
 
 func TestFollowUpAfterIdleTimeout(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, map[string]any{"load_session": true})
 	parent := r.spawn(t, map[string]any{"prompt": script(pidStep()), "workspace": ws, "keep_alive": true, "idle_timeout_s": 1})
@@ -144,7 +142,6 @@ func TestFollowUpAfterIdleTimeout(t *testing.T) {
 }
 
 func TestFollowUpsQueuedInOrder(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
 	gate := filepath.Join(t.TempDir(), "go")
@@ -187,7 +184,6 @@ func TestFollowUpsQueuedInOrder(t *testing.T) {
 }
 
 func TestFollowUpInterrupt(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
 	parent := r.spawn(t, map[string]any{"prompt": script(map[string]any{"wait_for_cancel": true}), "workspace": ws})
@@ -224,7 +220,6 @@ func TestFollowUpInterrupt(t *testing.T) {
 }
 
 func TestCancelQueuedFollowUp(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
 	gate := filepath.Join(t.TempDir(), "go")
@@ -273,7 +268,6 @@ func TestShutdownEndsKeptProcesses(t *testing.T) {
 }
 
 func TestFollowUpPermissionsPerTurn(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
 	perm := map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "report": true}}
@@ -295,7 +289,6 @@ func TestFollowUpPermissionsPerTurn(t *testing.T) {
 }
 
 func TestSendTaskRefusals(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
 	for _, args := range []map[string]any{
@@ -332,7 +325,6 @@ func TestSendTaskRefusals(t *testing.T) {
 }
 
 func TestFollowUpHandsItsWorktreeOn(t *testing.T) {
-	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -394,7 +386,6 @@ func connectShared(t *testing.T, svc Service) (*mcp.ClientSession, func()) {
 }
 
 func TestKeptProcessOutlivesASharedSession(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
 	first, end := connectShared(t, r.svc)
@@ -413,7 +404,6 @@ func TestKeptProcessOutlivesASharedSession(t *testing.T) {
 }
 
 func TestStdioDisconnectEndsKeptProcesses(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
 	id := r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws, "keep_alive": true})

@@ -71,7 +71,6 @@ func writeStep(path, content string) map[string]any {
 }
 
 func TestWorktreeTaskRecordAndDiff(t *testing.T) {
-	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n", "sub/b.txt": "b\n"})
@@ -100,7 +99,6 @@ func TestWorktreeTaskRecordAndDiff(t *testing.T) {
 }
 
 func TestWorktreeOverlaps(t *testing.T) {
-	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"shared.txt": "s\n", "other.txt": "o\n"})
@@ -135,7 +133,6 @@ func TestWorktreeOverlaps(t *testing.T) {
 }
 
 func TestWorktreeBaseRef(t *testing.T) {
-	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -160,7 +157,6 @@ func TestWorktreeBaseRef(t *testing.T) {
 }
 
 func TestWorktreeBadInputs(t *testing.T) {
-	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -210,7 +206,6 @@ func countTasks(t *testing.T, r *rig) int {
 }
 
 func TestWorktreeDiffFailureKeepsTheOutcome(t *testing.T) {
-	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -228,7 +223,6 @@ func TestWorktreeDiffFailureKeepsTheOutcome(t *testing.T) {
 }
 
 func TestWorktreeOverlapsOfTasksEndingTogether(t *testing.T) {
-	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"shared.txt": "s\n"})

@@ -28,7 +28,6 @@ const protocol2026 = "2026-07-28"
 // TestResourceList: every live task, then the newest 100 finished ones,
 // each as its task record's URI.
 func TestResourceList(t *testing.T) {
-	t.Parallel()
 	l := newLedger(t)
 	var finished, live []string
 	for range ListedFinished + 3 {
@@ -92,7 +91,6 @@ func asJSON(t *testing.T, v any) string {
 // a URI that names no task, or parameters the tool would refuse, are
 // clear errors.
 func TestResourceRead(t *testing.T) {
-	t.Parallel()
 	l := newLedger(t)
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
@@ -199,7 +197,6 @@ func (r *clockRig) subscribe(t *testing.T, version, uri string) {
 // UpdateInterval whatever the changes within it; unsubscribing ends them;
 // on both protocol generations.
 func TestSubscriptions(t *testing.T) {
-	t.Parallel()
 	for _, version := range []string{hostProtocol, protocol2026} {
 		t.Run(version, func(t *testing.T) {
 			r := newClockRig(t, version)
@@ -253,7 +250,6 @@ func TestSubscriptions(t *testing.T) {
 
 // TestSubscribeErrors: a subscription names a task resource that exists.
 func TestSubscribeErrors(t *testing.T) {
-	t.Parallel()
 	r := newClockRig(t, hostProtocol)
 	id, _ := r.spawn(t, nil)
 	for uri, msg := range map[string]string{
@@ -278,7 +274,6 @@ func TestSubscribeErrors(t *testing.T) {
 // TestSubscriptionsEndWithTheSession: once a session ended, nothing of
 // its subscriptions is left to send to it.
 func TestSubscriptionsEndWithTheSession(t *testing.T) {
-	t.Parallel()
 	for _, version := range []string{hostProtocol, protocol2026} {
 		t.Run(version, func(t *testing.T) {
 			r := newClockRig(t, version)
@@ -317,7 +312,6 @@ func (r *clockRig) subscribe2(t *testing.T, version, uri string) {
 // server; each subscribed session is told of a change once per interval,
 // and the watcher ends with the last session subscribed.
 func TestSubscriptionsOverHTTP(t *testing.T) {
-	t.Parallel()
 	sup := tasktest.New()
 	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: sup, Workspace: t.TempDir()})
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })

@@ -123,7 +123,6 @@ func result(t *testing.T, c <-chan *mcp.CallToolResult) *mcp.CallToolResult {
 // notification at every ProgressInterval, saying how many tasks finished
 // and what the others do; each reports more progress than the last.
 func TestWaitProgress(t *testing.T) {
-	t.Parallel()
 	r := newClockRig(t, hostProtocol)
 	a, runA := r.spawn(t, nil)
 	b, runB := r.spawn(t, map[string]any{"agent": "claude_code"})
@@ -158,7 +157,6 @@ func TestWaitProgress(t *testing.T) {
 // TestWaitProgressMessage: what a progress message says of tasks starting,
 // finished and beyond the first three.
 func TestWaitProgressMessage(t *testing.T) {
-	t.Parallel()
 	r := newClockRig(t, hostProtocol)
 	var ids []string
 	var runs []*tasktest.Run
@@ -177,7 +175,6 @@ func TestWaitProgressMessage(t *testing.T) {
 
 // TestWaitWithoutProgressToken: no token, no ticker and no notification.
 func TestWaitWithoutProgressToken(t *testing.T) {
-	t.Parallel()
 	r := newClockRig(t, hostProtocol)
 	a, _ := r.spawn(t, nil)
 	res := result(t, r.waitCall(t, nil, map[string]any{"task_ids": []string{a}, "timeout_seconds": 0}))
@@ -194,7 +191,6 @@ func TestWaitWithoutProgressToken(t *testing.T) {
 // clamped to 300; a negative timeout is refused by the schema, as every
 // negative argument is, and by the service with invalid_request.
 func TestWaitTimeoutBounds(t *testing.T) {
-	t.Parallel()
 	for _, c := range []struct {
 		in   *float64
 		want time.Duration
