@@ -25,6 +25,7 @@ import (
 // one are usage errors (exit 2), refused before anything is written or
 // contacted; a URL's password is not in the message.
 func TestServeClusterFlags(t *testing.T) {
+	t.Parallel()
 	private := func(content string) string {
 		p := filepath.Join(t.TempDir(), "private")
 		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
@@ -74,6 +75,7 @@ func TestServeClusterFlags(t *testing.T) {
 // TestListHostsOfOneMachine: without a cluster, list_hosts is the one host
 // this server runs on, with the agents on its PATH and its live tasks.
 func TestListHostsOfOneMachine(t *testing.T) {
+	t.Parallel()
 	env := agentPath(t)
 	s := &session{server: startServer(t, env, "--no-notify")}
 	s.init(t)
@@ -133,16 +135,13 @@ func natsCluster(t *testing.T) natsTest { return natsClusterOf(t, 3, true) }
 // natsClusterOf starts n nodes, authenticating or not.
 func natsClusterOf(t *testing.T, n int, auth bool) natsTest {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "natscluster")
-	out, err := exec.Command("go", "build", "-o", bin, "../../internal/jetstream/testdata/natscluster").CombinedOutput()
-	require.NoError(t, err, "%s", out)
 	args := []string{"-n", fmt.Sprint(n), "-dir", t.TempDir()}
 	nt := natsTest{}
 	if auth {
 		nt.auth = t.TempDir()
 		args = append(args, "-auth", nt.auth, "-conf", "../../SECURITY.md")
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(natsBin, args...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -302,6 +301,7 @@ func TestClusterOfDaemons(t *testing.T) {
 // token for it refuses to start (exit 1), saying how to give credentials,
 // and leaves no daemon behind.
 func TestServeNATSRefusesAnUnauthenticatedServer(t *testing.T) {
+	t.Parallel()
 	nt := natsClusterOf(t, 1, false)
 	dir := t.TempDir()
 	token, key := filepath.Join(dir, "token"), filepath.Join(dir, "key")
@@ -320,6 +320,7 @@ func TestServeNATSRefusesAnUnauthenticatedServer(t *testing.T) {
 // user and password in its URL serves, and the password is in none of
 // its log lines, its status, nor the error of a daemon given a wrong one.
 func TestServeNATSPasswordNeverShown(t *testing.T) {
+	t.Parallel()
 	nt := natsCluster(t)
 	pw, err := os.ReadFile(filepath.Join(nt.auth, "password"))
 	require.NoError(t, err)

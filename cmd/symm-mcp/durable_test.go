@@ -22,6 +22,7 @@ import (
 // refuses start-up with exit 1 and says how to move it aside; the daemon
 // never starts empty over it, and lets go of its socket.
 func TestServeRefusesAnUnusableStore(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	s := d.front(t)
 	out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
@@ -62,6 +63,7 @@ func TestServeRefusesAnUnusableStore(t *testing.T) {
 // TestPlainServerKeepsNoLedgerOnDisk: plain symm-mcp (stdio) keeps the
 // in-memory store: nothing appears in the state directory's places.
 func TestPlainServerKeepsNoLedgerOnDisk(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	env := append(agentPath(t), "HOME="+home, "XDG_STATE_HOME="+filepath.Join(home, "state"))
 	s := &session{server: startServer(t, env, "--no-notify")}
@@ -81,6 +83,7 @@ func TestPlainServerKeepsNoLedgerOnDisk(t *testing.T) {
 // resume, with every event it had served; a shutdown and restart keep all
 // of it.
 func TestRestartsLoseNothing(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	s := d.front(t)
 	out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
@@ -143,6 +146,7 @@ func TestRestartsLoseNothing(t *testing.T) {
 // starts, serves every other task, names each key in its log and counts
 // them in status.
 func TestServeSkipsUnreadableEntries(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	s := d.front(t)
 	out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})

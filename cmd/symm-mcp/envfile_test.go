@@ -55,6 +55,7 @@ func runBinary(t *testing.T, args ...string) (stderr string, code int) {
 // NAME=VALUE refuses start-up with exit status 2 and says why, for the
 // server and for the doctor.
 func TestEnvFileRefusesStartUp(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		path func(t *testing.T) string
@@ -102,6 +103,7 @@ func TestEnvFileRefusesStartUp(t *testing.T) {
 // environment for the agents, the adapter's own values override both, and
 // the file's PATH is the one the agents are looked up in and get.
 func TestEnvFileReachesTheAgents(t *testing.T) {
+	t.Parallel()
 	agentBin := t.TempDir()
 	require.NoError(t, os.Symlink(fakeBin, filepath.Join(agentBin, "opencode")))
 	fakeCfg, err := json.Marshal(map[string]any{"config_options": []any{map[string]any{

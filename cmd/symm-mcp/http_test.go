@@ -113,6 +113,7 @@ func post(t *testing.T, url string, header map[string]string) (int, string) {
 // ledger); without the token, with another, from a foreign Origin or with
 // a foreign Host it refuses; the token is kept across a restart.
 func TestServeHTTP(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	url, token, _ := startServeHTTP(t, d)
 	require.Len(t, token, 64)
@@ -162,6 +163,7 @@ func TestServeHTTP(t *testing.T) {
 // TestServeHTTPRefusals: an address that is not loopback is a usage
 // error (exit 2); a token file others can read is refused (exit 1).
 func TestServeHTTPRefusals(t *testing.T) {
+	t.Parallel()
 	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:8080", "[::]:0", "example.com:80", "127.0.0.1"} {
 		stderr, code := runBinary(t, "serve", "--http", addr)
 		assert.Equal(t, 2, code, "%s: %s", addr, stderr)
@@ -180,6 +182,7 @@ func TestServeHTTPRefusals(t *testing.T) {
 // which open the view and never /mcp, where only the bearer token
 // counts; --dashboard-actions needs --http.
 func TestServeHTTPLiveView(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	mcpURL, token, _ := startServeHTTP(t, d)
 	base := strings.TrimSuffix(mcpURL, daemon.HTTPPath)
@@ -240,6 +243,7 @@ func TestServeHTTPLiveView(t *testing.T) {
 // (never closed) is closed by the daemon after --http-session-idle; a
 // later request with its Mcp-Session-Id is 404, and a new session works.
 func TestServeHTTPSessionIdle(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, nil)
 	url, token, _ := startServeHTTP(t, d, "--http-session-idle", "3s")
 	cs := connectHTTP(t, url, token)
@@ -266,6 +270,7 @@ func TestServeHTTPSessionIdle(t *testing.T) {
 // live view's login, writes a bounded log that counts them all: the first
 // refusal, then counts (the last one at shutdown).
 func TestServeHTTPRefusalLog(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, nil)
 	mcpURL, _, s := startServeHTTP(t, d)
 	const flood = 40

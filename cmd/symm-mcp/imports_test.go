@@ -16,6 +16,7 @@ const module = "github.com/symm-mcp/symm-mcp"
 // TestImportRules holds the boundaries PROJECT.md states, on the packages'
 // non-test imports.
 func TestImportRules(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").Output()
 	require.NoError(t, err)
 	imports := map[string][]string{}

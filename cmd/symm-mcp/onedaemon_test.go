@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,15 +14,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// stripXDG takes the XDG variables out of the test's environment, and so
-// out of every child's, for the test's length: what a host such as Codex
-// passes.
-func stripXDG(t *testing.T) {
-	t.Helper()
-	for _, k := range []string{"XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"} {
-		t.Setenv(k, "") // restored at the end
-		require.NoError(t, os.Unsetenv(k))
+// withoutXDG is the test's environment without the XDG variables, then
+// extra: what a host such as Codex passes. A child given it sees none of
+// them, while the test's own environment stays as it is (so that the
+// test runs in parallel with others).
+func withoutXDG(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains([]string{"XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"}, k) {
+			env = append(env, kv)
+		}
 	}
+	return append(env, extra...)
 }
 
 // shortHome is a home whose default socket path stays well under 108
@@ -41,10 +47,10 @@ func shutdownAtEnd(t *testing.T, socket string) {
 	})
 }
 
-// statusJSON runs status --json in env (over the test's own).
+// statusJSON runs status --json in env (the whole environment).
 func statusJSON(t *testing.T, env []string, args ...string) (map[string]any, int) {
 	t.Helper()
-	out, code := runWith(t, append(os.Environ(), env...), append([]string{"status", "--json"}, args...)...)
+	out, code := runWith(t, env, append([]string{"status", "--json"}, args...)...)
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &raw), "%s", out)
 	return raw, code
@@ -56,7 +62,7 @@ func statusJSON(t *testing.T, env []string, args ...string) (map[string]any, int
 // TMPDIR) and no --socket or --state-dir find one daemon, in the home,
 // and each sees the others' tasks.
 func TestFrontsOfStrippedEnvironmentsShareOneDaemon(t *testing.T) {
-	stripXDG(t)
+	t.Parallel()
 	home := shortHome(t)
 	state := filepath.Join(home, ".local", "state", "symm-mcp")
 	socket := filepath.Join(state, "symm.sock")
@@ -76,7 +82,7 @@ func TestFrontsOfStrippedEnvironmentsShareOneDaemon(t *testing.T) {
 	var fronts []*session
 	for _, h := range hosts {
 		env := append(append([]string{"HOME=" + home}, agents...), h...)
-		s := &session{server: startServer(t, env, "--shared", "--no-notify")}
+		s := &session{server: startServerIn(t, withoutXDG(env...), "--shared", "--no-notify")}
 		s.init(t)
 		fronts = append(fronts, s)
 	}
@@ -93,7 +99,7 @@ func TestFrontsOfStrippedEnvironmentsShareOneDaemon(t *testing.T) {
 	// status, from any of those environments, names the one daemon.
 	var pid any
 	for _, h := range hosts {
-		raw, code := statusJSON(t, append([]string{"HOME=" + home}, h...))
+		raw, code := statusJSON(t, withoutXDG(append([]string{"HOME=" + home}, h...)...))
 		require.Equal(t, 0, code, "%v", raw)
 		assert.Equal(t, socket, raw["socket"])
 		assert.Equal(t, state, raw["state_dir"])
@@ -133,37 +139,39 @@ func TestFrontsOfStrippedEnvironmentsShareOneDaemon(t *testing.T) {
 // its own state directory) is named by status, running or not, and by a
 // front on its stderr; neither stops it.
 func TestFrontAndStatusNameASecondDaemon(t *testing.T) {
-	stripXDG(t)
+	t.Parallel()
 	home := shortHome(t)
 	run := filepath.Join(shortHome(t), "run")
 	require.NoError(t, os.Mkdir(run, 0o700))
 	old := &shared{socket: filepath.Join(run, "symm-mcp", "symm.sock"), state: filepath.Join(t.TempDir(), "old-state")}
-	first := startServe(t, old)
+	serve := exec.Command(binary, "serve", "--socket", old.socket, "--state-dir", old.state, "--no-notify")
+	serve.Env = withoutXDG()
+	first := startReady(t, serve)
 	shutdownAtEnd(t, old.socket)
 	oldPID := first.cmd.Process.Pid
 	env := []string{"HOME=" + home, "XDG_RUNTIME_DIR=" + run}
 
-	out, code := runWith(t, append(os.Environ(), env...), "status")
+	out, code := runWith(t, withoutXDG(env...), "status")
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "not running")
 	assert.Contains(t, out, fmt.Sprintf("another daemon of yours: pid %d on %s (state dir %s)", oldPID, old.socket, old.state))
 
 	socket := filepath.Join(home, ".local", "state", "symm-mcp", "symm.sock")
 	shutdownAtEnd(t, socket)
-	s := &session{server: startServer(t, append(agentPath(t), env...), "--shared", "--no-notify")}
+	s := &session{server: startServerIn(t, withoutXDG(append(agentPath(t), env...)...), "--shared", "--no-notify")}
 	s.init(t)
 	stderr := s.stderr.String()
 	assert.Contains(t, stderr, "another daemon of yours is running on another socket")
 	assert.Contains(t, stderr, fmt.Sprintf("pid=%d socket=%s", oldPID, old.socket))
 
-	raw, code := statusJSON(t, env)
+	raw, code := statusJSON(t, withoutXDG(env...))
 	require.Equal(t, 0, code, "%v", raw)
 	assert.Equal(t, socket, raw["socket"])
 	assert.NotEqual(t, float64(oldPID), raw["pid"])
 	assert.Contains(t, raw["other_daemons"], map[string]any{
 		"pid": float64(oldPID), "socket": old.socket, "state_dir": old.state, "version": raw["version"],
 	})
-	out, code = runWith(t, append(os.Environ(), env...), "status")
+	out, code = runWith(t, withoutXDG(env...), "status")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, fmt.Sprintf("another daemon of yours: pid %d on %s", oldPID, old.socket))
 	st, code := old.status(t)
@@ -176,6 +184,7 @@ func TestFrontAndStatusNameASecondDaemon(t *testing.T) {
 // and the env file it read; for a daemon run by hand, the process that
 // ran it and no env file.
 func TestStatusSaysWhatStartedTheDaemon(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	envFile := filepath.Join(t.TempDir(), "agents.env")
 	require.NoError(t, os.WriteFile(envFile, []byte("SYMM_TEST_ORIGIN=1\n"), 0o600))
@@ -187,7 +196,7 @@ func TestStatusSaysWhatStartedTheDaemon(t *testing.T) {
 	require.NoError(t, err, "Linux: the host's name is read from /proc")
 	host := strings.TrimSpace(string(comm))
 
-	raw, code := statusJSON(t, nil, "--socket", d.socket)
+	raw, code := statusJSON(t, os.Environ(), "--socket", d.socket)
 	require.Equal(t, 0, code, "%v", raw)
 	by, ok := raw["started_by"].(map[string]any)
 	require.True(t, ok, "%v", raw)
@@ -207,7 +216,7 @@ func TestStatusSaysWhatStartedTheDaemon(t *testing.T) {
 	out, code = d.run(t, "shutdown")
 	require.Equal(t, 0, code, out)
 	serve := startServe(t, d)
-	raw, code = statusJSON(t, nil, "--socket", d.socket)
+	raw, code = statusJSON(t, os.Environ(), "--socket", d.socket)
 	require.Equal(t, 0, code, "%v", raw)
 	by = raw["started_by"].(map[string]any)
 	assert.Equal(t, float64(os.Getpid()), by["pid"], "run by this test: %v", by)
@@ -225,7 +234,7 @@ func TestStatusSaysWhatStartedTheDaemon(t *testing.T) {
 // socket and the markers are in the state directory under the home. A
 // state directory open to others is still refused, saying why.
 func TestTempDirectoriesClaimedFirstDenyNothing(t *testing.T) {
-	stripXDG(t)
+	t.Parallel()
 	agents := agentPath(t)
 	for _, tt := range []struct {
 		name  string
@@ -249,7 +258,7 @@ func TestTempDirectoriesClaimedFirstDenyNothing(t *testing.T) {
 			state := filepath.Join(home, ".local", "state", "symm-mcp")
 			shutdownAtEnd(t, filepath.Join(state, "symm.sock"))
 			env := append([]string{"HOME=" + home, "TMPDIR=" + tmp}, agents...)
-			s := &session{server: startServer(t, env, "--shared")}
+			s := &session{server: startServerIn(t, withoutXDG(env...), "--shared")}
 			s.init(t)
 			out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
 			marker, _ := out["notify_path"].(string)
@@ -258,7 +267,7 @@ func TestTempDirectoriesClaimedFirstDenyNothing(t *testing.T) {
 			_, err := os.Stat(marker)
 			assert.NoError(t, err, "the marker is made")
 
-			raw, code := statusJSON(t, env)
+			raw, code := statusJSON(t, withoutXDG(env...))
 			require.Equal(t, 0, code, "%v", raw)
 			assert.Equal(t, filepath.Join(state, "symm.sock"), raw["socket"])
 			fi, err := os.Lstat(claimed)
@@ -276,7 +285,7 @@ func TestTempDirectoriesClaimedFirstDenyNothing(t *testing.T) {
 		state := filepath.Join(home, ".local", "state", "symm-mcp")
 		require.NoError(t, os.MkdirAll(state, 0o700))
 		require.NoError(t, os.Chmod(state, 0o777))
-		stderr, code := runWith(t, append(os.Environ(), "HOME="+home), "--shared")
+		stderr, code := runWith(t, withoutXDG("HOME="+home), "--shared")
 		assert.Equal(t, 1, code, stderr)
 		assert.Contains(t, stderr, state+": socket directory refused: its mode 0777 lets group or others in (chmod 700 it)")
 		entries, err := os.ReadDir(state)

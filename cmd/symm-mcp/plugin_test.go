@@ -32,6 +32,7 @@ func readJSON(t *testing.T, path string, v any) {
 // plugin starts symm-mcp as the server "symm" and carries the dispatch
 // skill, which names only tools the server lists.
 func TestClaudePlugin(t *testing.T) {
+	t.Parallel()
 	var market struct {
 		Name  string `json:"name"`
 		Owner struct {

@@ -43,6 +43,7 @@ func readAny(t *testing.T, path string) map[string]any {
 // its launcher's package.json instead of the checked-in ones
 // (scripts/npm-check.sh checks what make npm wrote).
 func TestRegistryServerJSON(t *testing.T) {
+	t.Parallel()
 	schema := registrySchema(t)
 	serverPath := envOr("SYMM_SERVER_JSON", filepath.Join(repoRoot, "server.json"))
 	npmPath := envOr("SYMM_NPM_PACKAGE", filepath.Join(repoRoot, "npm", "symm-mcp", "package.json"))
@@ -94,6 +95,7 @@ func TestRegistryServerJSON(t *testing.T) {
 // TestRegistrySchemaRejects: the schema check is not vacuous: server.json
 // broken as the registry's invalid examples are broken fails it.
 func TestRegistrySchemaRejects(t *testing.T) {
+	t.Parallel()
 	schema := registrySchema(t)
 	valid := readAny(t, filepath.Join(repoRoot, "server.json"))
 	for _, tt := range []struct {

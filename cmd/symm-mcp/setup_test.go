@@ -45,6 +45,7 @@ func selfOf(t *testing.T) string {
 // env file's absolute path; the second run says no change and writes
 // nothing.
 func TestSetupCommand(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	envFile := filepath.Join(home, "agents.env")
 	require.NoError(t, os.WriteFile(envFile, []byte("ANTHROPIC_API_KEY=x\n"), 0o600))
@@ -83,6 +84,7 @@ func TestSetupCommand(t *testing.T) {
 // neither, an env file the server would refuse: exit status 2 and nothing
 // written.
 func TestSetupRefusals(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	loose := filepath.Join(home, "loose.env")
 	require.NoError(t, os.WriteFile(loose, []byte("A=1\n"), 0o644))
@@ -116,6 +118,7 @@ func TestSetupRefusals(t *testing.T) {
 // absolute path of the running binary with the user scope, never a bare
 // name that fails when a host's PATH lacks it.
 func TestRegistrationTexts(t *testing.T) {
+	t.Parallel()
 	self := selfOf(t)
 	out, err := exec.Command(binary, "--help").CombinedOutput()
 	require.NoError(t, err)

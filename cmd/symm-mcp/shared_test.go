@@ -125,6 +125,7 @@ const quickPrompt = `{"steps":[{"message":"done"}]}`
 // TestSharedConnectionsSeeEachOthersTasks: two hosts' fronts reach one
 // daemon, and a task one spawns is the other's to read.
 func TestSharedConnectionsSeeEachOthersTasks(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	a := d.front(t)
 	b := d.front(t)
@@ -146,6 +147,7 @@ func TestSharedConnectionsSeeEachOthersTasks(t *testing.T) {
 // TestTaskOutlivesTheFront: the host goes away mid-task; the front exits,
 // the daemon's agent finishes its turn, and a new front reads the result.
 func TestTaskOutlivesTheFront(t *testing.T) {
+	t.Parallel()
 	env, gate := gatedAgent(t)
 	d := newShared(t, env)
 	a := d.front(t)
@@ -171,6 +173,7 @@ func TestTaskOutlivesTheFront(t *testing.T) {
 // TestTwoFrontsAtOnceStartOneDaemon: fronts started together, with no
 // daemon running, share the one the first of them starts.
 func TestTwoFrontsAtOnceStartOneDaemon(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, nil)
 	var wg sync.WaitGroup
 	fronts := make([]*session, 4)
@@ -194,6 +197,7 @@ func TestTwoFrontsAtOnceStartOneDaemon(t *testing.T) {
 // error, never retried; the next call reaches a restarted daemon, to which
 // the front replayed the session's initialize.
 func TestDaemonKilledMidCall(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	s := d.front(t)
 	out := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": `{"steps":[{"hang":true}]}`, "workspace": t.TempDir()})
@@ -230,6 +234,7 @@ func TestDaemonKilledMidCall(t *testing.T) {
 // TestStatusAndShutdown: exit codes and the JSON of status; shutdown ends
 // every live task's agents, then the daemon.
 func TestStatusAndShutdown(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	st, code := d.status(t)
 	assert.Equal(t, 1, code, "no daemon")
@@ -278,6 +283,7 @@ func TestStatusAndShutdown(t *testing.T) {
 // directory or the same socket exits 1 naming the running one; a socket
 // left by a killed daemon is replaced.
 func TestSecondDaemonAndStaleSocket(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, nil)
 	first := startServe(t, d)
 	st, code := d.status(t)
@@ -346,6 +352,7 @@ func startReady(t *testing.T, cmd *exec.Cmd) *server {
 // TestSocketAndStateRefusals: paths the daemon and the front refuse, each
 // with a clear error and nothing left running.
 func TestSocketAndStateRefusals(t *testing.T) {
+	t.Parallel()
 	base, err := os.MkdirTemp("", "sm")
 	require.NoError(t, err)
 	defer os.RemoveAll(base)
@@ -398,6 +405,7 @@ func TestSocketAndStateRefusals(t *testing.T) {
 // TestServeFlags: a ledger that does not exist, a non-loopback --http and a
 // stray argument are usage errors.
 func TestServeFlags(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"--ledger", "sqlite"}, {"--http", "0.0.0.0:0"}, {"extra"}} {
 		stderr, code := runBinary(t, append([]string{"serve"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
@@ -410,6 +418,7 @@ func TestServeFlags(t *testing.T) {
 // ignores SIGTERM still dies when its daemon is SIGKILLed, by its death
 // signal (PR_SET_PDEATHSIG).
 func TestAgentsDieWithAKilledDaemon(t *testing.T) {
+	t.Parallel()
 	bin := t.TempDir()
 	require.NoError(t, os.Symlink(fakeBin, filepath.Join(bin, "opencode")))
 	d := newShared(t, []string{"PATH=" + bin, `SYMM_FAKE_AGENT_CONFIG={"linger_after_eof":true,"ignore_sigterm":true}`})
@@ -434,6 +443,7 @@ func TestAgentsDieWithAKilledDaemon(t *testing.T) {
 // a killed daemon, not the grandchild it left in its process group; the
 // next daemon on the state directory ends that group from its record.
 func TestSurvivingGroupEndedAtNextStart(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	s := d.front(t)
 	_, pids := liveTasks(t, s, 1)
@@ -467,6 +477,7 @@ func TestSurvivingGroupEndedAtNextStart(t *testing.T) {
 // and the resolution it ends with is the one its last task_resolved event
 // records.
 func TestTwoClientsCancelAndResolveAtOnce(t *testing.T) {
+	t.Parallel()
 	d := newShared(t, agentPath(t))
 	a, b := d.front(t), d.front(t)
 	prompt := `{"steps":[{"message":"up"},{"hang":true}]}`

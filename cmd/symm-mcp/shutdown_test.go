@@ -134,8 +134,10 @@ func markerDir(t *testing.T, base string) string {
 }
 
 func TestServerEndsAgentsOnShutdown(t *testing.T) {
+	t.Parallel()
 	for how, n := range map[string]int{"stdin closed": 8, "SIGTERM": 16} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			base := filepath.Join(t.TempDir(), "markers")
 			s := &session{server: startServer(t, agentPath(t), "--notify-dir", base)}
 			s.init(t)
@@ -160,6 +162,7 @@ func TestServerEndsAgentsOnShutdown(t *testing.T) {
 // A client may close stdin and send SIGTERM right after, while the server
 // still ends its agents: the signal must not cut that cleanup short.
 func TestSignalDuringCleanupDoesNotKillTheServer(t *testing.T) {
+	t.Parallel()
 	base := filepath.Join(t.TempDir(), "markers")
 	s := &session{server: startServer(t, agentPath(t), "--notify-dir", base)}
 	s.init(t)
@@ -174,6 +177,7 @@ func TestSignalDuringCleanupDoesNotKillTheServer(t *testing.T) {
 
 // Agents start with SIGPIPE at its default, whatever the server does with it.
 func TestAgentsStartWithDefaultSIGPIPE(t *testing.T) {
+	t.Parallel()
 	bin := t.TempDir()
 	script := "#!/bin/sh\ngrep '^SigIgn:' /proc/self/status >&2\nexit 0\n"
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "opencode"), []byte(script), 0o755))
@@ -204,6 +208,7 @@ func TestAgentsStartWithDefaultSIGPIPE(t *testing.T) {
 // The agents hear the server's own version in ACP initialize: the one
 // --version prints, from one place.
 func TestAgentsHearTheServersVersion(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(binary, "--version").CombinedOutput()
 	require.NoError(t, err)
 	want := strings.TrimSpace(strings.TrimPrefix(string(out), "symm-mcp "))

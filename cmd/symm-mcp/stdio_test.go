@@ -21,33 +21,39 @@ import (
 // before, the replies still in flight at EOF were dropped (10 runs of 10
 // lost the tools/list answer).
 func TestPipedRequestsAreAnsweredAtEOF(t *testing.T) {
+	t.Parallel()
 	input := initialize + "\n" +
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
 		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}` + "\n"
+	// The runs are independent processes: they run side by side.
 	for run := range 20 {
-		cmd := exec.Command(binary, "--no-notify")
-		cmd.Stdin = strings.NewReader(input)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		require.NoError(t, err, "run %d; stderr:\n%s", run, stderr.String())
-		var ids []string
-		for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
-			var m struct {
-				ID     json.RawMessage `json:"id"`
-				Result json.RawMessage `json:"result"`
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(binary, "--no-notify")
+			cmd.Stdin = strings.NewReader(input)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			require.NoError(t, err, "run %d; stderr:\n%s", run, stderr.String())
+			var ids []string
+			for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+				var m struct {
+					ID     json.RawMessage `json:"id"`
+					Result json.RawMessage `json:"result"`
+				}
+				require.NoError(t, json.Unmarshal(line, &m), "stdout carries JSON-RPC only: %q", line)
+				require.NotEmpty(t, m.Result, "%s", line)
+				ids = append(ids, string(m.ID))
 			}
-			require.NoError(t, json.Unmarshal(line, &m), "stdout carries JSON-RPC only: %q", line)
-			require.NotEmpty(t, m.Result, "%s", line)
-			ids = append(ids, string(m.ID))
-		}
-		require.Equal(t, []string{"1", "2"}, ids, "run %d", run)
+			require.Equal(t, []string{"1", "2"}, ids, "run %d", run)
+		})
 	}
 }
 
 // At EOF the tasks are stopped first, then the requests already read are
 // answered: a wait on a running task returns it cancelled.
 func TestEOFStopsTasksThenAnswers(t *testing.T) {
+	t.Parallel()
 	prompt := `{"steps":[{"message":"up"},{"hang":true}]}`
 	spawn, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": map[string]any{
 		"name": "spawn_task", "arguments": map[string]any{"agent": "opencode", "prompt": prompt, "workspace": t.TempDir()}}})
@@ -127,8 +133,10 @@ func (s *stalled) send(t *testing.T, line string) {
 // reply writer for good, EOF and SIGTERM waited on them, and only SIGKILL
 // ended the server, leaving its agents running.
 func TestClientThatStopsReading(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"nothing more", "stdin closed", "SIGTERM"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			s := startStalled(t, agentPath(t))
 			// Read the first replies, enough to learn the agents' pids.
 			r := bufio.NewReader(s.stdout)

@@ -21,6 +21,7 @@ import (
 // stamped one (not with -buildvcs=false, nor in a git worktree, which Go
 // does not recognise): never "(devel)".
 func TestCheckoutBuildVersion(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(binary, "--version").CombinedOutput()
 	require.NoError(t, err)
 	assert.Regexp(t, `^symm-mcp v0\.0\.0-dev(\+[0-9a-f]{12}(-dirty)?)?\n$`, string(out))
@@ -30,10 +31,13 @@ func TestCheckoutBuildVersion(t *testing.T) {
 // one version string in --version, the MCP serverInfo, doctor, status and
 // the live view.
 func TestReleaseVersionEverywhere(t *testing.T) {
+	t.Parallel()
 	const rev = "0123456789abcdef0123456789abcdef01234567"
 	const want = "v9.8.7+0123456789ab"
 	bin := filepath.Join(t.TempDir(), "symm-mcp")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags",
+	// Built as TestMain built binary, so that only the link is new: the
+	// version and commit are the linker's, as make dist sets them.
+	build := exec.Command("go", "build", "-race", "-ldflags",
 		"-X "+module+"/internal/version.version=v9.8.7 -X "+module+"/internal/version.commit="+rev, "-o", bin, ".")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)

@@ -20,6 +20,10 @@ func TestFaultClientDisconnectsDuringWait(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	ws := workspace(t, nil)
 	id := r.spawn(t, map[string]any{"prompt": script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": ws})
+	// The baseline is taken once the agent is up (its turn under way), so
+	// that nothing of its start-up counts: taken right after spawn_task,
+	// on a loaded machine the count ended one descriptor over it.
+	waitForEvent(t, r, id, "agent_message")
 	base := leakcheck.Take()
 
 	// A second client waits, then goes away in the middle of the wait: its
