@@ -261,6 +261,13 @@ func TestStatusAndShutdown(t *testing.T) {
 	assert.Equal(t, "jetstream", raw["ledger"], "the default ledger")
 	assert.Nil(t, raw["http"])
 	assert.Equal(t, 2.0, raw["live_tasks"])
+	// serve confines its spawns by default where the kernel can (this
+	// machine's can: a kernel without Landlock fails here).
+	assert.Equal(t, map[string]any{"mode": "workspace", "abi": raw["sandbox"].(map[string]any)["abi"]}, raw["sandbox"])
+	assert.GreaterOrEqual(t, raw["sandbox"].(map[string]any)["abi"], 4.0)
+	out, code = d.run(t, "status")
+	require.Equal(t, 0, code, out)
+	assert.Regexp(t, `sandbox: +workspace, Landlock ABI \d+\n`, out)
 	pid := int(raw["pid"].(float64))
 
 	out, code = d.run(t, "shutdown")
@@ -397,7 +404,8 @@ func TestSocketAndStateRefusals(t *testing.T) {
 // TestServeFlags: a ledger that does not exist, a non-loopback --http and a
 // stray argument are usage errors.
 func TestServeFlags(t *testing.T) {
-	for _, args := range [][]string{{"--ledger", "sqlite"}, {"--http", "0.0.0.0:0"}, {"extra"}} {
+	for _, args := range [][]string{{"--ledger", "sqlite"}, {"--http", "0.0.0.0:0"}, {"extra"},
+		{"--sandbox", "full"}, {"--sandbox-allow-port", "-1"}, {"--sandbox-allow-port", "99999"}} {
 		stderr, code := runBinary(t, append([]string{"serve"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 	}
