@@ -104,6 +104,9 @@ func gatedAgent(t *testing.T) (env []string, gate string) {
 	script := fmt.Sprintf("#!/bin/sh\nread go < '%s'\nexec '%s' \"$@\"\n", gate, fakeBin)
 	require.NoError(t, os.Remove(filepath.Join(bin, "opencode")))
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "opencode"), []byte(script), 0o755))
+	// On PATH, the fake agent's directory stays readable to a sandboxed
+	// agent (serve's default), as an agent's installation does.
+	require.NoError(t, os.Symlink(fakeBin, filepath.Join(bin, "fake-acp-agent")))
 	return env, gate
 }
 
@@ -149,7 +152,9 @@ func TestTaskOutlivesTheFront(t *testing.T) {
 	env, gate := gatedAgent(t)
 	d := newShared(t, env)
 	a := d.front(t)
-	out := a.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
+	// The gate is in the workspace: serve confines its agents by default,
+	// and the agent reads the gate.
+	out := a.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": filepath.Dir(gate)})
 	id := out["task_id"].(string)
 	require.NoError(t, a.stdin.Close())
 	assert.Equal(t, 0, a.waitExit(t), "the front exits with its host; stderr:\n%s", a.stderr.String())
