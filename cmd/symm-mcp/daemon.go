@@ -310,12 +310,13 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	}
 	groups := daemon.NewGroups(c.o.stateDir, log)
 	version := version.String()
+	sandboxStatus := serverSandbox(c.o.sandbox, true, log)
 	// The daemon is handed s, whose service is built below: Listen
 	// serves nothing (Serve does, once s is whole), and the ledger can
 	// open only under the state directory's lock that Listen takes.
 	s.d, err = daemon.Listen(daemon.Config{
 		Socket: c.o.socket, StateDir: c.o.stateDir, Tasks: s, Version: version, Ledger: c.ledger, Logger: log, Origin: &c.origin,
-		ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(c.ledger), WorkspaceRoots: c.o.rootsResolved,
+		Sandbox: sandboxStatus, ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(c.ledger), WorkspaceRoots: c.o.rootsResolved,
 		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
 			end := mcpserver.ServeShared(ctx, s.front, version, in, out)
 			log.Debug("MCP session ended", "reason", end.Reason)
@@ -368,7 +369,8 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	if hub != nil {
 		led = hub.Watch(led)
 	}
-	svc, markers, err := newService(c.o, c.env, log, groups, led, c.cluster.host, hosts, keys)
+	sb := sandboxConfig(sandboxStatus, c.o.sandbox, c.env, c.o.stateDir, s.d.HTTPURL())
+	svc, markers, err := newService(c.o, c.env, log, groups, led, c.cluster.host, hosts, keys, sb)
 	if err != nil {
 		return nil, &workdirError{err}
 	}
@@ -561,6 +563,13 @@ func status(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "started by: %s\ndirectory:  %s\nenv file:   %s\n", by, o.Dir, envFile)
 	}
 	fmt.Fprintf(stdout, "workspace roots: %s\n", rootsText(st.WorkspaceRoots))
+	if sb := st.Sandbox; sb != nil {
+		note := ""
+		if sb.Note != "" {
+			note = " (" + sb.Note + ")"
+		}
+		fmt.Fprintf(stdout, "sandbox:    %s, Landlock ABI %d%s\n", sb.Mode, sb.ABI, note)
+	}
 	if st.SkippedEntries > 0 {
 		fmt.Fprintf(stdout, "skipped:    %d unreadable ledger entries (named in the daemon's log)\n", st.SkippedEntries)
 	}

@@ -58,6 +58,7 @@ type options struct {
 	// the same, checked and resolved (task.ResolveRoots).
 	roots         stringsFlag
 	rootsResolved []string
+	sandbox       sandboxFlags
 
 	// --shared and serve
 	shared   bool
@@ -84,6 +85,7 @@ func addServerFlags(fs *flag.FlagSet, o *options) serverFlags {
 		"MiB of stderr events kept per task; past it the oldest are dropped and counted (0: no cap)")
 	fs.StringVar(&o.envFile, "env-file", "", envFileUsage)
 	fs.Var(&o.roots, "workspace-root", workspaceRootUsage)
+	addSandboxFlags(fs, &o.sandbox)
 	return f
 }
 
@@ -255,7 +257,9 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	}
 
 	one := newOneHost(env.all)
-	svc, markers, err := newService(o, env, log, nil, store.New(), "", one, nil)
+	stateDir, _ := stateDirOf(o) // "": none to close (worktreeRoot says why)
+	sb := sandboxConfig(serverSandbox(o.sandbox, false, log), o.sandbox, env, stateDir, "")
+	svc, markers, err := newService(o, env, log, nil, store.New(), "", one, nil, sb)
 	if err != nil {
 		log.Error("cannot read the working directory", "err", err)
 		return 1
@@ -308,7 +312,8 @@ func terminalHint(self string) string {
 // led is its ledger.
 // host is the daemon's host name on a cluster ("" otherwise) and hosts
 // answers list_hosts.
-func newService(o options, env agentEnvironment, log *slog.Logger, groups supervisor.GroupRecord, led task.Ledger, host string, hosts task.Hosts, keys task.KeyClaims) (*task.Service, *notify.Markers, error) {
+// sb confines the agents.
+func newService(o options, env agentEnvironment, log *slog.Logger, groups supervisor.GroupRecord, led task.Ledger, host string, hosts task.Hosts, keys task.KeyClaims, sb task.SandboxConfig) (*task.Service, *notify.Markers, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return nil, nil, err
@@ -324,6 +329,7 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 		Getenv:       func(k string) string { return envValue(env.all, k) },
 		WorktreeRoot: worktreeRoot(o, log), WorkspaceRoots: o.rootsResolved,
 		Host: host, Hosts: hosts, Keys: keys,
+		Sandbox: sb,
 	}
 	return task.New(cfg), markers, nil
 }
@@ -333,16 +339,21 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 // (~/.local/state/symm-mcp). "" when
 // neither can be named: the tasks that ask for a worktree are refused.
 func worktreeRoot(o options, log *slog.Logger) string {
-	dir := o.stateDir
-	if dir == "" {
-		d, err := daemon.DefaultStateDir(daemon.Env{UID: os.Geteuid()})
-		if err != nil {
-			log.Warn("no directory for worktrees: isolation=worktree is refused", "err", err)
-			return ""
-		}
-		dir = d
+	dir, err := stateDirOf(o)
+	if err != nil {
+		log.Warn("no directory for worktrees: isolation=worktree is refused", "err", err)
+		return ""
 	}
 	return filepath.Join(dir, "worktrees")
+}
+
+// stateDirOf is the daemon's state directory (set for serve), else the
+// default one.
+func stateDirOf(o options) (string, error) {
+	if o.stateDir != "" {
+		return o.stateDir, nil
+	}
+	return daemon.DefaultStateDir(daemon.Env{UID: os.Geteuid()})
 }
 
 // parseArgs parses args into fs, whose name is the command as its messages

@@ -212,8 +212,17 @@ func TestFlags(t *testing.T) {
 	assert.Contains(t, string(out), "claude mcp add --scope user symm -- "+self+" --shared\n")
 	assert.Contains(t, string(out), "-no-notify")
 
-	err = exec.Command(binary, "--log-level", "loud").Run()
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, 2, ee.ExitCode())
+	assert.Contains(t, string(out), "-sandbox MODE")
+	assert.Contains(t, string(out), "-sandbox-allow-port PORT")
+
+	for _, args := range [][]string{{"--log-level", "loud"}, {"--sandbox", "jail"}, {"--sandbox", ""},
+		{"--sandbox-allow-port", "0"}, {"--sandbox-allow-port", "65536"}, {"--sandbox-allow-port", "443,x"}} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v", args)
+		assert.Equal(t, 2, ee.ExitCode(), "%v: %s", args, out)
+		if args[0] != "--log-level" {
+			assert.Contains(t, string(out), strconv.Quote(args[1]), "the usage error names the value")
+		}
+	}
 }

@@ -104,6 +104,9 @@ func gatedAgent(t *testing.T) (env []string, gate string) {
 	script := fmt.Sprintf("#!/bin/sh\nread go < '%s'\nexec '%s' \"$@\"\n", gate, fakeBin)
 	require.NoError(t, os.Remove(filepath.Join(bin, "opencode")))
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "opencode"), []byte(script), 0o755))
+	// On PATH, the fake agent's directory stays readable to a sandboxed
+	// agent (serve's default), as an agent's installation does.
+	require.NoError(t, os.Symlink(fakeBin, filepath.Join(bin, "fake-acp-agent")))
 	return env, gate
 }
 
@@ -151,7 +154,9 @@ func TestTaskOutlivesTheFront(t *testing.T) {
 	env, gate := gatedAgent(t)
 	d := newShared(t, env)
 	a := d.front(t)
-	out := a.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
+	// The gate is in the workspace: serve confines its agents by default,
+	// and the agent reads the gate.
+	out := a.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": filepath.Dir(gate)})
 	id := out["task_id"].(string)
 	require.NoError(t, a.stdin.Close())
 	assert.Equal(t, 0, a.waitExit(t), "the front exits with its host; stderr:\n%s", a.stderr.String())
@@ -267,6 +272,13 @@ func TestStatusAndShutdown(t *testing.T) {
 	assert.Nil(t, raw["http"])
 	assert.Equal(t, 2.0, raw["live_tasks"])
 	assert.Equal(t, []any{}, raw["workspace_roots"], "no limit: none")
+	// serve confines its spawns by default where the kernel can (this
+	// machine's can: a kernel without Landlock fails here).
+	assert.Equal(t, map[string]any{"mode": "workspace", "abi": raw["sandbox"].(map[string]any)["abi"]}, raw["sandbox"])
+	assert.GreaterOrEqual(t, raw["sandbox"].(map[string]any)["abi"], 4.0)
+	out, code = d.run(t, "status")
+	require.Equal(t, 0, code, out)
+	assert.Regexp(t, `sandbox: +workspace, Landlock ABI \d+\n`, out)
 	pid := int(raw["pid"].(float64))
 
 	out, code = d.run(t, "shutdown")
@@ -406,7 +418,8 @@ func TestSocketAndStateRefusals(t *testing.T) {
 // stray argument are usage errors.
 func TestServeFlags(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--ledger", "sqlite"}, {"--http", "0.0.0.0:0"}, {"extra"}} {
+	for _, args := range [][]string{{"--ledger", "sqlite"}, {"--http", "0.0.0.0:0"}, {"extra"},
+		{"--sandbox", "full"}, {"--sandbox-allow-port", "-1"}, {"--sandbox-allow-port", "99999"}} {
 		stderr, code := runBinary(t, append([]string{"serve"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 	}

@@ -75,6 +75,17 @@ type Adapter struct {
 	// end-to-end suite and scripts/capture-offers, whose offer
 	// testdata/agents/<Name> records; nil when the agent is not on npm.
 	NPM *NPM
+	// SandboxState lists the directories the agent writes its own state
+	// and caches in, relative to the home (intent 0043 found each by
+	// running the real agent under strace and the sandbox): writable
+	// and created under a sandbox, where the home is otherwise closed.
+	// SandboxStateEnv names environment variables that move that state
+	// (CLAUDE_CONFIG_DIR): an absolute value is writable too.
+	// SandboxBind are the TCP ports the agent serves itself on. An
+	// agent without them gets only its temp directory.
+	SandboxState    []string
+	SandboxStateEnv []string
+	SandboxBind     []uint16
 }
 
 // Accepts reports whether the adapter takes the option.

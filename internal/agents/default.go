@@ -63,14 +63,18 @@ func DefaultAdapters() []*Adapter {
 			Effort: &acpsession.Setting{Name: "effort", ConfigIDs: []string{"effort"}},
 			Pins:   fixed(pinMode("default")),
 			NPM:    &NPM{Package: "@agentclientprotocol/claude-agent-acp", Version: "0.101.0"},
+			// ~/.claude.json is written by a rename in the home itself:
+			// under a sandbox, CLAUDE_CONFIG_DIR moves it into ~/.claude.
+			SandboxState: []string{".claude"}, SandboxStateEnv: []string{"CLAUDE_CONFIG_DIR"},
 		},
 		{
 			// Modes and the select "mode": read-only, workspace-write, agent
 			// (current), agent-full-access; select "model"; no effort option.
 			Name: "codex", Executable: "codex-acp", Options: all,
 			Model: model(), Effort: reasoningEffort(),
-			Pins: fixed(pinMode("read-only")),
-			NPM:  &NPM{Package: "@agentclientprotocol/codex-acp", Version: "2.6.0"},
+			Pins:         fixed(pinMode("read-only")),
+			NPM:          &NPM{Package: "@agentclientprotocol/codex-acp", Version: "2.6.0"},
+			SandboxState: []string{".codex"}, SandboxStateEnv: []string{"CODEX_HOME"},
 		},
 		{
 			// Modes and the select "mode": URL ids ending in #agent (current),
@@ -82,6 +86,8 @@ func DefaultAdapters() []*Adapter {
 			Pins: fixed(pinMode("agent"),
 				acpsession.Setting{Name: "allow_all", ConfigIDs: []string{"allow_all"}, Value: "off", Pin: true}),
 			NPM: &NPM{Package: "@github/copilot", Version: "1.0.102"},
+			// ~/.cache/Microsoft holds its device id.
+			SandboxState: []string{".copilot", ".cache/copilot", ".cache/Microsoft"},
 		},
 		{
 			// Modes and the select "mode": plan, act (current); selects
@@ -91,6 +97,8 @@ func DefaultAdapters() []*Adapter {
 			EffortValues: []string{"none", "low", "medium", "high", "xhigh"},
 			Pins:         fixed(acpsession.Setting{Name: "auto_approve", ConfigIDs: []string{"auto_approve"}, Bool: ptr(false), Pin: true}),
 			NPM:          &NPM{Package: "cline", Version: "3.0.65"},
+			// Its hub daemon listens on 25463.
+			SandboxState: []string{".cline"}, SandboxBind: []uint16{25463},
 		},
 		{
 			// Not on npm, so no NPM: modes agent and plan and a model
@@ -112,6 +120,10 @@ func DefaultAdapters() []*Adapter {
 			Pins:  fixed(pinMode("build")),
 			Env:   OpencodeEnv,
 			NPM:   &NPM{Package: "opencode-ai", Version: "1.18.33"},
+			// It installs its provider's npm package under ~/.config/opencode,
+			// through ~/.npm, and serves itself on 4096.
+			SandboxState: []string{".local/share/opencode", ".local/state/opencode", ".config/opencode", ".cache/opencode", ".npm"},
+			SandboxBind:  []uint16{4096},
 		},
 	}
 }

@@ -59,6 +59,18 @@ type Status struct {
 	// WorkspaceRoots are the directories tasks may run in (--workspace-root,
 	// links resolved); [] when there is no limit.
 	WorkspaceRoots []string `json:"workspace_roots"`
+	// Sandbox is the confinement the daemon's spawns get by default;
+	// null from a daemon that does not say.
+	Sandbox *SandboxStatus `json:"sandbox"`
+}
+
+// SandboxStatus is the sandbox mode in force for the daemon's spawns
+// that name none (serve --sandbox), and the kernel's support for it.
+type SandboxStatus struct {
+	Mode string `json:"mode"` // off, read-only or workspace
+	ABI  int    `json:"abi"`  // the kernel's Landlock ABI level; 0: none
+	// Note says why the mode is off by default: what the kernel lacks.
+	Note string `json:"note,omitempty"`
 }
 
 // ShutdownReply is the answer to shutdown.

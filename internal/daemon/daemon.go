@@ -62,6 +62,8 @@ type Config struct {
 	// Origin is what started the daemon (ReadOrigin), for status; nil:
 	// not said.
 	Origin *Origin
+	// Sandbox is the sandbox mode in force, for status; nil: not said.
+	Sandbox *SandboxStatus
 	// HTTP, when not "", is a loopback address (CheckHTTPAddr) on which
 	// HTTPHandler serves Streamable HTTP at HTTPPath, behind the bearer
 	// token kept in the state directory (TokenPath).
@@ -471,6 +473,7 @@ func (d *Daemon) status() Status {
 		Running: true, PID: os.Getpid(), Version: d.cfg.Version, Socket: d.cfg.Socket, StateDir: d.cfg.StateDir,
 		Ledger: d.cfg.Ledger, Host: host, LiveTasks: d.cfg.Tasks.LiveTasks(), StartedBy: d.cfg.Origin,
 		WorkspaceRoots: append([]string{}, d.cfg.WorkspaceRoots...),
+		Sandbox:        d.cfg.Sandbox,
 	}
 	if sk, ok := d.cfg.Tasks.(Skipper); ok {
 		s.SkippedEntries = sk.SkippedEntries()

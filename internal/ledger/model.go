@@ -147,6 +147,11 @@ type Summary struct {
 	// one field that is absent when empty, so that a ledger of one
 	// machine encodes as before.
 	Host string `json:"host,omitempty"`
+	// SandboxMode is the mode the task's agent was confined by (read-only
+	// or workspace, internal/sandbox), absent when it ran unconfined, so
+	// that an unsandboxed task encodes as before. It is a plain string:
+	// the summary ends where the record's first digest member begins.
+	SandboxMode string `json:"sandbox_mode,omitempty"`
 	// Digest is the short digest, set when the record is encoded; it is
 	// the summary's last member. A record carries the full one instead
 	// (Task.Digest).
@@ -197,6 +202,49 @@ type Task struct {
 	// recorded when it exits; absent until then, and when a follow-up
 	// took the process over (the follow-up's record has it).
 	KeptProcess *KeptProcess `json:"kept_process,omitempty"`
+	// Sandbox is what confined the task's agent, recorded as it starts;
+	// absent for an agent that ran unconfined (sandbox "off").
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+}
+
+// Sandbox is the confinement a task's agent ran under, as the kernel was
+// asked to apply it: the mode, the directories it could write, what of
+// the home it could read, the TCP ports it could connect to, and the
+// kernel's Landlock ABI level (below 6, signals and abstract Unix sockets
+// are not scoped).
+type Sandbox struct {
+	Mode         string   `json:"mode"`
+	Writable     []string `json:"writable"`
+	ReadableHome []string `json:"readable_home"`
+	TCPPorts     []uint16 `json:"tcp_ports"`
+	ABI          int      `json:"abi"`
+}
+
+// Bounds of a sandbox record: its paths come from the agent table, the
+// PATH and the workspace, all the server's, but a PATH is long.
+const (
+	MaxSandboxPaths = 256
+	MaxSandboxPorts = 64
+)
+
+// SetSandbox records the confinement of the task's agent (and its mode
+// in the summary), its lists cut to the bounds above.
+func SetSandbox(sb Sandbox) Edit {
+	c := Sandbox{
+		Mode: sb.Mode, ABI: sb.ABI,
+		Writable:     slices.Clone(sb.Writable[:min(len(sb.Writable), MaxSandboxPaths)]),
+		ReadableHome: slices.Clone(sb.ReadableHome[:min(len(sb.ReadableHome), MaxSandboxPaths)]),
+		TCPPorts:     slices.Clone(sb.TCPPorts[:min(len(sb.TCPPorts), MaxSandboxPorts)]),
+	}
+	for _, l := range []*[]string{&c.Writable, &c.ReadableHome} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	if c.TCPPorts == nil {
+		c.TCPPorts = []uint16{}
+	}
+	return Edit{func(t *Task) { t.Sandbox, t.SandboxMode = &c, c.Mode }}
 }
 
 // KeptProcess is the end of an agent process kept alive after a task's

@@ -20,6 +20,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/notify"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
@@ -31,6 +32,11 @@ import (
 var fakeAgentBin string
 
 func TestMain(m *testing.M) {
+	// The test binary is also symm-mcp's pre-exec step for sandboxed
+	// agents (rigOptions.sandbox names it as the server's own executable).
+	if len(os.Args) > 1 && os.Args[1] == sandbox.Subcommand {
+		os.Exit(sandbox.Main(os.Args[2:], os.Stderr))
+	}
 	os.Exit(runTests(m))
 }
 
@@ -85,6 +91,9 @@ type rigOptions struct {
 	git *gitSetup
 	// roots are the service's workspace roots (roots_test.go).
 	roots []string
+	// sandbox confines the agents: the service's sandbox settings, its
+	// executable and environment filled in (sandbox_test.go).
+	sandbox *task.SandboxConfig
 }
 
 func newRig(t *testing.T, o rigOptions) *rig {
@@ -107,6 +116,12 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	}
 	if o.git != nil {
 		cfg.WorktreeRoot, cfg.GitEnv = o.git.root, o.git.env
+	}
+	if o.sandbox != nil {
+		self, err := os.Executable()
+		require.NoError(t, err)
+		cfg.Sandbox = *o.sandbox
+		cfg.Sandbox.Self, cfg.Sandbox.Environ = self, env
 	}
 	if o.markers {
 		uid := os.Geteuid()

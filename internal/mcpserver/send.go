@@ -26,6 +26,7 @@ type sendArgs struct {
 	IdleTimeoutS *wholeNumber `json:"idle_timeout_s,omitempty" jsonschema:"with keep_alive: seconds the kept process waits for a follow-up; default 600, 1 to 86400"`
 	// The ask policy of this turn only, put to the person at this session.
 	spawnAsk
+	spawnSandbox
 }
 
 var sendTaskTool = toolDef[sendArgs]{
@@ -51,6 +52,6 @@ func (h handlers) sendTask(ctx context.Context, a sendArgs) (json.RawMessage, er
 	return h.svc.Send(ctx, task.SendRequest{
 		TaskID: a.TaskID, Prompt: a.Prompt, Allow: a.Allow, Model: a.Model, Effort: a.Effort,
 		Interrupt: a.Interrupt, KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS.intPtr(),
-		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS.intPtr(), Asker: h.asker(ctx),
+		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS.intPtr(), Asker: h.asker(ctx), Sandbox: a.Sandbox,
 	})
 }

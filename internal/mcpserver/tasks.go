@@ -35,6 +35,14 @@ type spawnArgs struct {
 	spawnRetry
 	spawnKeep
 	spawnHost
+	spawnSandbox
+}
+
+// spawnSandbox is the sandbox of spawn_task, spawn_tasks' entries and
+// send_task (issue 32). Its modes are the service's to check, so that an
+// unknown one is invalid_request naming it.
+type spawnSandbox struct {
+	Sandbox string `json:"sandbox,omitempty" jsonschema:"off, read-only or workspace: confine the agent and every process it starts with the kernel (Landlock): write only its own state and temp directories (read-only), and the workspace or worktree too (workspace, read-only unless allow has edit, delete or move); the home but the agent's own directories is unreadable, TCP only to 443, 53, its model's port and the server's allowed ports; default the server's --sandbox (off unless set); send_task: the parent's"`
 }
 
 // spawnHost is spawn_task's host on a cluster (intent 0028, phase 2).
@@ -97,7 +105,7 @@ func (a spawnArgs) request() task.SpawnRequest {
 		Isolation:      task.Isolation(a.Isolation), BaseRef: a.BaseRef,
 		KeepAlive: a.KeepAlive, IdleTimeoutS: a.IdleTimeoutS.intPtr(),
 		Ask: a.Ask, AskTimeoutS: a.AskTimeoutS.intPtr(),
-		Host: a.Host,
+		Host: a.Host, Sandbox: a.Sandbox,
 	}
 }
 

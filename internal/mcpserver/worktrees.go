@@ -73,6 +73,7 @@ type fleetEntry struct {
 	Isolation   string   `json:"isolation,omitempty" jsonschema:"none or worktree, as spawn_task's"`
 	BaseRef     string   `json:"base_ref,omitempty" jsonschema:"with isolation=worktree: the commit-ish to start from"`
 	spawnAsk
+	spawnSandbox
 }
 
 type fleetArgs struct {
@@ -147,5 +148,6 @@ func (e fleetEntry) over(def fleetEntry) spawnArgs {
 		SessionID: pick(e.SessionID, def.SessionID), InitiatorID: pick(e.InitiatorID, def.InitiatorID),
 		ExecutorID: pick(e.ExecutorID, def.ExecutorID), Isolation: pick(e.Isolation, def.Isolation),
 		BaseRef: pick(e.BaseRef, def.BaseRef), spawnAsk: ask,
+		spawnSandbox: spawnSandbox{Sandbox: pick(e.Sandbox, def.Sandbox)},
 	}
 }

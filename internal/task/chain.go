@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
 
@@ -270,10 +272,23 @@ func (c *chain) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan)
 		ClientVersion: s.cfg.Version, Slots: s.slots, Keep: r.keep > 0,
 	}
 	p := &process{c: c, next: make(chan decision), stop: make(chan struct{}), gone: make(chan struct{}), exited: make(chan struct{})}
+	argv, env := launch.Argv, launch.Env
+	if lp.sandbox != "" && lp.sandbox != sandbox.Off {
+		conf, err := s.confine(r, lp.sandbox, lp.adapter, launch, lp.cwd)
+		if err != nil {
+			c.endLive(r, ledger.Failed, err.Error())
+			return nil
+		}
+		if _, err := s.cfg.Store.Update(r.id, ledger.SetSandbox(conf.record)); err != nil {
+			c.endLive(r, ledger.Failed, "recording the sandbox: "+err.Error())
+			return nil
+		}
+		argv, env, p.temp = conf.argv, conf.env, conf.temp
+	}
 	p.task.Store(r)
 	r.proc = p // before Start: r is the run's Sink, and passes stderr and the exit on through p
 	spec := supervisor.Spec{
-		Argv: launch.Argv, Env: launch.Env, Dir: lp.cwd,
+		Argv: argv, Env: env, Dir: lp.cwd,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
 			p.sess = acpsession.Start(stdin, stdout, params, r, s.log.With("task", r.id))
 			return p
@@ -387,6 +402,13 @@ func (c *chain) idleEnded(p *process, armed uint64) {
 // records the exit in its record.
 func (c *chain) exited(p *process, x supervisor.Exit) {
 	defer close(p.exited)
+	if p.temp != "" {
+		// The task's own temp directory, made by the pre-exec step: its
+		// processes are gone (the supervisor waits for the group).
+		if err := os.RemoveAll(p.temp); err != nil {
+			c.s.log.Warn("removing a sandboxed task's temp directory", "path", p.temp, "err", err)
+		}
+	}
 	if c.proc == p {
 		c.proc = nil
 		c.stopIdle()
@@ -414,6 +436,9 @@ type process struct {
 	// (Converse), on the loop, before Run starts.
 	runID supervisor.RunID
 	sess  *acpsession.Session
+	// temp is a sandboxed process's own temp directory, removed at its
+	// exit ("": not sandboxed).
+	temp string
 	// task is the task whose turn runs on the process, or ran last: it
 	// gets the process's stderr and exit. Written by the loop only.
 	task atomic.Pointer[taskRun]

@@ -80,7 +80,7 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	}
 	ws, err := s.workspace(workspace)
 	if err == nil {
-		ws, err = s.confine(ws) // the agent starts there, as a task's would
+		ws, err = s.withinRoots(ws) // the agent starts there, as a task's would
 	}
 	if err != nil {
 		return Description{}, err

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
 
@@ -50,6 +52,7 @@ type followUp struct {
 	prompt  string
 	cwd     string
 	ask     permission.Ask // this turn's ask policy
+	sandbox sandbox.Mode   // the mode of a process started for it
 }
 
 // SendRequest is send_task's input.
@@ -68,6 +71,8 @@ type SendRequest struct {
 	Ask         []string
 	AskTimeoutS *int
 	Asker       permission.Asker
+	// Sandbox is the follow-up's mode ("": its parent's).
+	Sandbox string
 }
 
 // Send creates a follow-up of a task: a new task on the same agent,
@@ -86,6 +91,9 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 	onProcess, cannotResume := c.state()
 	if req.Effort != "" && adapter.EffortFlag != "" && onProcess {
 		return nil, errorf(InvalidRequest, "agent %s takes effort as a launch flag (%s): a follow-up on its running process cannot change it", adapter.Name, adapter.EffortFlag)
+	}
+	if onProcess && p.sandbox != sandbox.Mode(cmp.Or(pt.SandboxMode, string(sandbox.Off))) {
+		return nil, errorf(InvalidRequest, "task %s's agent process runs under sandbox %q: a follow-up on it cannot run under %q", pt.TaskID, cmp.Or(pt.SandboxMode, string(sandbox.Off)), p.sandbox)
 	}
 	if !onProcess {
 		if pt.SessionID == nil {
@@ -111,7 +119,7 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 	if parent.wt != nil {
 		cwd = parent.wt.Workdir
 	}
-	r.fu = &followUp{adapter: adapter, areq: areq, prompt: req.Prompt, cwd: cwd, ask: s.askPolicy(askReq, id)}
+	r.fu = &followUp{adapter: adapter, areq: areq, prompt: req.Prompt, cwd: cwd, ask: s.askPolicy(askReq, id), sandbox: p.sandbox}
 	if _, err := s.cfg.Store.Create(ledger.NewTask{
 		ID: id, Agent: pt.Agent, Workspace: pt.Workspace, Prompt: req.Prompt, Allow: req.Allow,
 		Model: req.Model, Effort: req.Effort, SessionID: sessionID,
@@ -119,6 +127,13 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 		Worktree: pt.Worktree, ParentTaskID: parent.id, Host: s.cfg.Host,
 	}, s.cfg.Now()); err != nil {
 		return nil, fmt.Errorf("creating task: %w", err)
+	}
+	if onProcess && pt.Sandbox != nil {
+		// Its turn runs on the parent's confined process (a new process,
+		// should that one end first, records its own at its launch).
+		if _, err := s.cfg.Store.Update(id, ledger.SetSandbox(*pt.Sandbox)); err != nil {
+			s.log.Error("recording a follow-up's sandbox", "task", id, "err", err)
+		}
 	}
 	s.mu.Lock()
 	s.runs[id] = r
@@ -220,7 +235,7 @@ func (c *chain) startFollowUp(ctx context.Context, r *taskRun) <-chan struct{} {
 		return nil
 	}
 	return c.launch(ctx, startCtx, r, launchPlan{
-		adapter: r.fu.adapter, areq: r.fu.areq, prompt: r.fu.prompt, resumeID: *t.SessionID, cwd: r.fu.cwd, ask: r.fu.ask,
+		adapter: r.fu.adapter, areq: r.fu.areq, prompt: r.fu.prompt, resumeID: *t.SessionID, cwd: r.fu.cwd, ask: r.fu.ask, sandbox: r.fu.sandbox,
 	})
 }
 

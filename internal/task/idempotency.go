@@ -11,6 +11,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 )
 
 // MaxIdempotencyKeyChars bounds spawn_task's idempotency_key.
@@ -38,6 +39,9 @@ type spawnArguments struct {
 	// the digest of a spawn without them is as it was before they existed.
 	Ask         []string `json:"ask,omitempty"`
 	AskTimeoutS int      `json:"ask_timeout_s,omitempty"`
+	// Sandbox is the mode in force, absent when off (digests without a
+	// sandbox are as they were).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // argumentsDigest is the SHA-256 of the arguments' encoding, which the
@@ -45,7 +49,7 @@ type spawnArguments struct {
 // prompt, and its session_id changes once the agent starts one). workspace
 // and keep are the plan's: the workspace resolved, the keep-alive with its
 // default applied.
-func argumentsDigest(req SpawnRequest, workspace string, keep time.Duration) string {
+func argumentsDigest(req SpawnRequest, workspace string, keep time.Duration, mode sandbox.Mode) string {
 	allow := req.Allow
 	if allow == nil {
 		allow = []string{}
@@ -58,6 +62,9 @@ func argumentsDigest(req SpawnRequest, workspace string, keep time.Duration) str
 		Agent: req.Agent, Prompt: req.Prompt, Workspace: workspace, Allow: allow, Model: req.Model,
 		Effort: req.Effort, SessionID: req.SessionID, InitiatorID: req.InitiatorID, ExecutorID: req.ExecutorID,
 		Isolation: string(isolation), BaseRef: req.BaseRef, KeepAliveS: int64(keep / time.Second),
+	}
+	if mode != sandbox.Off {
+		args.Sandbox = string(mode)
 	}
 	if len(req.Ask) > 0 {
 		args.Ask, args.AskTimeoutS = req.Ask, permission.DefaultAskTimeoutS

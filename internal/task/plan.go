@@ -11,6 +11,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 )
 
 // A request is checked once, then executed (intent 0038): planSpawn and
@@ -39,6 +40,8 @@ type spawnPlan struct {
 	// made here. id "" is a new one.
 	id, notifyPath string
 	handed         bool
+	// sandbox is the mode the agent runs under (sandboxMode).
+	sandbox sandbox.Mode
 }
 
 // planSpawn checks a spawn that runs on this host: its host (one of
@@ -58,7 +61,7 @@ func (s *Service) planSpawn(ctx context.Context, req SpawnRequest) (spawnPlan, e
 		return spawnPlan{}, err
 	}
 	if req.IdempotencyKey != "" {
-		p.digest = argumentsDigest(req, p.ws, p.keep)
+		p.digest = argumentsDigest(req, p.ws, p.keep, p.sandbox)
 	}
 	return p, nil
 }
@@ -116,7 +119,11 @@ func (s *Service) checkSpawn(req SpawnRequest) (spawnPlan, error) {
 	if err != nil {
 		return spawnPlan{}, err
 	}
-	return spawnPlan{req: req, adapter: adapter, areq: areq, keep: keep}, nil
+	mode, err := sandboxMode(req.Sandbox, s.cfg.Sandbox.Default, req.Allow)
+	if err != nil {
+		return spawnPlan{}, err
+	}
+	return spawnPlan{req: req, adapter: adapter, areq: areq, keep: keep, sandbox: mode}, nil
 }
 
 // label is a short string a caller gives, bounded by MaxLabelBytes.
@@ -154,6 +161,9 @@ type sendPlan struct {
 	// ask is the follow-up's ask policy as a request (askPolicy reads
 	// it): the parent's is not carried over.
 	ask SpawnRequest
+	// sandbox is the follow-up's mode: the one asked for, else its
+	// parent's (it continues the parent's session), narrowed by allow.
+	sandbox sandbox.Mode
 }
 
 // planSend checks a follow-up of a task of this host.
@@ -173,7 +183,7 @@ func (s *Service) planSend(req SendRequest) (sendPlan, error) {
 	if err := checkTurn(req.Prompt, req.Allow, label{"model", req.Model}, label{"effort", req.Effort}); err != nil {
 		return sendPlan{}, err
 	}
-	if _, err := s.confine(pt.Workspace); err != nil { // roots narrowed since the parent's spawn
+	if _, err := s.withinRoots(pt.Workspace); err != nil { // roots narrowed since the parent's spawn
 		return sendPlan{}, err
 	}
 	keep, err := keepAlive(req.KeepAlive, req.IdleTimeoutS)
@@ -188,7 +198,11 @@ func (s *Service) planSend(req SendRequest) (sendPlan, error) {
 	if err := adapter.Check(areq); err != nil {
 		return sendPlan{}, errorf(InvalidRequest, "%v", err)
 	}
-	return sendPlan{parent: parent, record: pt, adapter: adapter, areq: areq, keep: keep, ask: ask}, nil
+	mode, err := sandboxMode(req.Sandbox, sandbox.Mode(pt.SandboxMode), req.Allow)
+	if err != nil {
+		return sendPlan{}, err
+	}
+	return sendPlan{parent: parent, record: pt, adapter: adapter, areq: areq, keep: keep, ask: ask, sandbox: mode}, nil
 }
 
 // workspace resolves a spawn's workspace: the server's when none is

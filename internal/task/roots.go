@@ -47,7 +47,7 @@ func ResolveRoots(dirs []string) ([]string, error) {
 // its repository against the roots in force: the workspace the task runs
 // in, and the common git directory its worktree must be made from.
 func (s *Service) confineSpawn(ctx context.Context, req SpawnRequest, ws string) (_ string, repo string, _ error) {
-	ws, err := s.confine(ws)
+	ws, err := s.withinRoots(ws)
 	if err != nil {
 		return "", "", err
 	}
@@ -57,11 +57,11 @@ func (s *Service) confineSpawn(ctx context.Context, req SpawnRequest, ws string)
 	return ws, repo, nil
 }
 
-// confine checks a workspace (absolute and clean) against the roots in
+// withinRoots checks a workspace (absolute and clean) against the roots in
 // force. With roots, the workspace returned is the resolved one, the
 // directory that was checked, so that a link changed after the check
 // cannot move the task; without, ws as given.
-func (s *Service) confine(ws string) (string, error) {
+func (s *Service) withinRoots(ws string) (string, error) {
 	if len(s.cfg.WorkspaceRoots) == 0 {
 		return ws, nil
 	}

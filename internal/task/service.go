@@ -34,6 +34,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
@@ -156,9 +157,11 @@ type Config struct {
 	Hosts Hosts
 	// Keys decide idempotency keys across daemons (nil: the ledger's own
 	// index, as on one machine; idempotency.go).
-	Keys   KeyClaims
-	Logger *slog.Logger
-	Now    func() time.Time
+	Keys KeyClaims
+	// Sandbox confines the agents (sandbox.go).
+	Sandbox SandboxConfig
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Service is the TaskService. Its methods are safe for concurrent use.
@@ -247,6 +250,9 @@ type SpawnRequest struct {
 	// (internal/routing); without a cluster, only the one host
 	// list_hosts names is accepted (plan.go).
 	Host string `json:"host,omitempty"`
+	// Sandbox is the mode confining the agent ("off", "read-only",
+	// "workspace"; "": the server's default).
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // Spawn creates a task and starts its agent. It returns once the agent's
@@ -332,7 +338,7 @@ func (s *Service) start(ctx context.Context, p spawnPlan) (json.RawMessage, erro
 		return nil, fmt.Errorf("starting task: %w", err)
 	}
 	r.touch("", 0)
-	lp := launchPlan{adapter: adapter, areq: areq, prompt: req.Prompt, resumeID: req.SessionID, cwd: cwd, ask: s.askPolicy(req, id)}
+	lp := launchPlan{adapter: adapter, areq: areq, prompt: req.Prompt, resumeID: req.SessionID, cwd: cwd, ask: s.askPolicy(req, id), sandbox: p.sandbox}
 	if wait := r.chain.first(ctx, startCtx, r, shutting, lp); wait != nil {
 		<-wait // a stop came as the process started: its end, within the supervisor's bounds
 	}
@@ -347,6 +353,7 @@ type launchPlan struct {
 	resumeID string
 	cwd      string
 	ask      permission.Ask // the first turn's ask policy
+	sandbox  sandbox.Mode   // off, or the mode confining the process
 }
 
 // stopRun asks the supervisor to stop a run and returns at once: the run's

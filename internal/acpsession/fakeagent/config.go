@@ -100,6 +100,9 @@ type Step struct {
 	CloseStdout    bool            `json:"close_stdout,omitempty"`
 	StopReason     string          `json:"stop_reason,omitempty"`
 	WriteFile      *WriteFile      `json:"write_file,omitempty"`
+	// ReadFile reads a file, as an agent's tool does, and answers its
+	// content as a message; a failure is a stderr line "read_file: ...".
+	ReadFile string `json:"read_file,omitempty"`
 
 	// SessionID sends the step's update for another session.
 	SessionID string `json:"session_id,omitempty"`
@@ -187,7 +190,7 @@ func (s *Step) actions() int {
 		s.RawUpdate != nil, s.Notify != nil, s.Request != nil, s.Stderr != nil, s.Env != nil, s.PID, s.WaitFile != "",
 		s.StderrFlood != nil, s.StdoutRaw != nil, s.WaitForCancel, s.AwaitCancel, s.Hang,
 		s.SleepMs > 0, s.Exit != nil, s.Signal != "", s.Fork != nil,
-		s.CloseStdout, s.StopReason != "", s.WriteFile != nil,
+		s.CloseStdout, s.StopReason != "", s.WriteFile != nil, s.ReadFile != "",
 	} {
 		if set {
 			n++

@@ -115,6 +115,20 @@ func (t *turn) step(st *Step) string {
 		if err := os.WriteFile(path, []byte(st.WriteFile.Content), 0o644); err != nil {
 			a.stderrLine("write_file: " + err.Error())
 		}
+	case st.ReadFile != "":
+		path := st.ReadFile
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(t.s.cwd, path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			a.stderrLine("read_file: " + err.Error())
+			break
+		}
+		if sid == t.s.id {
+			t.reply.Write(b)
+		}
+		a.sendUpdate(sid, textUpdate("agent_message_chunk", string(b)))
 	case st.StderrFlood != nil:
 		a.stderrFlood(st.StderrFlood.Bytes)
 	case st.StdoutRaw != nil:

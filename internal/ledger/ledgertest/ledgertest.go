@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"EventsAreCappedAtMaxEventBytes", eventsAreCappedAtMaxEventBytes},
 		{"WorktreeFields", worktreeFields},
 		{"DigestFields", digestFields},
+		{"SandboxFields", sandboxFields},
 		{"AppendKeepsNoReferenceToItsFields", appendKeepsNoReference},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.test(t, open(t)) })
@@ -961,6 +962,39 @@ func worktreeFields(t *testing.T, l ledger.Ledger) {
 	assert.Len(t, u.Diff.Files, ledger.MaxDiffPathBytes/4096, "the paths are bounded in bytes")
 	assert.True(t, u.Diff.Truncated)
 	assert.Equal(t, []ledger.Overlap{}, u.Overlaps)
+}
+
+// sandboxFields: an unconfined task's record and summary have no sandbox
+// member (they encode as before it existed); SetSandbox records the full
+// confinement in the record and its mode in the summary, keeps its own
+// copy, and the lists are bounded.
+func sandboxFields(t *testing.T, l ledger.Ledger) {
+	NewTask(t, l, "t")
+	raw, err := l.TaskJSON("t")
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "sandbox")
+	writable := []string{"/w", "/tmp/t"}
+	_, err = l.Update("t", ledger.SetSandbox(ledger.Sandbox{Mode: "workspace", Writable: writable, TCPPorts: []uint16{443}, ABI: 7}))
+	require.NoError(t, err)
+	writable[0] = "/elsewhere"
+	raw, err = l.TaskJSON("t")
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"sandbox":{"mode":"workspace","writable":["/w","/tmp/t"],"readable_home":[],"tcp_ports":[443],"abi":7}`)
+	sumRaw, err := l.SummaryJSON("t")
+	require.NoError(t, err)
+	sum := decode(t, sumRaw)
+	assert.Equal(t, "workspace", sum["sandbox_mode"], "the summary carries the mode")
+	assert.NotContains(t, sum, "sandbox")
+
+	many := make([]string, ledger.MaxSandboxPaths+5)
+	for i := range many {
+		many[i] = fmt.Sprintf("/p%d", i)
+	}
+	u, err := l.Update("t", ledger.SetSandbox(ledger.Sandbox{Mode: "read-only", ReadableHome: many, TCPPorts: make([]uint16, ledger.MaxSandboxPorts+1)}))
+	require.NoError(t, err)
+	assert.Len(t, u.Sandbox.ReadableHome, ledger.MaxSandboxPaths)
+	assert.Len(t, u.Sandbox.TCPPorts, ledger.MaxSandboxPorts)
+	assert.Equal(t, "read-only", u.SandboxMode)
 }
 
 // digestFields: the digest a run writes (SetDigest) is stored with the

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/symm-mcp/symm-mcp/internal/daemon"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox"
+	"github.com/symm-mcp/symm-mcp/internal/task"
+)
+
+// sandboxFlags are --sandbox and --sandbox-allow-port, flags of every
+// server (plain, --shared's daemon, serve).
+type sandboxFlags struct {
+	mode  sandbox.Mode // "": the server's default (serverSandbox)
+	ports []uint16
+}
+
+func addSandboxFlags(fs *flag.FlagSet, f *sandboxFlags) {
+	fs.Var(modeFlag{&f.mode}, "sandbox", "`MODE` of the spawns that name none: off, read-only or workspace, confining the agent with the kernel "+
+		"(Landlock; default off, and for serve workspace when the kernel supports it)")
+	fs.Var(portsFlag{&f.ports}, "sandbox-allow-port", "TCP `PORT` (1-65535) a sandboxed agent may also connect to, besides 443, 53 and its "+
+		"base URLs' ports; repeatable, or comma-separated")
+}
+
+// modeFlag is --sandbox: a mode ParseMode takes.
+type modeFlag struct{ m *sandbox.Mode }
+
+func (f modeFlag) String() string {
+	if f.m == nil {
+		return ""
+	}
+	return string(*f.m)
+}
+
+func (f modeFlag) Set(s string) error {
+	m, err := sandbox.ParseMode(s)
+	if err != nil {
+		return err
+	}
+	*f.m = m
+	return nil
+}
+
+// portsFlag is --sandbox-allow-port: its String is a value Set takes
+// back, as --shared hands the flags given to the daemon it starts.
+type portsFlag struct{ p *[]uint16 }
+
+func (f portsFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	s := make([]string, len(*f.p))
+	for i, p := range *f.p {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
+}
+
+func (f portsFlag) Set(s string) error {
+	for v := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q is not a TCP port (1-65535)", v)
+		}
+		*f.p = append(*f.p, uint16(n))
+	}
+	return nil
+}
+
+// serverSandbox is the mode in force for the spawns that name none: the
+// flag's, else off for the plain server (Symm's meaning) and, for the
+// daemon, workspace when the kernel can confine a task, else off, said
+// in the log and by status.
+func serverSandbox(f sandboxFlags, daemonDefault bool, log *slog.Logger) *daemon.SandboxStatus {
+	abi, err := sandbox.Check()
+	st := &daemon.SandboxStatus{Mode: string(f.mode), ABI: abi}
+	switch {
+	case f.mode != "":
+		if f.mode != sandbox.Off && err != nil {
+			log.Warn("the kernel cannot confine tasks: every sandboxed spawn fails before its agent starts", "sandbox", f.mode, "err", err)
+			st.Note = err.Error()
+		}
+	case !daemonDefault:
+		st.Mode = string(sandbox.Off)
+	case err != nil:
+		st.Mode, st.Note = string(sandbox.Off), err.Error()
+		log.Warn("sandbox off by default: the kernel cannot confine tasks", "err", err)
+	default:
+		st.Mode = string(sandbox.Workspace)
+	}
+	if daemonDefault || st.Mode != string(sandbox.Off) {
+		log.Info("sandbox", "mode", st.Mode, "landlock_abi", abi, "allow_ports", portsFlag{&f.ports}.String())
+	}
+	return st
+}
+
+// sandboxConfig is the service's sandbox settings: the mode in force,
+// this binary as the pre-exec step, the user's home, the state
+// directory closed, and the daemon's HTTP port (httpURL, "" without one)
+// never reachable.
+func sandboxConfig(st *daemon.SandboxStatus, f sandboxFlags, env agentEnvironment, stateDir, httpURL string) task.SandboxConfig {
+	home, _ := os.UserHomeDir() // "": a sandboxed spawn fails, naming why
+	c := task.SandboxConfig{
+		Default: sandbox.Mode(st.Mode), Self: selfPath(), Home: home, Environ: env.all,
+		AllowPorts: f.ports,
+	}
+	if stateDir != "" {
+		c.Closed = append(c.Closed, stateDir)
+	}
+	if u, err := url.Parse(httpURL); err == nil && httpURL != "" {
+		if p, err := strconv.Atoi(u.Port()); err == nil && p > 0 && p < 65536 {
+			c.DenyPorts = append(c.DenyPorts, uint16(p))
+		}
+	}
+	return c
+}
