@@ -84,7 +84,9 @@ var hostCases = withExecutables([]hostCase{
 		return claudeEnv(h.hostModel.URL), []string{"claude", "-p", h.prompt(), "--mcp-config", cfg, "--allowedTools", "mcp__symm,Bash"}
 	}},
 	{name: "codex_mcp_add", host: "codex_host", inner: "claude_code", setup: func(ctx context.Context, t *recorder, h *hostRig) ([]string, []string) {
-		block, err := readmeBlock("toml", "[mcp_servers.symm]")
+		// The settings to add by hand, not setup's whole table (which
+		// names its command).
+		block, err := readmeBlock("toml", "[mcp_servers.symm]", "\ncommand = ")
 		require.NoError(t, err)
 		top, table, _ := strings.Cut(block, "[mcp_servers.symm]\n")
 		dir := filepath.Join(h.home, ".codex")
@@ -123,9 +125,9 @@ func withExecutables(cases []hostCase) []hostCase {
 	return cases
 }
 
-// readmeBlock is the body of the documents' fenced block of that language
-// holding needle.
-func readmeBlock(lang, needle string) (string, error) {
+// readmeBlock is the body of the documents' first fenced block of that
+// language holding needle and none of without.
+func readmeBlock(lang, needle string, without ...string) (string, error) {
 	rest, err := readDocs()
 	if err != nil {
 		return "", err
@@ -140,7 +142,7 @@ func readmeBlock(lang, needle string) (string, error) {
 		if j < 0 {
 			return "", fmt.Errorf("README.md or docs/*.md: unterminated %s block", lang)
 		}
-		if body := rest[:j]; strings.Contains(body, needle) {
+		if body := rest[:j]; strings.Contains(body, needle) && !slices.ContainsFunc(without, func(w string) bool { return strings.Contains(body, w) }) {
 			return body, nil
 		}
 		rest = rest[j:]
