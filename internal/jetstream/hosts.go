@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
@@ -83,9 +84,14 @@ type HostsOptions struct {
 // Hosts is a daemon's heartbeat in the hosts bucket, and its view of the
 // others'. Close stops it and takes its entry out.
 type Hosts struct {
-	kv   jetstream.KeyValue
-	opts HostsOptions
-	log  *slog.Logger
+	kv jetstream.KeyValue
+	// leader asks the bucket's stream leader (its info, a non-direct
+	// get): kv's reads are direct gets and its key list an ordered
+	// consumer, which any replica serves, one behind the leader included
+	// (intent 0045).
+	leader nats.JetStreamContext
+	opts   HostsOptions
+	log    *slog.Logger
 
 	mu   sync.Mutex
 	rev  uint64              // of our own entry, as last acknowledged
@@ -116,6 +122,45 @@ type hostSeen struct {
 // A live daemon of another identity holding the name is a
 // *NameTakenError.
 func JoinHosts(ctx context.Context, c *Cluster, o HostsOptions) (*Hosts, error) {
+	o = o.withDefaults()
+	// An entry is gone after Silent: JetStream expires it. The bucket's
+	// TTL, renewed by every write, not a per-key TTL (intent 0041): nats.go
+	// sets one only on Create, and a heartbeat is an Update.
+	kv, err := bindBucket(ctx, c.js, jetstream.KeyValueConfig{
+		Bucket: HostsBucket, History: 1, TTL: o.Silent, Storage: jetstream.FileStorage, Replicas: c.replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's hosts bucket: %w", err)
+	}
+	h, err := newHosts(c, kv, o)
+	if err != nil {
+		return nil, err
+	}
+	// A bucket just made answers once its leader is elected.
+	if err := untilAnswered(ctx, h.claim); err != nil {
+		return nil, err
+	}
+	bctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.wg.Add(1)
+	go h.run(bctx)
+	return h, nil
+}
+
+// newHosts is a daemon's view of the hosts bucket kv, without its
+// heartbeat: JoinHosts claims the name and starts it.
+func newHosts(c *Cluster, kv jetstream.KeyValue, o HostsOptions) (*Hosts, error) {
+	// The legacy API's GetLastMsg is the one nats.go get that can be
+	// asked of the stream leader: the jetstream package's gets are
+	// direct whenever the stream allows them, and a KV bucket does.
+	leader, err := c.nc.JetStream()
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's hosts bucket: %w", err)
+	}
+	return &Hosts{kv: kv, leader: leader, opts: o, log: o.Logger, seen: map[string]hostSeen{}}, nil
+}
+
+func (o HostsOptions) withDefaults() HostsOptions {
 	if o.Every <= 0 {
 		o.Every = BeatEvery
 	}
@@ -128,25 +173,7 @@ func JoinHosts(ctx context.Context, c *Cluster, o HostsOptions) (*Hosts, error) 
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	// An entry is gone after Silent: JetStream expires it. The bucket's
-	// TTL, renewed by every write, not a per-key TTL (intent 0041): nats.go
-	// sets one only on Create, and a heartbeat is an Update.
-	kv, err := bindBucket(ctx, c.js, jetstream.KeyValueConfig{
-		Bucket: HostsBucket, History: 1, TTL: o.Silent, Storage: jetstream.FileStorage, Replicas: c.replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("the cluster's hosts bucket: %w", err)
-	}
-	h := &Hosts{kv: kv, opts: o, log: o.Logger, seen: map[string]hostSeen{}}
-	// A bucket just made answers once its leader is elected.
-	if err := untilAnswered(ctx, h.claim); err != nil {
-		return nil, err
-	}
-	bctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	h.wg.Add(1)
-	go h.run(bctx)
-	return h, nil
+	return o
 }
 
 func (h *Hosts) value() []byte {
@@ -307,40 +334,38 @@ func (h *Hosts) reclaim(ctx context.Context, v []byte, rev uint64) (uint64, erro
 // exists and its revision changed within SilentAfter, as this daemon's
 // own clock measures from when it first saw the change (a host first seen
 // counts from then): hosts' clocks need not agree. It runs at every sweep
-// (each BeatEvery), so a change is seen within one beat.
+// (each BeatEvery), so a change is seen within one beat. The names are
+// the leader's (leaderKeys), each entry judged as judge does: no replica
+// behind the leader makes a beating host look gone or silent.
 func (h *Hosts) List(ctx context.Context) ([]ledger.Host, error) {
-	keys, err := h.kv.ListKeys(ctx)
+	keys, err := h.leaderKeys(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing hosts: %w", err)
+		return nil, err
 	}
 	var out []ledger.Host
-	for k := range keys.Keys() {
-		e, err := h.kv.Get(ctx, k)
+	for _, k := range keys {
+		e, live, err := h.judge(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // expired since
+			continue // expired or taken out since
 		}
 		if err != nil {
 			// Not judged: a host whose entry could not be read is not
 			// gone (the sweep ends the tasks of hosts not listed).
-			return nil, fmt.Errorf("reading host %s: %w", k, err)
+			return nil, err
 		}
-		if !h.observe(k, e.Revision(), e.Created()) {
+		if !live {
 			continue
 		}
 		var b beat
-		if err := json.Unmarshal(e.Value(), &b); err != nil {
+		if err := json.Unmarshal(e.value, &b); err != nil {
 			continue
 		}
 		b.Host.Name = k
-		b.Host.LastSeen = ledger.Time{Time: e.Created()}
+		b.Host.LastSeen = ledger.Time{Time: e.stamped}
 		if b.Host.Agents == nil {
 			b.Host.Agents = []ledger.HostAgent{}
 		}
 		out = append(out, b.Host)
-	}
-	if err := ctx.Err(); err != nil {
-		// The key list ends early, with no error, when ctx does.
-		return nil, fmt.Errorf("listing hosts: %w", err)
 	}
 	slices.SortFunc(out, func(a, b ledger.Host) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -366,21 +391,92 @@ func (h *Hosts) observe(host string, rev uint64, stamped time.Time) bool {
 	return now.Sub(s.at) < h.opts.Silent
 }
 
-// Live reports whether host is live as this daemon judges it (observe):
+// Live reports whether host is live as this daemon judges it (judge):
 // its entry exists and its revision changed within Silent, on this
 // daemon's clock.
 func (h *Hosts) Live(ctx context.Context, host string) (bool, error) {
 	if !validToken(host) {
 		return false, nil
 	}
-	e, err := h.kv.Get(ctx, host)
+	_, live, err := h.judge(ctx, host)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("reading host %s: %w", host, err)
+	return live, err
+}
+
+// hostEntry is a host's entry as read: its revision, the servers' stamp
+// of its write, and the heartbeat.
+type hostEntry struct {
+	rev     uint64
+	stamped time.Time
+	value   []byte
+}
+
+// judge reads host's entry and says whether the host is live (observe).
+// The read is a direct get, which any replica of the bucket answers, and
+// one behind the leader answers an older entry or none: alone it can
+// make a beating host look silent (its revision frozen) or gone (not
+// found). So an answer that would judge the host silent or gone is asked
+// again of the stream leader, which holds every acknowledged heartbeat;
+// only the leader's "not found" is jetstream.ErrKeyNotFound. Any other
+// error judges nothing.
+func (h *Hosts) judge(ctx context.Context, host string) (hostEntry, bool, error) {
+	e, err := h.kv.Get(ctx, host)
+	switch {
+	case err == nil:
+		he := hostEntry{rev: e.Revision(), stamped: e.Created(), value: e.Value()}
+		if h.observe(host, he.rev, he.stamped) {
+			return he, true, nil
+		}
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return hostEntry{}, false, fmt.Errorf("reading host %s: %w", host, err)
 	}
-	return h.observe(host, e.Revision(), e.Created()), nil
+	he, err := h.leaderEntry(ctx, host)
+	if err != nil {
+		return hostEntry{}, false, err
+	}
+	return he, h.observe(host, he.rev, he.stamped), nil
+}
+
+// kvOperation is the header of nats.go's KV delete and purge markers
+// (unexported in nats.go); a heartbeat has no headers.
+const kvOperation = "KV-Operation"
+
+// leaderKeys are the names of the entries the bucket's stream leader
+// holds (deleted ones included: judge reads them as gone), from one
+// answer. Not nats.go's ListKeys: its ordered consumer runs on any
+// replica, one behind included, and walks the stream counting the
+// entries there were when it started, so a key rewritten meanwhile
+// (moved past that count) is left out (intent 0045 has the figures).
+func (h *Hosts) leaderKeys(ctx context.Context) ([]string, error) {
+	const prefix = "$KV." + HostsBucket + "."
+	info, err := h.leader.StreamInfo("KV_"+HostsBucket, &nats.StreamInfoRequest{SubjectsFilter: prefix + ">"}, nats.Context(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("listing hosts: %w", err)
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		if k, ok := strings.CutPrefix(subject, prefix); ok && validToken(k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// leaderEntry reads host's entry from the bucket's stream leader.
+func (h *Hosts) leaderEntry(ctx context.Context, host string) (hostEntry, error) {
+	m, err := h.leader.GetLastMsg("KV_"+HostsBucket, "$KV."+HostsBucket+"."+host, nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) {
+		return hostEntry{}, fmt.Errorf("host %s: %w", host, jetstream.ErrKeyNotFound)
+	}
+	if err != nil {
+		return hostEntry{}, fmt.Errorf("reading host %s from the bucket's leader: %w", host, err)
+	}
+	if m.Header.Get(kvOperation) != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+		return hostEntry{}, fmt.Errorf("host %s: %w", host, jetstream.ErrKeyNotFound)
+	}
+	return hostEntry{rev: m.Sequence, stamped: m.Time, value: m.Data}, nil
 }
 
 // sweep ends the live tasks of the hosts that are not live.
