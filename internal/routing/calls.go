@@ -36,23 +36,10 @@ func CallWait(op string) time.Duration {
 	}
 }
 
-// cancelCall, sendCall and describeCall are the requests of the routed
-// operations on the wire.
+// cancelCall and describeCall are the requests of the routed operations
+// on the wire; a follow-up's is task.SendRequest itself.
 type cancelCall struct {
 	TaskID string `json:"task_id"`
-}
-
-type sendCall struct {
-	TaskID       string   `json:"task_id"`
-	Prompt       string   `json:"prompt"`
-	Allow        []string `json:"allow,omitempty"`
-	Model        string   `json:"model,omitempty"`
-	Effort       string   `json:"effort,omitempty"`
-	Interrupt    bool     `json:"interrupt,omitempty"`
-	KeepAlive    bool     `json:"keep_alive,omitempty"`
-	IdleTimeoutS *int     `json:"idle_timeout_s,omitempty"`
-	Ask          []string `json:"ask,omitempty"`
-	AskTimeoutS  *int     `json:"ask_timeout_s,omitempty"`
 }
 
 type describeCall struct {
@@ -85,21 +72,18 @@ func (r *Router) serveCall(ctx context.Context, op string, req []byte) (json.Raw
 		}
 		return r.Service.Cancel(ctx, c.TaskID)
 	case OpSend:
-		var c sendCall
+		// The calling session's asker does not cross hosts (it has no
+		// wire form): questions of a routed follow-up are answered through
+		// this host (wait_tasks of a session of its daemon, or its
+		// dashboard).
+		var c task.SendRequest
 		if err := json.Unmarshal(req, &c); err != nil {
 			return nil, invalid("a routed follow-up: %v", err)
 		}
 		if err := r.servedHere(c.TaskID); err != nil {
 			return nil, err
 		}
-		// The calling session's asker does not cross hosts: questions of
-		// a routed follow-up are answered through this host (wait_tasks
-		// of a session of its daemon, or its dashboard).
-		return r.Service.Send(ctx, task.SendRequest{
-			TaskID: c.TaskID, Prompt: c.Prompt, Allow: c.Allow, Model: c.Model, Effort: c.Effort,
-			Interrupt: c.Interrupt, KeepAlive: c.KeepAlive, IdleTimeoutS: c.IdleTimeoutS,
-			Ask: c.Ask, AskTimeoutS: c.AskTimeoutS,
-		})
+		return r.Service.Send(ctx, c)
 	case OpDescribe:
 		var c describeCall
 		if err := json.Unmarshal(req, &c); err != nil {

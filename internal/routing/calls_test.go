@@ -40,7 +40,7 @@ func (h fixedHosts) ListHosts(context.Context) ([]ledger.Host, error) { return h
 
 // A router routes what only another host can do: cancel of
 // its live task (and of its finished task whose process it keeps),
-// send_task to its task, describe_agent(host); the other service's error
+// send_task to its task (its sandbox too), describe_agent(host); the other service's error
 // comes back as it was; a host list_hosts does not name is refused, named,
 // and nothing is called.
 func TestCallsRouted(t *testing.T) {
@@ -83,7 +83,9 @@ func TestCallsRouted(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"status":"succeeded"`, "a finished task: unchanged, here")
 
-	_, err = svc.Send(ctx, task.SendRequest{TaskID: "live", Prompt: " ", KeepAlive: true})
+	// The follow-up's sandbox travels with it: the host that runs it
+	// must not confine it less than asked.
+	_, err = svc.Send(ctx, task.SendRequest{TaskID: "live", Prompt: " ", KeepAlive: true, Sandbox: "read-only"})
 	var te *task.Error
 	require.ErrorAs(t, err, &te)
 	assert.Equal(t, task.Error{Code: task.InvalidRequest, Message: "prompt is empty"}, *te)
@@ -95,7 +97,7 @@ func TestCallsRouted(t *testing.T) {
 	assert.Equal(t, []string{
 		`b cancel {"task_id":"live"}`,
 		`b cancel {"task_id":"kept"}`,
-		`b send {"task_id":"live","prompt":" ","keep_alive":true}`,
+		`b send {"task_id":"live","prompt":" ","keep_alive":true,"sandbox":"read-only"}`,
 		`b describe {"agent":"opencode","workspace":"/w"}`,
 	}, caller.calls)
 

@@ -120,11 +120,7 @@ func (r *Router) Send(ctx context.Context, req task.SendRequest) (json.RawMessag
 	if !ok {
 		return r.Service.Send(ctx, req)
 	}
-	b, err := r.route(ctx, rec.Host, OpSend, sendCall{
-		TaskID: req.TaskID, Prompt: req.Prompt, Allow: req.Allow, Model: req.Model, Effort: req.Effort,
-		Interrupt: req.Interrupt, KeepAlive: req.KeepAlive, IdleTimeoutS: req.IdleTimeoutS,
-		Ask: req.Ask, AskTimeoutS: req.AskTimeoutS,
-	})
+	b, err := r.route(ctx, rec.Host, OpSend, req)
 	if err != nil {
 		return nil, err
 	}

@@ -55,24 +55,26 @@ type followUp struct {
 	sandbox sandbox.Mode   // the mode of a process started for it
 }
 
-// SendRequest is send_task's input.
+// SendRequest is send_task's input, and a follow-up's wire form when
+// another host runs its task (internal/routing).
 type SendRequest struct {
-	TaskID    string
-	Prompt    string
-	Allow     []string
-	Model     string
-	Effort    string
-	Interrupt bool
-	KeepAlive bool
+	TaskID    string   `json:"task_id"`
+	Prompt    string   `json:"prompt"`
+	Allow     []string `json:"allow,omitempty"`
+	Model     string   `json:"model,omitempty"`
+	Effort    string   `json:"effort,omitempty"`
+	Interrupt bool     `json:"interrupt,omitempty"`
+	KeepAlive bool     `json:"keep_alive,omitempty"`
 	// IdleTimeoutS is idle_timeout_s; nil when not given.
-	IdleTimeoutS *int
+	IdleTimeoutS *int `json:"idle_timeout_s,omitempty"`
 	// Ask, AskTimeoutS and Asker are this turn's ask policy, as
-	// SpawnRequest's: the parent's are not carried over.
-	Ask         []string
-	AskTimeoutS *int
-	Asker       permission.Asker
+	// SpawnRequest's: the parent's are not carried over. The asker does
+	// not cross hosts.
+	Ask         []string         `json:"ask,omitempty"`
+	AskTimeoutS *int             `json:"ask_timeout_s,omitempty"`
+	Asker       permission.Asker `json:"-"`
 	// Sandbox is the follow-up's mode ("": its parent's).
-	Sandbox string
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // Send creates a follow-up of a task: a new task on the same agent,
