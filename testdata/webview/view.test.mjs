@@ -166,6 +166,8 @@ describe('live view in headless Chromium', () => {
     const repo = gitRepo(join(d.dir, 'repo'));
     const spawned = await mcp.call('spawn_task', {
       agent: 'codex', workspace: repo, initiator_id: 'orchestrator-1', isolation: 'worktree',
+      // serve confines by default: without edit the worktree is read-only.
+      allow: ['read', 'edit'],
       prompt: script([{ write_file: { path: 'lexer.go', content: 'package parser\n\nfunc lex() {}\n' } }, { write_file: { path: 'parser.go', content: 'package parser\n\n// split\n' } }, { message: 'split' }]),
     });
     await page.goto(`${d.base}/tasks/${spawned.task_id}`);
