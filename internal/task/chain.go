@@ -298,6 +298,10 @@ func (c *chain) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan)
 	// way does not begin, and the task ends cancelled without a process.
 	runID, err := s.cfg.Supervisor.Start(startCtx, spec, r)
 	if err != nil {
+		// No process: the supervisor calls no sink after a failed Start,
+		// and a finished task keeps no process (its channels alone are
+		// most of a failed start's memory).
+		r.proc = nil
 		if errors.Is(err, context.Canceled) && ctx.Err() == nil {
 			c.endLive(r, ledger.Cancelled, "")
 		} else {
