@@ -143,6 +143,29 @@ async function callErr(client, name, args) {
   return res.content.map((c) => c.text).join('');
 }
 
+// untilSaid waits, woken by the task resource's updates, until the task's
+// agent said something: from then on the fake agent only waits, so its
+// record holds still and a resource read and a tool call can agree.
+async function untilSaid(client, id) {
+  const uri = `symm://tasks/${id}`;
+  let woken = () => {};
+  client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+    if (n.params.uri === uri) woken();
+  });
+  try {
+    await client.subscribeResource({ uri });
+    for (;;) {
+      const next = new Promise((resolve) => { woken = resolve; });
+      const page = await call(client, 'get_events', { task_id: id });
+      if (page.events.some((e) => e.type === 'agent_message')) break;
+      await next;
+    }
+    await client.unsubscribeResource({ uri });
+  } finally {
+    client.removeNotificationHandler('notifications/resources/updated');
+  }
+}
+
 // waitTerminal waits with wait_tasks until the task is finished.
 async function waitTerminal(client, id) {
   const deadline = Date.now() + 60_000;
@@ -422,6 +445,7 @@ for (const version of VERSIONS) {
       });
       const id = spawned.task_id;
       const uri = `symm://tasks/${id}`;
+      await untilSaid(f.client, id);
 
       const listed = await f.client.listResources();
       assert.equal(listed.resources[0].uri, uri, 'live tasks come first');
