@@ -275,7 +275,7 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 	// The session ends with the client (EOF, or a reply it does not read),
 	// or on a signal; either way every task is stopped first, then the
 	// requests already read are answered.
-	out := mcpserver.RunStdio(ctx, svc, version.String())
+	out := mcpserver.RunStdio(ctx, svc, version.String(), log)
 	switch {
 	case errors.Is(out.Reason, context.Canceled):
 		log.Info("shut down on a signal")

@@ -1,6 +1,9 @@
 package mcpserver
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // clock is the time the progress of waits and the pace of resource
 // notifications are measured by: the real one in production, a fake one
@@ -48,6 +51,9 @@ type options struct {
 	// gone, when not nil, is closed when the one session the server
 	// serves ends (stdio); nil when it serves many.
 	gone <-chan struct{}
+	// trace, when it logs at debug level, gets a line for each request
+	// answered (framing.trace).
+	trace *slog.Logger
 }
 
 func (o options) withDefaults() options {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -51,21 +52,35 @@ var ErrClientStalled = errors.New("the client did not read a reply within " + Wr
 // protocol version; one per session.
 type framing struct {
 	mu      sync.Mutex
-	next    int64                     // the last id of ours handed out
-	theirs  map[int64]json.RawMessage // our id -> the client's id as sent
-	ours    map[string]int64          // the client's id as sent -> our id, for cancellations
-	asked   map[int64]bool            // the SDK's requests to the client (elicitation/create) awaiting a reply
-	changed chan struct{}             // closed and replaced when a request is answered
-	version atomic.Pointer[string]    // the protocol version initialize agreed on
-	closing atomic.Bool               // the session is ending: requests read now are refused
-	done    chan struct{}             // closed when the session is over: nothing waits for room
-	toSDK   io.Writer                 // the pipe the SDK reads
-	reply   func(p []byte) error      // writes one line to the client, past the id mapping
+	next    int64                  // the last id of ours handed out
+	theirs  map[int64]inFlight     // our id -> the request: the client's id as sent
+	ours    map[string]int64       // the client's id as sent -> our id, for cancellations
+	asked   map[int64]bool         // the SDK's requests to the client (elicitation/create) awaiting a reply
+	changed chan struct{}          // closed and replaced when a request is answered
+	version atomic.Pointer[string] // the protocol version initialize agreed on
+	closing atomic.Bool            // the session is ending: requests read now are refused
+	done    chan struct{}          // closed when the session is over: nothing waits for room
+	toSDK   io.Writer              // the pipe the SDK reads
+	reply   func(p []byte) error   // writes one line to the client, past the id mapping
+
+	// trace, when not nil, gets a debug line for each request answered:
+	// its id, method and the time from reading its line to writing its
+	// reply, on the server's own clock (intent 0050). readAt is when the
+	// line being handled was read; only the pump's goroutine touches it.
+	trace  *slog.Logger
+	readAt time.Time
+}
+
+// inFlight is a request forwarded to the SDK and not yet answered.
+type inFlight struct {
+	id     json.RawMessage // the client's id as sent
+	method string
+	read   time.Time // when its line was read; zero unless traced
 }
 
 func newFraming(toSDK io.Writer, reply func([]byte) error) *framing {
 	return &framing{
-		theirs:  make(map[int64]json.RawMessage),
+		theirs:  make(map[int64]inFlight),
 		ours:    make(map[string]int64),
 		asked:   make(map[int64]bool),
 		changed: make(chan struct{}),
@@ -83,6 +98,9 @@ func (f *framing) pump(r io.Reader) error {
 	for {
 		f.awaitRoom()
 		line, over, err := readLine(br, buf[:0])
+		if f.trace != nil {
+			f.readAt = time.Now()
+		}
 		switch {
 		case over:
 			f.refuse(findID(line), codeInvalidRequest,
@@ -324,7 +342,7 @@ func (f *framing) request(theirs json.RawMessage, method string, params json.Raw
 	if err != nil {
 		return message{id: theirs, code: codeInvalidRequest, reason: "invalid request: " + err.Error()}
 	}
-	ours := f.track(theirs)
+	ours := f.track(theirs, method)
 	out := make([]byte, 0, len(params)+len(name)+64)
 	out = append(out, `{"jsonrpc":"2.0","id":`...)
 	out = strconv.AppendInt(out, ours, 10)
@@ -394,7 +412,7 @@ func (f *framing) classify(line []byte) message {
 	out := make([]byte, 0, len(line)+32)
 	out = append(out, `{"jsonrpc":"2.0"`...)
 	if hasID {
-		m.ours = f.track(e.ID)
+		m.ours = f.track(e.ID, method)
 		out = append(out, `,"id":`...)
 		out = strconv.AppendInt(out, m.ours, 10)
 	}
@@ -482,12 +500,12 @@ func (f *framing) cancelled(params json.RawMessage) (json.RawMessage, bool) {
 }
 
 // track hands out our id for a request with the client's id.
-func (f *framing) track(theirs json.RawMessage) int64 {
+func (f *framing) track(theirs json.RawMessage, method string) int64 {
 	theirs = bytes.Clone(theirs)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.next++
-	f.theirs[f.next] = theirs
+	f.theirs[f.next] = inFlight{id: theirs, method: method, read: f.readAt}
 	f.ours[string(theirs)] = f.next
 	return f.next
 }
@@ -506,13 +524,13 @@ func (f *framing) forget(ids ...int64) {
 
 // drop ends request n's tracking; f.mu is held.
 func (f *framing) drop(n int64) {
-	theirs, ok := f.theirs[n]
+	req, ok := f.theirs[n]
 	if !ok {
 		return
 	}
 	delete(f.theirs, n)
-	if f.ours[string(theirs)] == n {
-		delete(f.ours, string(theirs))
+	if f.ours[string(req.id)] == n {
+		delete(f.ours, string(req.id))
 	}
 	close(f.changed)
 	f.changed = make(chan struct{})
@@ -560,32 +578,58 @@ var wirePrefix = []byte(`{"jsonrpc":"2.0","id":`)
 
 // restoreIDs writes each reply of the SDK's with the client's id in place
 // of ours. The SDK writes a message, or a batch of them, in one call.
-func (f *framing) restoreIDs(p []byte) []byte {
+// answered holds the requests p answers when they are traced.
+func (f *framing) restoreIDs(p []byte) (out []byte, answered []inFlight) {
 	if len(p) > 0 && p[0] == '[' {
 		var members []json.RawMessage
 		if json.Unmarshal(bytes.TrimSpace(p), &members) != nil {
-			return p
+			return p, nil
 		}
 		out := []byte{'['}
 		for i, m := range members {
 			if i > 0 {
 				out = append(out, ',')
 			}
-			out = append(out, f.restoreID(m)...)
+			b, req := f.restoreID(m)
+			out = append(out, b...)
+			if !req.read.IsZero() {
+				answered = append(answered, req)
+			}
 		}
-		return append(out, "]\n"...)
+		return append(out, "]\n"...), answered
 	}
-	return f.restoreID(p)
+	out, req := f.restoreID(p)
+	if !req.read.IsZero() {
+		answered = []inFlight{req}
+	}
+	return out, answered
 }
 
-func (f *framing) restoreID(p []byte) []byte {
+// traceAnswered logs each request answered once its reply is written.
+func (f *framing) traceAnswered(answered []inFlight) {
+	now := time.Now()
+	for _, req := range answered {
+		id := string(req.id)
+		if len(id) > maxTracedID {
+			// A client's id is its own: a long one is not copied into
+			// the log.
+			id = fmt.Sprintf("(%d bytes)", len(id))
+		}
+		f.trace.Debug("request answered", "id", id, "method", req.method, "took", now.Sub(req.read))
+	}
+}
+
+// maxTracedID is the longest client id written as it is in a trace line.
+const maxTracedID = 64
+
+func (f *framing) restoreID(p []byte) ([]byte, inFlight) {
 	rest, ok := bytes.CutPrefix(p, wirePrefix)
 	if !ok {
-		return p
+		return p, inFlight{}
 	}
 	n, width, ok := leadingInt(rest)
 	if !ok {
-		return p
+		return p, inFlight{}
 	}
 	after := rest[width:]
 	// A reply has "result" or "error" next; a request of the SDK's has
@@ -594,24 +638,24 @@ func (f *framing) restoreID(p []byte) []byte {
 		f.mu.Lock()
 		f.asked[n] = true
 		f.mu.Unlock()
-		return p
+		return p, inFlight{}
 	}
 	if !bytes.HasPrefix(after, []byte(`,"result"`)) && !bytes.HasPrefix(after, []byte(`,"error"`)) {
-		return p
+		return p, inFlight{}
 	}
 	f.mu.Lock()
-	theirs, ok := f.theirs[n]
+	req, ok := f.theirs[n]
 	if ok {
 		f.drop(n)
 	}
 	f.mu.Unlock()
 	if !ok {
-		return p
+		return p, inFlight{}
 	}
-	out := make([]byte, 0, len(p)-width+len(theirs))
+	out := make([]byte, 0, len(p)-width+len(req.id))
 	out = append(out, wirePrefix...)
-	out = append(out, theirs...)
-	return append(out, after...)
+	out = append(out, req.id...)
+	return append(out, after...), req
 }
 
 // answers reports whether id names a request of the SDK's awaiting the

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"reflect"
 	"sync"
@@ -224,8 +225,10 @@ type Outcome struct {
 }
 
 // RunStdio serves svc over stdin and stdout until the client disconnects
-// (stdin reaches EOF), stops reading, or ctx ends.
-func RunStdio(ctx context.Context, svc Service, version string) Outcome {
+// (stdin reaches EOF), stops reading, or ctx ends. When log is enabled at
+// debug level, each request answered is logged with the time from reading
+// its line to writing its reply (intent 0050).
+func RunStdio(ctx context.Context, svc Service, version string, log *slog.Logger) Outcome {
 	// A terminal's stdout is left blocking: it shares its mode with stderr,
 	// where the logs go, and a terminal does not stop reading.
 	in, restoreIn := pollable(os.Stdin, os.ModeNamedPipe|os.ModeSocket|os.ModeCharDevice)
@@ -235,7 +238,7 @@ func RunStdio(ctx context.Context, svc Service, version string) Outcome {
 	if out != os.Stdout {
 		defer out.Close()
 	}
-	return Serve(ctx, svc, version, in, out)
+	return serve(ctx, svc, version, in, out, true, options{trace: log})
 }
 
 // Serve serves svc as newline-delimited JSON-RPC over in and out; it closes
@@ -273,6 +276,9 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 		_, err := sp.Write(p)
 		return err
 	})
+	if opts.trace != nil && opts.trace.Enabled(ctx, slog.LevelDebug) {
+		f.trace = opts.trace
+	}
 
 	s, subs := newServer(svc, version, opts)
 	// The session's subscriptions end with it: after every goroutine

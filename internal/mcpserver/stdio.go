@@ -82,8 +82,12 @@ type sdkWriter struct {
 }
 
 func (w sdkWriter) Write(p []byte) (int, error) {
-	if _, err := w.sp.Write(w.f.restoreIDs(p)); err != nil {
+	out, answered := w.f.restoreIDs(p)
+	if _, err := w.sp.Write(out); err != nil {
 		return 0, err
+	}
+	if answered != nil {
+		w.f.traceAnswered(answered)
 	}
 	return len(p), nil
 }
