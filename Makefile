@@ -70,16 +70,19 @@ webview-e2e:
 	./scripts/webview-e2e.sh
 
 ## bench-scale: the scale runs (1,000 live tasks, 200 spawns from 8 callers,
+## those again timed on the server's clock, on the fake agent and on the light
+## stand-in bin/light-acp-agent,
 ## 100,000 finished tasks); checks the open-file and process limits first.
 ## BENCH_SCALE_FLAGS=-misses=report (.ci/run) prints a missed target and
 ## fails only when a run could not run
 BENCH_SCALE_FLAGS ?=
 bench-scale: bench-bin
-	./bin/symm-bench -harness -scale $(BENCH_SCALE_FLAGS) -server $(BIN) -agent bin/fake-acp-agent
+	./bin/symm-bench -harness -scale $(BENCH_SCALE_FLAGS) -server $(BIN) -agent bin/fake-acp-agent -light-agent bin/light-acp-agent
 
 bench-bin: build
 	$(GO) build -o bin/fake-acp-agent ./internal/acpsession/fakeagent/cmd/fake-acp-agent
 	$(GO) build -o bin/natscluster ./internal/jetstream/testdata/natscluster
+	$(BUILD) -o bin/light-acp-agent ./internal/bench/testdata/lightagent
 	$(GO) test -c -o bin/symm-bench ./internal/bench
 
 ## acpx: the peer make bench sets the large turn beside, pinned (with its

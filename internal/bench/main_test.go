@@ -24,6 +24,7 @@ var (
 	harness   = flag.Bool("harness", false, "run the load harness and exit (make bench) instead of the tests")
 	serverBin = flag.String("server", "bin/symm-mcp", "the server binary")
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
+	lightBin  = flag.String("light-agent", "bin/light-acp-agent", "the light stand-in ACP agent (testdata/lightagent) the scale run spawns-server spawns on beside the fake agent")
 	acpxCLI   = flag.String("acpx", "", "acpx "+acpxVersion+"'s CLI script (node_modules/acpx/dist/cli.js), the peer the large turn is set beside")
 	natsBin   = flag.String("natscluster", "bin/natscluster", "the loopback NATS cluster helper (internal/jetstream/testdata/natscluster) the cluster rows run on")
 	launcher  = flag.String("launcher", "npm/symm-mcp/bin/symm-mcp.js", "the npm package's launcher script, whose start-up the launcher row times (run with node)")
@@ -31,7 +32,7 @@ var (
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
 	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale 10 min)")
 	misses    = flag.String("misses", "fail", "what a missed target does to the exit status: fail (exit 1, make bench and make bench-scale) or report (printed as FAIL in its row and in the summary, exit 0; .ci/run's scale run, where only a measurement that could not run fails)")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, finished); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, turn, peer, reads, wake, streams, pages, serverpages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, spawns-server, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -43,6 +44,7 @@ func TestMain(m *testing.M) {
 		debug.SetGCPercent(400)
 		cfg := fullScale()
 		cfg.server, cfg.agent, cfg.acpx, cfg.reps, cfg.scale = *serverBin, *agentBin, *acpxCLI, *reps, *scale
+		cfg.lightAgent = *lightBin
 		cfg.natscluster, cfg.launcher = *natsBin, *launcher
 		switch *misses {
 		case "fail":
@@ -70,6 +72,7 @@ func TestMain(m *testing.M) {
 // config sizes one harness run.
 type config struct {
 	server, agent string
+	lightAgent    string // the light stand-in agent (testdata/lightagent)
 	acpx          string // the peer's CLI script, run with node
 	natscluster   string // the NATS cluster helper's binary
 	launcher      string // the npm launcher script (npm/symm-mcp/bin/symm-mcp.js)
@@ -147,6 +150,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"wake", measureWake},
 		{"streams", measureStreams},
 		{"pages", measurePages},
+		{"serverpages", measureServerPages},
 		{"tasks", measureTasks},
 		{"shared", measureShared},
 		{"durable", measureDurable},
@@ -164,6 +168,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 			{"limits", measureLimits},
 			{"live", measureLive},
 			{"spawns", measureSpawnRate},
+			{"spawns-server", measureSpawnsServerClock},
 			{"finished", measureFinished},
 		}
 	}
@@ -251,7 +256,7 @@ func TestHarness(t *testing.T) {
 	dir := t.TempDir()
 	root := moduleRoot(t)
 	cfg := config{
-		server: filepath.Join(dir, "symm-mcp"), agent: filepath.Join(dir, "fake-acp-agent"),
+		server: filepath.Join(dir, "symm-mcp"), agent: filepath.Join(dir, "fake-acp-agent"), lightAgent: filepath.Join(dir, "light-acp-agent"),
 		reps: 1, execSamples: 3, spawnSamples: 3, ledger: 10, turn: 2000, every: 10, wakeSamples: 2,
 		streams: 4, streamUpdates: 500, bigLog: 2000, smallLog: 100, pageSamples: 3,
 		smallTasks: 200, restartTasks: 20, restartEvents: 2000, worktreeFiles: 300, fleet: 8,
@@ -259,7 +264,7 @@ func TestHarness(t *testing.T) {
 		launcher: filepath.Join(root, "npm", "symm-mcp", "bin", "symm-mcp.js"),
 	}
 	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent",
-		cfg.natscluster: "./internal/jetstream/testdata/natscluster"} {
+		cfg.natscluster: "./internal/jetstream/testdata/natscluster", cfg.lightAgent: "./internal/bench/testdata/lightagent"} {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
 		cmd.Dir = root
 		b, err := cmd.CombinedOutput()
@@ -272,7 +277,7 @@ func TestHarness(t *testing.T) {
 		cfg.acpx = cli
 	} else {
 		t.Log("acpx is not installed (make acpx): the peer rows are left out")
-		cfg.only = []string{"start", "launcher", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
+		cfg.only = []string{"start", "launcher", "spawn", "turn", "wake", "streams", "pages", "serverpages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
 		names = nil
 	}
 	var out, log strings.Builder
@@ -281,7 +286,7 @@ func TestHarness(t *testing.T) {
 	t.Log(out.String())
 	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
 	for _, name := range append(names, "exec → initialize", "npm launcher: exec → initialize answered", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
-		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
+		"k turn: server CPU per update", "k turn: peak RSS", "k turn paged in by get_events' default pages: the server's own time per page", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",
 		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process",
@@ -302,7 +307,8 @@ func TestHarness(t *testing.T) {
 	assert.NotContains(t, out.String(), "| error |", "every scale run ran")
 	assert.Equal(t, 0, status, "every scale run ran, so a missed target is only reported")
 	for _, name := range []string{"limits for the scale runs", "20 live tasks: server RSS", "20 live tasks: get_task p99", "20 live tasks: list_tasks",
-		"cancel 20 live tasks → all gone", "16 spawns from 4 callers: reply p99", "300 finished tasks: RSS", "300 finished tasks: list_tasks first page"} {
+		"cancel 20 live tasks → all gone", "16 spawns from 4 callers: reply p99", "16 spawns from 4 callers, fake agent: the server's own spawn_task p99",
+		"16 spawns from 4 callers, light agent: the server's own spawn_task p99", "300 finished tasks: RSS", "300 finished tasks: list_tasks first page"} {
 		assert.Contains(t, out.String(), name)
 	}
 }

@@ -399,26 +399,54 @@ func measureSpawnRate(ctx context.Context, e *env, t *table) (err error) {
 	}
 	defer func() { err = errors.Join(err, s.close()) }()
 	n := e.cfg.spawnCalls
-	lat := make([]time.Duration, n)
-	ids := make([]string, n)
+	r, err := spawnRate(ctx, s, n, e.cfg.spawnCallers)
+	if err != nil {
+		return err
+	}
+	if err := r.succeeded(ctx, s); err != nil {
+		return err
+	}
+	label := fmt.Sprintf("%d spawns from %d callers", n, e.cfg.spawnCallers)
+	t.info(label+": reply p50", ms(percentile(r.lat, 50)),
+		fmt.Sprintf("%.0f spawns/s: first call → last reply %s; every task succeeded", float64(n)/r.took.Seconds(), ms(r.took)))
+	p99 := percentile(r.lat, 99)
+	t.check(label+": reply p99", ms(p99), "each reply timed from its call", "≤ 20 ms", p99 <= 20*time.Millisecond)
+	return nil
+}
+
+// spawns is a run of spawn calls: each reply's time from its call, the
+// tasks spawned, and the first call to the last reply.
+type spawns struct {
+	lat  []time.Duration
+	ids  []string
+	took time.Duration
+}
+
+// spawnRate makes n spawn_task calls of a short task from callers
+// concurrent callers on s; every spawned task must be running.
+func spawnRate(ctx context.Context, s *server, n, callers int) (spawns, error) {
+	r := spawns{lat: make([]time.Duration, n), ids: make([]string, n)}
 	began := time.Now()
-	if err := fanOut(n, e.cfg.spawnCallers, func(i int) error {
+	err := fanOut(n, callers, func(i int) error {
 		b := time.Now()
 		tr, err := s.spawn(ctx, "hello")
-		lat[i] = time.Since(b)
+		r.lat[i] = time.Since(b)
 		if err != nil {
 			return err
 		}
 		if tr.Status != "running" {
 			return fmt.Errorf("a spawned task is %s: %s", tr.Status, tr.Error)
 		}
-		ids[i] = tr.TaskID
+		r.ids[i] = tr.TaskID
 		return nil
-	}); err != nil {
-		return err
-	}
-	took := time.Since(began)
-	done, err := s.waitAll(ctx, ids)
+	})
+	r.took = time.Since(began)
+	return r, err
+}
+
+// succeeded waits for the run's tasks and fails unless all succeeded.
+func (r spawns) succeeded(ctx context.Context, s *server) error {
+	done, err := s.waitAll(ctx, r.ids)
 	if err != nil {
 		return err
 	}
@@ -427,11 +455,6 @@ func measureSpawnRate(ctx context.Context, e *env, t *table) (err error) {
 			return fmt.Errorf("a spawned task %s: %s", d.Status, d.Error)
 		}
 	}
-	label := fmt.Sprintf("%d spawns from %d callers", n, e.cfg.spawnCallers)
-	t.info(label+": reply p50", ms(percentile(lat, 50)),
-		fmt.Sprintf("%.0f spawns/s: first call → last reply %s; every task succeeded", float64(n)/took.Seconds(), ms(took)))
-	p99 := percentile(lat, 99)
-	t.check(label+": reply p99", ms(p99), "each reply timed from its call", "≤ 20 ms", p99 <= 20*time.Millisecond)
 	return nil
 }
 

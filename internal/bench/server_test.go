@@ -148,12 +148,21 @@ func (e *env) startWith(ctx context.Context, args ...string) (*server, time.Dura
 // startArgv is startWith of the server as argv runs it: the binary, or a
 // launcher and its script (node launcher.js).
 func (e *env) startArgv(ctx context.Context, argv []string, args ...string) (*server, time.Duration, error) {
+	return e.startIn(ctx, argv, e.pathDir, nil, args...)
+}
+
+// startIn is startArgv with the agents found on pathDir and, when log is
+// not nil, the server's stderr copied to it in full.
+func (e *env) startIn(ctx context.Context, argv []string, pathDir string, log io.Writer, args ...string) (*server, time.Duration, error) {
 	args = append(append(argv[1:len(argv):len(argv)], "--log-level", "warn", "--notify-dir", filepath.Join(e.dir, "notify")), args...)
 	cmd := exec.Command(argv[0], args...)
 	cmd.Dir = e.workspace
-	cmd.Env = []string{"PATH=" + e.pathDir, "HOME=" + e.dir, "TMPDIR=" + e.dir}
+	cmd.Env = []string{"PATH=" + pathDir, "HOME=" + e.dir, "TMPDIR=" + e.dir}
 	st := &syncbuf.Buffer{Max: 8 << 10}
 	cmd.Stderr = st
+	if log != nil {
+		cmd.Stderr = io.MultiWriter(st, log)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, 0, err

@@ -150,9 +150,15 @@ func addToolRequest[In any](s *mcp.Server, d toolDef[In], h func(context.Context
 		if err != nil {
 			return nil, nil, err
 		}
+		// The text block is the same JSON: the splicer writes it from b,
+		// and a copy is made only for a session without one.
+		text := ""
+		if !spliced(ctx, b) {
+			text = string(b)
+		}
 		return &mcp.CallToolResult{
 			StructuredContent: b,
-			Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
+			Content:           []mcp.Content{&mcp.TextContent{Text: text}},
 		}, nil, nil
 	})
 }

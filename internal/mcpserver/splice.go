@@ -48,11 +48,15 @@ func newSplicer(w io.Writer) *splicer {
 
 // middleware defers the encoding of tools/call results built from stored
 // JSON: structured content that is a json.RawMessage with a text block
-// holding the same bytes, as addTool returns them.
+// holding the same bytes, as addTool returns them, or an empty text block
+// standing for them (spliced). It tells the handlers below that it splices.
 func (s *splicer) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		res, err := next(ctx, method, req)
-		if err != nil || method != "tools/call" {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		res, err := next(context.WithValue(ctx, splicingKey{}, true), method, req)
+		if err != nil {
 			return res, err
 		}
 		r, ok := res.(*mcp.CallToolResult)
@@ -61,13 +65,8 @@ func (s *splicer) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		raw, ok := r.StructuredContent.(json.RawMessage)
 		text, isText := r.Content[0].(*mcp.TextContent)
-		if !ok || !isText || text.Text != string(raw) || text.Annotations != nil || text.Meta != nil {
-			return res, err
-		}
-		// Written as it is, the JSON must not be empty or break the line
-		// framing; stored JSON never does, and anything else is left to
-		// the SDK.
-		if len(raw) == 0 || bytes.IndexByte(raw, '\n') >= 0 {
+		if !ok || !isText || text.Annotations != nil || text.Meta != nil || !spliceable(raw) ||
+			(text.Text != "" && text.Text != string(raw)) {
 			return res, err
 		}
 		token := s.hold(raw)
@@ -75,6 +74,22 @@ func (s *splicer) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		r.Content = []mcp.Content{&mcp.TextContent{Text: token + "t"}}
 		return r, nil
 	}
+}
+
+// splicingKey marks the context of a tools/call a splicer will write.
+type splicingKey struct{}
+
+// spliced reports whether the splicer of ctx's session will write raw as
+// a reply's text block, so that the handler need not copy it into one.
+func spliced(ctx context.Context, raw json.RawMessage) bool {
+	on, _ := ctx.Value(splicingKey{}).(bool)
+	return on && spliceable(raw)
+}
+
+// spliceable: written as it is, the JSON must not be empty or break the
+// line framing. Stored JSON never does; anything else is left to the SDK.
+func spliceable(raw json.RawMessage) bool {
+	return len(raw) > 0 && bytes.IndexByte(raw, '\n') < 0
 }
 
 // hold keeps raw until a write carries its placeholders and returns the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strconv"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -181,14 +182,29 @@ func (h handlers) getEvents(_ context.Context, a eventsArgs) (json.RawMessage, e
 }
 
 // eventsReply is a page of events as get_events and the events resource
-// return it.
+// return it: the page's stored bytes copied once, into a buffer of the
+// reply's exact size (intent 0050).
 func eventsReply(p ledger.Page) json.RawMessage {
-	return object(
-		member{"cursor", jsonValue(p.Cursor)},
-		member{"has_more", jsonValue(p.HasMore)},
-		member{"status", jsonValue(p.Status)},
-		member{"events", ledger.JoinArray(p.Events)},
-	)
+	status := jsonValue(p.Status)
+	n := len(`{"cursor":,"has_more":false,"status":,"events":[]}`) + 20 + len(status) + len(p.Events)
+	for _, e := range p.Events {
+		n += len(e)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"cursor":`...)
+	b = strconv.AppendInt(b, p.Cursor, 10)
+	b = append(b, `,"has_more":`...)
+	b = strconv.AppendBool(b, p.HasMore)
+	b = append(b, `,"status":`...)
+	b = append(b, status...)
+	b = append(b, `,"events":[`...)
+	for i, e := range p.Events {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	return append(b, "]}"...)
 }
 
 // --- wait_tasks
