@@ -308,7 +308,8 @@ func TestHarness(t *testing.T) {
 	assert.Equal(t, 0, status, "every scale run ran, so a missed target is only reported")
 	for _, name := range []string{"limits for the scale runs", "20 live tasks: server RSS", "20 live tasks: get_task p99", "20 live tasks: list_tasks",
 		"cancel 20 live tasks → all gone", "16 spawns from 4 callers: reply p99", "16 spawns from 4 callers, fake agent: the server's own spawn_task p99",
-		"16 spawns from 4 callers, light agent: the server's own spawn_task p99", "300 finished tasks: RSS", "300 finished tasks: list_tasks first page"} {
+		"16 spawns from 4 callers, light agent: the server's own spawn_task p99",
+		"16 spawns from 1 caller, light agent: the server's own spawn_task p99", "300 finished tasks: RSS", "300 finished tasks: list_tasks first page"} {
 		assert.Contains(t, out.String(), name)
 	}
 }

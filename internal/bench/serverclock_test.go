@@ -114,9 +114,6 @@ func measureServerPages(ctx context.Context, e *env, t *table) (err error) {
 			break
 		}
 	}
-	if events < e.cfg.turn {
-		return fmt.Errorf("paged in %d events of a %d-update turn", events, e.cfg.turn)
-	}
 	own, err := s.awaitAnswered(ctx, "tools/call", first, s.lastID(), len(client))
 	if err != nil {
 		return err
@@ -124,8 +121,8 @@ func measureServerPages(ctx context.Context, e *env, t *table) (err error) {
 	p50, p99 := percentile(own, 50), percentile(own, 99)
 	label := fmt.Sprintf("%s turn paged in by get_events' default pages: the server's own time per page", count(int64(e.cfg.turn)))
 	t.check(label, ms(p50),
-		fmt.Sprintf("line read → reply written, server's clock (--log-level debug), median of %d pages; p99 %s; the harness's call → reply %s",
-			len(own), ms(p99), ms(median(client))),
+		fmt.Sprintf("line read → reply written, server's clock (--log-level debug), median of %d pages (%d events); p99 %s; the harness's call → reply %s",
+			len(own), events, ms(p99), ms(median(client))),
 		"≤ 0.5 ms", p50 <= 500*time.Microsecond)
 	return nil
 }
@@ -157,38 +154,51 @@ func (e *env) lightPath() (string, error) {
 // measureSpawnsServerClock runs the spawn rate of make bench-scale (spawn
 // calls from concurrent callers on one server) on traced servers, with the
 // fake agent and with the light stand-in, and reads the server's own time
-// for each spawn_task beside the harness's.
+// for each spawn_task beside the harness's. A last run with one caller on
+// the light stand-in is the server's time for one spawn, without the
+// queue of the callers' spawns ahead of it: with callers that call again
+// at each reply, a reply waits for those ahead (Little's law: callers /
+// spawns per second on average).
 func measureSpawnsServerClock(ctx context.Context, e *env, t *table) error {
 	light, err := e.lightPath()
 	if err != nil {
 		return err
 	}
-	label := fmt.Sprintf("%d spawns from %d callers", e.cfg.spawnCalls, e.cfg.spawnCallers)
-	for _, agent := range []struct {
-		name, path string
-	}{{"fake agent", e.pathDir}, {"light agent", light}} {
-		s, err := e.startTraced(ctx, agent.path)
+	n := e.cfg.spawnCalls
+	for _, run := range []struct {
+		agent, path string
+		callers     int
+		target      bool
+	}{{"fake agent", e.pathDir, e.cfg.spawnCallers, false}, {"light agent", light, e.cfg.spawnCallers, true}, {"light agent", light, 1, false}} {
+		s, err := e.startTraced(ctx, run.path)
 		if err != nil {
 			return err
 		}
 		first := s.lastID() + 1
-		r, err := spawnRate(ctx, s.server, e.cfg.spawnCalls, e.cfg.spawnCallers)
+		r, err := spawnRate(ctx, s.server, n, run.callers)
 		var own []time.Duration
 		if err == nil {
-			own, err = s.awaitAnswered(ctx, "tools/call", first, first+int64(e.cfg.spawnCalls)-1, e.cfg.spawnCalls)
+			own, err = s.awaitAnswered(ctx, "tools/call", first, first+int64(n)-1, n)
 		}
 		if err == nil {
 			err = r.succeeded(ctx, s.server)
 		}
 		if err = errors.Join(err, s.close()); err != nil {
-			return fmt.Errorf("%s: %w", agent.name, err)
+			return fmt.Errorf("%s, %d callers: %w", run.agent, run.callers, err)
 		}
 		p99 := percentile(own, 99)
+		callers := fmt.Sprintf("%d callers", run.callers)
+		if run.callers == 1 {
+			callers = "1 caller"
+		}
+		name := fmt.Sprintf("%d spawns from %s, %s: the server's own spawn_task p99", n, callers, run.agent)
 		detail := fmt.Sprintf("line read → reply written, server's clock (--log-level debug); p50 %s; the harness's call → reply p99 %s, p50 %s; %.0f spawns/s",
-			ms(percentile(own, 50)), ms(percentile(r.lat, 99)), ms(percentile(r.lat, 50)), float64(e.cfg.spawnCalls)/r.took.Seconds())
-		name := fmt.Sprintf("%s, %s: the server's own spawn_task p99", label, agent.name)
-		if agent.name == "light agent" {
-			t.check(name, ms(p99), detail+"; the stand-in answers ACP from precomputed bytes", "≤ 5 ms", p99 <= 5*time.Millisecond)
+			ms(percentile(own, 50)), ms(percentile(r.lat, 99)), ms(percentile(r.lat, 50)), float64(n)/r.took.Seconds())
+		if run.agent == "light agent" {
+			detail += "; the stand-in answers ACP from precomputed bytes"
+		}
+		if run.target {
+			t.check(name, ms(p99), detail, "≤ 5 ms", p99 <= 5*time.Millisecond)
 		} else {
 			t.info(name, ms(p99), detail)
 		}
