@@ -104,10 +104,26 @@ func answeredLines(logs string) []string {
 	return lines
 }
 
-// Above debug level nothing is logged per request.
-func TestTraceOffAboveDebug(t *testing.T) {
-	w, r, logs := tracedSession(t, slog.LevelInfo)
-	exchange(t, w, r, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+hostProtocol+`","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	exchange(t, w, r, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
-	assert.NotContains(t, logs.String(), "request answered")
+// A session that does not trace takes no time stamp and hands nothing to
+// log; one that traces hands each answered request over with its method
+// and the time its line was read.
+func TestTraceOnlyWhenTraced(t *testing.T) {
+	for _, traced := range []bool{false, true} {
+		f := newFraming(io.Discard, func([]byte) error { return nil })
+		if traced {
+			f.trace = slog.New(slog.DiscardHandler)
+		}
+		err := f.pump(strings.NewReader(`{"jsonrpc":"2.0","id":"a","method":"ping"}` + "\n"))
+		require.ErrorIs(t, err, io.EOF)
+		out, answered := f.restoreIDs([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"))
+		assert.Equal(t, `{"jsonrpc":"2.0","id":"a","result":{}}`+"\n", string(out), "traced %v", traced)
+		if !traced {
+			assert.Nil(t, answered)
+			continue
+		}
+		require.Len(t, answered, 1)
+		assert.Equal(t, `"a"`, string(answered[0].id))
+		assert.Equal(t, "ping", answered[0].method)
+		assert.False(t, answered[0].read.IsZero())
+	}
 }
