@@ -103,6 +103,9 @@ type Sink interface {
 	// SessionClosed records the agent's answer to session/close: ok, or
 	// the error message. It is never a failure of the task.
 	SessionClosed(ok bool, message string) error
+	// Steer records a steer event: the agent took the text into the
+	// running turn (Session.Steer), in the stream's order.
+	Steer(f SteerFields) error
 	// Flush records pending text now (turn end).
 	Flush()
 }

@@ -456,6 +456,12 @@ func (r *taskRun) AgentUpdate(f acpsession.AgentUpdateFields) error {
 	return r.event(acpsession.EventAgentUpdate, f)
 }
 
+// Steer implements acpsession.Sink: a steer the agent took into this
+// task's turn, at its point in the turn's stream.
+func (r *taskRun) Steer(f acpsession.SteerFields) error {
+	return r.event(acpsession.EventSteer, f)
+}
+
 // event records one event the session observed. An event that cannot be
 // recorded fails the task; the error also goes back to the session.
 func (r *taskRun) event(typ string, fields any) error {
