@@ -20,7 +20,7 @@ type turn struct {
 	s       *session
 	ctx     context.Context // the prompt's context: ends on session/cancel
 	cancel  <-chan struct{}
-	steers  <-chan string // the turn's injected steers; nil after the response
+	steers  <-chan string   // the turn's injected steers; nil after the response
 	reply   strings.Builder // message text, for the history
 	stopped bool            // the agent is ending: do not answer
 	deaf    bool            // await_cancel ran: cancel no longer ends the turn
