@@ -102,18 +102,16 @@ type Step struct {
 	StderrFlood    *Size           `json:"stderr_flood,omitempty"`
 	StdoutRaw      json.RawMessage `json:"stdout_raw,omitempty"`
 	WaitForCancel  bool            `json:"wait_for_cancel,omitempty"`
-	// AwaitSteer waits for a steer injected into the turn, then answers
-	// it with the message "steered: <its text>".
-	AwaitSteer  bool       `json:"await_steer,omitempty"`
-	AwaitCancel bool       `json:"await_cancel,omitempty"`
-	Hang        bool       `json:"hang,omitempty"`
-	SleepMs     int        `json:"sleep_ms,omitempty"`
-	Exit        *Exit      `json:"exit,omitempty"`
-	Signal      string     `json:"signal,omitempty"`
-	Fork        *Fork      `json:"fork,omitempty"`
-	CloseStdout bool       `json:"close_stdout,omitempty"`
-	StopReason  string     `json:"stop_reason,omitempty"`
-	WriteFile   *WriteFile `json:"write_file,omitempty"`
+	AwaitSteer     bool            `json:"await_steer,omitempty"`
+	AwaitCancel    bool            `json:"await_cancel,omitempty"`
+	Hang           bool            `json:"hang,omitempty"`
+	SleepMs        int             `json:"sleep_ms,omitempty"`
+	Exit           *Exit           `json:"exit,omitempty"`
+	Signal         string          `json:"signal,omitempty"`
+	Fork           *Fork           `json:"fork,omitempty"`
+	CloseStdout    bool            `json:"close_stdout,omitempty"`
+	StopReason     string          `json:"stop_reason,omitempty"`
+	WriteFile      *WriteFile      `json:"write_file,omitempty"`
 	// ReadFile reads a file, as an agent's tool does, and answers its
 	// content as a message; a failure is a stderr line "read_file: ...".
 	ReadFile string `json:"read_file,omitempty"`
