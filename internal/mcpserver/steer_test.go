@@ -156,3 +156,50 @@ func TestSteerWithInterruptInvalid(t *testing.T) {
 	rec := call(t, r.cs, "get_task", map[string]any{"task_id": id})
 	assert.Nil(t, rec["follow_ups"], "nothing was created")
 }
+
+// TestSteeredTurnTail: after a steered turn ended on a kept process, the
+// agent may go on on its own (claude-agent-acp, when the command it moved
+// to the background for the steer ends, intent 0044). Those updates reach
+// a task that has ended: it is left as it ended, with no error, and the
+// process serves the next follow-up.
+func TestSteeredTurnTail(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, map[string]any{"steering": map[string]any{}})
+	gate := filepath.Join(t.TempDir(), "tail")
+	tailDone := filepath.Join(ws, "tail-done")
+	id := r.spawn(t, map[string]any{"workspace": ws, "keep_alive": true, "prompt": scriptWith(
+		map[string]any{"after_response": []map[string]any{
+			{"wait_file": gate},
+			msgStep("tail"),
+			{"tool_call": map[string]any{"toolCallId": "bg", "title": "background task ended", "kind": "execute", "status": "completed"}},
+			{"write_file": map[string]any{"path": "tail-done", "content": "x"}},
+		}},
+		msgStep("working"), map[string]any{"await_steer": true},
+	)})
+	r.awaitMessage(t, id, "working")
+	out := call(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "change course", "steer": true})
+	require.Equal(t, "steered", out["delivered"])
+	rec := r.wait(t, id)
+	require.Equal(t, "succeeded", rec["status"])
+	before := r.events(t, id)
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	deadline := time.Now().Add(30 * time.Second)
+	for _, err := os.Stat(tailDone); err != nil; _, err = os.Stat(tailDone) {
+		require.True(t, time.Now().Before(deadline), "the agent's tail did not run")
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The agent wrote its tail before it answers this follow-up: once it
+	// ended, the tail has been read.
+	child := r.send(t, map[string]any{"task_id": id, "prompt": "next"})
+	crec := r.wait(t, child)
+	assert.Equal(t, "succeeded", crec["status"])
+	assert.Contains(t, r.messages(t, child), "ok: next")
+
+	rec = call(t, r.cs, "get_task", map[string]any{"task_id": id})
+	assert.Equal(t, "succeeded", rec["status"])
+	assert.Nil(t, rec["error"])
+	after := r.events(t, id)
+	assert.Equal(t, typesOf(before), typesOf(after)[:len(before)], "the ended task's log is as it ended")
+	assert.Equal(t, []string{"follow_up"}, typesOf(after)[len(before):], "but for the follow-up it was sent")
+}
