@@ -167,7 +167,8 @@ type Params struct {
 	// whose closed sessions no longer resume).
 	KeepOpen bool
 	// Keep: the session stays open after Run's turn (no session/close),
-	// for follow-up turns (Session.Turn); it ends with the process.
+	// for follow-up turns (Session.Turn); it ends with the process, or
+	// with Session.Close when the caller ends the conversation itself.
 	Keep bool
 	// Settings are applied in order: caller choices first, then pins.
 	Settings []Setting

@@ -111,3 +111,23 @@ func TestSteerBeforeTurn(t *testing.T) {
 	_, err := h.s.Steer(context.Background(), "x")
 	assert.ErrorIs(t, err, ErrNoTurn)
 }
+
+// A session run with Keep is not closed by Run; Close closes it when the
+// caller ends the conversation (task's process, after its last turn).
+func TestCloseAfterKeptRun(t *testing.T) {
+	h := newHarness(t, fakeagent.Config{CloseSession: true}, Params{Prompt: "hi", Keep: true})
+	_, err := h.run()
+	require.NoError(t, err)
+	closes := func() (n int) {
+		for _, r := range h.requests() {
+			if string(r["method"]) == `"session/close"` {
+				n++
+			}
+		}
+		return n
+	}
+	assert.Equal(t, 0, closes(), "Run keeps the session")
+	h.s.Close(context.Background())
+	assert.Equal(t, 1, closes())
+	assert.True(t, slices.ContainsFunc(h.sink.snapshot(), func(c sinkCall) bool { return c.Kind == "closed" && c.Resumed }), "the answer is recorded")
+}

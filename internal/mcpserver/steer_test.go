@@ -203,3 +203,10 @@ func TestSteeredTurnTail(t *testing.T) {
 	assert.Equal(t, typesOf(before), typesOf(after)[:len(before)], "the ended task's log is as it ended")
 	assert.Equal(t, []string{"follow_up"}, typesOf(after)[len(before):], "but for the follow-up it was sent")
 }
+
+func TestSteerQueuedBehindTurnOfAgentThatCloses(t *testing.T) {
+	// As copilot: session/close offered. The turn was spawned without
+	// keep_alive, so its session is closed when its process ends, and not
+	// before the follow-up queued behind it has run on that process.
+	steerFallsBack(t, map[string]any{"close_session": true}, 0)
+}

@@ -297,9 +297,12 @@ func (c *chain) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan)
 	params := acpsession.Params{
 		Cwd: lp.cwd, Prompt: lp.prompt, ResumeID: lp.resumeID, KeepOpen: lp.adapter.KeepSessionOpen,
 		Settings: launch.Settings, Allow: slices.Clone(lp.areq.Allow), Ask: lp.ask, RequestTimeout: s.cfg.RequestTimeout,
-		ClientVersion: s.cfg.Version, Slots: s.slots, Keep: r.keep > 0,
+		// The process, not Run, ends the session (process.Run): a follow-up
+		// queued while this turn runs takes the session on this process.
+		ClientVersion: s.cfg.Version, Slots: s.slots, Keep: true,
 	}
-	p := &process{c: c, next: make(chan decision), stop: make(chan struct{}), gone: make(chan struct{}), exited: make(chan struct{})}
+	p := &process{c: c, next: make(chan decision), stop: make(chan struct{}), gone: make(chan struct{}), exited: make(chan struct{}),
+		closeAtEnd: r.keep == 0}
 	argv, env := launch.Argv, launch.Env
 	if lp.sandbox != "" && lp.sandbox != sandbox.Off {
 		conf, err := s.confine(r, lp.sandbox, lp.adapter, launch, lp.cwd)
@@ -471,6 +474,9 @@ type process struct {
 	// temp is a sandboxed process's own temp directory, removed at its
 	// exit ("": not sandboxed).
 	temp string
+	// closeAtEnd: the conversation ends with session/close unless a turn
+	// is kept (intent 0017): the first task had no keep-alive. Run's.
+	closeAtEnd bool
 	// task is the task whose turn runs on the process, or ran last: it
 	// gets the process's stderr and exit. Written by the loop only.
 	task atomic.Pointer[taskRun]
@@ -506,11 +512,20 @@ var _ supervisor.Conversation = (*process)(nil)
 func (p *process) Run(ctx context.Context) (string, error) {
 	defer close(p.gone)
 	reason, err := p.sess.Run(ctx)
+	closeAtEnd := p.closeAtEnd
+	defer func() {
+		if closeAtEnd {
+			// Before Run returns, which is just before the process is
+			// ended; a session that did not start is not closed.
+			p.sess.Close(ctx)
+		}
+	}()
 	for err == nil && reason != "" && !isClosed(p.stop) && !isClosed(p.sess.Done()) {
 		ended := reason
 		p.c.post(func() { p.c.turnEnded(p, ended) })
 		d := <-p.next // always answered
 		if d.keep {
+			closeAtEnd = false // a kept session ends with its process
 			select {
 			case d = <-p.next:
 			case <-p.stop:
