@@ -235,7 +235,7 @@ type session struct {
 	options []acp.SessionConfigOption
 	history []historyEntry
 	cancel  chan struct{} // closed by session/cancel during a turn
-	steers  chan string   // steers injected into the running turn; nil between turns
+	steers  chan steer    // steers injected into the running turn; nil between turns
 }
 
 type historyEntry struct {
@@ -725,7 +725,7 @@ func (a *agent) Prompt(ctx context.Context, req acp.PromptRequest) (acp.PromptRe
 		}
 	}
 
-	cancel, steers := make(chan struct{}), make(chan string, maxSteers)
+	cancel, steers := make(chan struct{}), make(chan steer, maxSteers)
 	s.mu.Lock()
 	s.cancel, s.steers = cancel, steers
 	s.mu.Unlock()

@@ -22,6 +22,13 @@ const (
 
 var _ acp.ExtensionMethodHandler = (*agent)(nil)
 
+// steer is one steer injected into a turn: its text, and a channel
+// closed once the agent's answer injected is written.
+type steer struct {
+	text     string
+	answered <-chan struct{}
+}
+
 type steerResult struct {
 	Outcome string `json:"outcome"`
 	Reason  string `json:"reason,omitempty"`
@@ -77,8 +84,10 @@ func (a *agent) HandleExtensionMethod(_ context.Context, method string, params j
 	defer s.mu.Unlock()
 	switch {
 	case s.steers != nil:
+		// The answer to the steer comes after the response, as a real
+		// agent's model call does.
 		select {
-		case s.steers <- text.String():
+		case s.steers <- steer{text: text.String(), answered: a.out.armFor(injectedResponse)}:
 			return steerResult{Outcome: steerInjected}, nil
 		default:
 			return steerResult{Outcome: steerFailed}, nil
