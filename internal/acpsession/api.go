@@ -103,6 +103,9 @@ type Sink interface {
 	// SessionClosed records the agent's answer to session/close: ok, or
 	// the error message. It is never a failure of the task.
 	SessionClosed(ok bool, message string) error
+	// Steer records a steer event: the agent took the text into the
+	// running turn (Session.Steer), in the stream's order.
+	Steer(f SteerFields) error
 	// Flush records pending text now (turn end).
 	Flush()
 }
@@ -164,7 +167,8 @@ type Params struct {
 	// whose closed sessions no longer resume).
 	KeepOpen bool
 	// Keep: the session stays open after Run's turn (no session/close),
-	// for follow-up turns (Session.Turn); it ends with the process.
+	// for follow-up turns (Session.Turn); it ends with the process, or
+	// with Session.Close when the caller ends the conversation itself.
 	Keep bool
 	// Settings are applied in order: caller choices first, then pins.
 	Settings []Setting

@@ -23,6 +23,7 @@ func (nopSink) SessionStarted(string, ResumedBy) error { return nil }
 func (nopSink) Usage(UsageFields) error                { return nil }
 func (nopSink) Title(TitleChange) error                { return nil }
 func (nopSink) SessionClosed(bool, string) error       { return nil }
+func (nopSink) Steer(SteerFields) error                { return nil }
 func (nopSink) Flush()                                 {}
 
 // BenchmarkHandleLine is the reader's cost per update line, sink excluded.

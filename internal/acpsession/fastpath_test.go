@@ -60,6 +60,7 @@ func (r *rawSink) Title(c TitleChange) error {
 	return err
 }
 func (r *rawSink) SessionClosed(bool, string) error { return nil }
+func (r *rawSink) Steer(f SteerFields) error        { return r.event(EventSteer, f) }
 func (r *rawSink) Flush()                           {}
 
 // fastVersusGeneral runs line through handleLine (which takes the fast

@@ -142,6 +142,8 @@ func (r *recSink) SessionClosed(ok bool, message string) error {
 	return nil
 }
 
+func (r *recSink) Steer(f SteerFields) error { return r.event(EventSteer, f) }
+
 func (r *recSink) Flush() { r.add(sinkCall{Kind: "flush"}) }
 
 func (r *recSink) snapshot() []sinkCall {

@@ -16,6 +16,9 @@ const (
 	EventPlan           = "plan"
 	EventPermission     = "permission"
 	EventAgentUpdate    = "agent_update"
+	// EventSteer: the agent took a steer into the running turn
+	// (_session/steering answered injected), at that point of its stream.
+	EventSteer = "steer"
 )
 
 // MaxRawChars bounds a tool call's raw_input and raw_output: a value whose
@@ -46,6 +49,12 @@ type TruncatedRaw struct {
 // PlanFields are the fields of a plan event.
 type PlanFields struct {
 	Entries json.RawMessage `json:"entries"`
+}
+
+// SteerFields are the fields of a steer event: the text steered into the
+// running turn.
+type SteerFields struct {
+	Text string `json:"text"`
 }
 
 // AgentUpdateFields are the fields of an agent_update event: the raw update

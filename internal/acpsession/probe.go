@@ -150,4 +150,5 @@ func (discard) SessionStarted(string, ResumedBy) error { return nil }
 func (discard) Usage(UsageFields) error                { return nil }
 func (discard) Title(TitleChange) error                { return nil }
 func (discard) SessionClosed(bool, string) error       { return nil }
+func (discard) Steer(SteerFields) error                { return nil }
 func (discard) Flush()                                 {}

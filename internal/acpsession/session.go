@@ -345,6 +345,21 @@ func (s *Session) CanResume() bool {
 	return caps.SessionCapabilities.Resume != nil || caps.LoadSession
 }
 
+// Close sends session/close as Run does at its end without Params.Keep,
+// for a caller that ran the session with Keep and ends the conversation
+// without keeping it: when the agent offers it, the adapter allows it, the
+// session started and the agent can still answer; bounded as Run's, and
+// its answer recorded (Sink.SessionClosed). Call it after the last turn,
+// never during one.
+func (s *Session) Close(ctx context.Context) {
+	s.mu.Lock()
+	sid := s.st.sid
+	s.mu.Unlock()
+	if sid != "" {
+		s.closeSession(ctx, acp.SessionId(sid))
+	}
+}
+
 // closeWait bounds session/close (at most the request timeout): the turn
 // has ended, but the task is still running until Run returns, so an agent
 // that offers close and stalls on it would hold back the task's end for

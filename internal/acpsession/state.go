@@ -40,6 +40,7 @@ const (
 type outRequest struct {
 	method string
 	modeID string // session/set_mode
+	steer  string // _session/steering: the text steered
 }
 
 // promptAnswer is the prompt response as the wire saw it.
@@ -138,6 +139,8 @@ type (
 	factAuthRefused struct{ text string }
 	// factModeSet: session/set_mode succeeded.
 	factModeSet struct{ modeID string }
+	// factSteered: the agent answered _session/steering injected.
+	factSteered struct{ m Mapped }
 	// factOptionsSet: session/set_config_option answered the options now
 	// in force; m records that answer.
 	factOptionsSet struct {
@@ -203,6 +206,7 @@ func (factSetupAnswered) isFact()   {}
 func (factAuthRefused) isFact()     {}
 func (factModeSet) isFact()         {}
 func (factOptionsSet) isFact()      {}
+func (factSteered) isFact()         {}
 func (factPromptAnswered) isFact()  {}
 func (factStreamEnded) isFact()     {}
 func (factSinkClosed) isFact()      {}
@@ -318,6 +322,9 @@ func (s *Session) apply(f fact) (e effects) {
 		}
 	case factOptionsSet:
 		st.offer.options = f.options
+		e.emit = st.admit(st.sid, f.m)
+		e.m = f.m
+	case factSteered:
 		e.emit = st.admit(st.sid, f.m)
 		e.m = f.m
 	case factPromptAnswered:
@@ -516,6 +523,8 @@ func (s *Session) record(m Mapped) error {
 		return s.sink.Plan(f)
 	case AgentUpdateFields:
 		return s.sink.AgentUpdate(f)
+	case SteerFields:
+		return s.sink.Steer(f)
 	}
 	return fmt.Errorf("%s event: fields of type %T", m.EventType, m.Fields)
 }

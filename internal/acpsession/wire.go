@@ -410,6 +410,15 @@ func (s *Session) observeResponse(env *envelope) {
 		s.feed(factOptionsSet{options: *r.Options, m: Mapped{EventType: EventAgentUpdate, Fields: AgentUpdateFields{
 			UpdateType: "set_config_option_response", Data: bytes.Clone(env.Result),
 		}}})
+	case methodSteering:
+		// Recorded here, in the stream's order: the turn's updates after
+		// this answer come after the steer in the log.
+		var r struct {
+			Outcome SteerOutcome `json:"outcome"`
+		}
+		if !failed && json.Unmarshal(env.Result, &r) == nil && r.Outcome == SteerInjected {
+			s.feed(factSteered{m: Mapped{EventType: EventSteer, Fields: SteerFields{Text: req.steer}}})
+		}
 	case acp.AgentMethodSessionPrompt:
 		f := factPromptAnswered{ans: promptAnswer{answered: true}}
 		if failed {
@@ -456,6 +465,8 @@ func (s *Session) noteOutgoing(b []byte) (cancelRequest bool) {
 		Method string          `json:"method"`
 		Params struct {
 			ModeID string `json:"modeId"`
+			// A steer's prompt, for its event (decoded for a steer only).
+			Prompt json.RawMessage `json:"prompt"`
 		} `json:"params"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil && !isTypeError(err) {
@@ -467,7 +478,11 @@ func (s *Session) noteOutgoing(b []byte) (cancelRequest bool) {
 	if m.Method == "" || len(m.ID) == 0 {
 		return false
 	}
-	s.pending.add(idKey(m.ID), outRequest{method: m.Method, modeID: m.Params.ModeID})
+	out := outRequest{method: m.Method, modeID: m.Params.ModeID}
+	if m.Method == methodSteering {
+		out.steer = steerText(m.Params.Prompt)
+	}
+	s.pending.add(idKey(m.ID), out)
 	switch m.Method {
 	case acp.AgentMethodSessionLoad, acp.AgentMethodSessionPrompt:
 		if e := s.apply(factSent{method: m.Method}); e.sentTurn {

@@ -8,7 +8,11 @@
 // allowed tool call, cancel_task during a slow stream, resuming by
 // session_id, `symm-mcp doctor`, and the session path (the session methods
 // it offers, session/close, resume or load, whether a closed session still
-// resumes, where its usage comes from); for one agent (copilot, whose
+// resumes, where its usage comes from), a follow-up on a kept process,
+// send_task steer=true into a turn whose shell tool sleeps (steered, the
+// steer event before the reply, for the agents that offer steering;
+// queued, the follow-up after the turn, for the others; intent 0051);
+// for one agent (copilot, whose
 // scripted tool call writes its file most reliably) a task with isolation
 // "worktree" in a git repository the test makes: the file the agent wrote
 // is in the task's worktree, on its branch, and is the one file of the

@@ -84,7 +84,7 @@ func run(m *testing.M) int {
 }
 
 // The matrix: one row per agent, one cell per check.
-var checks = []string{"describe", "pins", "plain", "refused", "allowed", "cancel", "resume", "doctor", "sessions", "followup", "worktree"}
+var checks = []string{"describe", "pins", "plain", "refused", "allowed", "cancel", "resume", "doctor", "sessions", "followup", "steer", "worktree"}
 
 type row struct {
 	cells   map[string]string // check -> "pass" or "FAIL: reason"
@@ -353,6 +353,7 @@ func testAgent(t *testing.T, a agentCase) {
 	check(t, a.name, 8, "doctor", func(t *recorder) { r.checkDoctor(ctx, t) })
 	check(t, a.name, 9, "sessions", func(t *recorder) { r.checkSessions(ctx, t, desc, plain, resumed) })
 	check(t, a.name, 10, "followup", func(t *recorder) { r.checkFollowUp(ctx, t) })
+	check(t, a.name, 12, "steer", func(t *recorder) { r.checkSteer(ctx, t) })
 	// One agent is enough to see a real agent's work land in its own
 	// worktree and in the task's diff: the one whose scripted tool call
 	// writes its file most reliably (agentSetup.worktree).

@@ -149,3 +149,24 @@ func TestRoutedSendAnswersOnceVisible(t *testing.T) {
 	assert.Len(t, res.Pending, 1)
 	wg.Wait()
 }
+
+// A steer routed to the host of the task's session travels as steer, and
+// the host's reply comes back as it was: the task the steer went into,
+// with delivered.
+func TestRoutedSteer(t *testing.T) {
+	st := store.New()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	_, err := st.Create(ledger.NewTask{ID: "parent", Agent: "codex", Workspace: "/w", Prompt: "p", Host: "b"}, t0)
+	require.NoError(t, err)
+	caller := &fakeCaller{answer: func(host, op string, req json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"task_id":"parent","host":"b","delivered":"steered"}`), nil
+	}}
+	rt := New(Config{Host: "a", Calls: caller, Local: task.New(task.Config{Store: st, Agents: agents.Default(),
+		Supervisor: tasktest.New(), Workspace: t.TempDir(), Host: "a", Hosts: fixedHosts{{Name: "a"}, {Name: "b"}}})})
+	t.Cleanup(func() { _ = rt.Shutdown(context.Background()) })
+
+	b, err := rt.Send(context.Background(), task.SendRequest{TaskID: "parent", Prompt: "turn left", Steer: true})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"task_id":"parent","host":"b","delivered":"steered"}`, string(b))
+	assert.Equal(t, []string{`b send {"task_id":"parent","prompt":"turn left","steer":true}`}, caller.calls)
+}

@@ -165,14 +165,15 @@ func (c *chain) first(ctx, startCtx context.Context, r *taskRun, shutting bool, 
 // once (on the kept process, or in a new one that resumes the session)
 // unless a turn runs; then it waits for the turns before it (interrupt:
 // it goes first, and the running turn is cancelled). It returns what the
-// caller waits for, as first.
-func (c *chain) send(ctx context.Context, r *taskRun, interrupt bool) (wait <-chan struct{}) {
+// caller waits for, as first, and whether r waits behind a running turn.
+func (c *chain) send(ctx context.Context, r *taskRun, interrupt bool) (wait <-chan struct{}, queued bool) {
 	c.do(func() {
 		c.members = append(c.members, r)
 		live := c.live
 		switch {
 		case live != nil && interrupt:
 			c.queue = slices.Insert(c.queue, 0, r)
+			queued = true
 			// The running turn only: the process stays for r. Turns begin
 			// on the loop, so the turn cancelled is live's.
 			if started, ok := live.requestStop("interrupt"); ok && started && c.proc != nil && c.proc.sess != nil && c.proc.task.Load() == live {
@@ -180,12 +181,39 @@ func (c *chain) send(ctx context.Context, r *taskRun, interrupt bool) (wait <-ch
 			}
 		case live != nil:
 			c.queue = append(c.queue, r)
+			queued = true
 		default:
 			c.live = r
 			wait = c.startFollowUp(ctx, r)
 		}
 	})
-	return wait
+	return wait, queued
+}
+
+// steer is send_task's steer message: text goes into the turn that runs,
+// when the chain's process runs one and its agent offers steering and
+// takes it; the session records the steer event in that task's log as
+// the agent's answer arrives. It returns that task; nil when nothing
+// took the text, which the caller then queues as a follow-up (a steer is
+// never dropped, and never an interrupt). The loop waits for the agent's
+// answer, bounded by the session (acpsession.Session.Steer).
+func (c *chain) steer(ctx context.Context, text string) (into *taskRun) {
+	c.do(func() {
+		live, p := c.live, c.proc
+		if live == nil || p == nil || p.sess == nil || p.task.Load() != live || !p.sess.Steers() {
+			return
+		}
+		out, err := p.sess.Steer(ctx, text)
+		switch {
+		case err != nil:
+			c.s.log.Info("steer not taken: queued", "task", live.id, "err", err)
+		case out != acpsession.SteerInjected:
+			c.s.log.Info("steer not taken: queued", "task", live.id, "outcome", string(out))
+		default:
+			into = live
+		}
+	})
+	return into
 }
 
 // cancel is cancel_task's message for r, whose stop is recorded already:
@@ -269,9 +297,12 @@ func (c *chain) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan)
 	params := acpsession.Params{
 		Cwd: lp.cwd, Prompt: lp.prompt, ResumeID: lp.resumeID, KeepOpen: lp.adapter.KeepSessionOpen,
 		Settings: launch.Settings, Allow: slices.Clone(lp.areq.Allow), Ask: lp.ask, RequestTimeout: s.cfg.RequestTimeout,
-		ClientVersion: s.cfg.Version, Slots: s.slots, Keep: r.keep > 0,
+		// The process, not Run, ends the session (process.Run): a follow-up
+		// queued while this turn runs takes the session on this process.
+		ClientVersion: s.cfg.Version, Slots: s.slots, Keep: true,
 	}
-	p := &process{c: c, next: make(chan decision), stop: make(chan struct{}), gone: make(chan struct{}), exited: make(chan struct{})}
+	p := &process{c: c, next: make(chan decision), stop: make(chan struct{}), gone: make(chan struct{}), exited: make(chan struct{}),
+		closeAtEnd: r.keep == 0}
 	argv, env := launch.Argv, launch.Env
 	if lp.sandbox != "" && lp.sandbox != sandbox.Off {
 		conf, err := s.confine(r, lp.sandbox, lp.adapter, launch, lp.cwd)
@@ -443,6 +474,9 @@ type process struct {
 	// temp is a sandboxed process's own temp directory, removed at its
 	// exit ("": not sandboxed).
 	temp string
+	// closeAtEnd: the conversation ends with session/close unless a turn
+	// is kept (intent 0017): the first task had no keep-alive. Run's.
+	closeAtEnd bool
 	// task is the task whose turn runs on the process, or ran last: it
 	// gets the process's stderr and exit. Written by the loop only.
 	task atomic.Pointer[taskRun]
@@ -478,11 +512,20 @@ var _ supervisor.Conversation = (*process)(nil)
 func (p *process) Run(ctx context.Context) (string, error) {
 	defer close(p.gone)
 	reason, err := p.sess.Run(ctx)
+	closeAtEnd := p.closeAtEnd
+	defer func() {
+		if closeAtEnd {
+			// Before Run returns, which is just before the process is
+			// ended; a session that did not start is not closed.
+			p.sess.Close(ctx)
+		}
+	}()
 	for err == nil && reason != "" && !isClosed(p.stop) && !isClosed(p.sess.Done()) {
 		ended := reason
 		p.c.post(func() { p.c.turnEnded(p, ended) })
 		d := <-p.next // always answered
 		if d.keep {
+			closeAtEnd = false // a kept session ends with its process
 			select {
 			case d = <-p.next:
 			case <-p.stop:

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -64,7 +65,11 @@ type SendRequest struct {
 	Model     string   `json:"model,omitempty"`
 	Effort    string   `json:"effort,omitempty"`
 	Interrupt bool     `json:"interrupt,omitempty"`
-	KeepAlive bool     `json:"keep_alive,omitempty"`
+	// Steer delivers the prompt into the running turn where the agent
+	// offers steering, else it is a follow-up as without it; the reply
+	// says which (delivered). Not with Interrupt.
+	Steer     bool `json:"steer,omitempty"`
+	KeepAlive bool `json:"keep_alive,omitempty"`
 	// IdleTimeoutS is idle_timeout_s; nil when not given.
 	IdleTimeoutS *int `json:"idle_timeout_s,omitempty"`
 	// Ask, AskTimeoutS and Asker are this turn's ask policy, as
@@ -77,13 +82,33 @@ type SendRequest struct {
 	Sandbox string `json:"sandbox,omitempty"`
 }
 
+// What a steer became (send_task's delivered, with steer=true only).
+const (
+	// DeliveredSteered: the agent took the prompt into the running turn;
+	// the reply is that turn's task, whose log has the steer event.
+	DeliveredSteered = "steered"
+	// DeliveredQueued: no steer was taken (the agent offers none, the
+	// turn ended as it was asked, it failed or refused); the prompt is a
+	// follow-up that waits for the running turn, as without steer.
+	DeliveredQueued = "queued"
+	// DeliveredStarted: no turn ran; the follow-up started at once, as
+	// without steer.
+	DeliveredStarted = "started"
+)
+
 // Send creates a follow-up of a task: a new task on the same agent,
 // workspace and session, with parent_task_id. It runs on the chain's kept
 // process when there is one, else it resumes the session in a new
 // process; while a turn of the chain runs it waits, in created, for the
 // turns before it (Interrupt cancels the running turn and goes first).
+// With Steer the prompt goes into the running turn instead when the
+// agent takes it, and the reply is that turn's task; the reply then
+// carries delivered (DeliveredSteered, DeliveredQueued, DeliveredStarted).
 // Cancelling ctx bounds only the start.
 func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, error) {
+	if req.Steer && req.Interrupt {
+		return nil, errorf(InvalidRequest, "steer and interrupt exclude each other: steer delivers the prompt into the running turn, interrupt cancels that turn")
+	}
 	p, err := s.planSend(req)
 	if err != nil {
 		return nil, err
@@ -103,6 +128,16 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 		}
 		if cannotResume {
 			return nil, errorf(InvalidRequest, "agent %s cannot resume a session (it offers neither session/resume nor session/load) and task %s has no kept process", adapter.Name, pt.TaskID)
+		}
+	}
+
+	if req.Steer {
+		if into := c.steer(ctx, req.Prompt); into != nil {
+			b, err := s.cfg.Store.TaskJSON(into.id)
+			if err != nil {
+				return nil, err
+			}
+			return withDelivered(b, DeliveredSteered)
 		}
 	}
 
@@ -142,10 +177,36 @@ func (s *Service) Send(ctx context.Context, req SendRequest) (json.RawMessage, e
 	s.mu.Unlock()
 	parent.noteFollowUp(id)
 
-	if wait := c.send(ctx, r, req.Interrupt); wait != nil {
+	wait, queued := c.send(ctx, r, req.Interrupt)
+	if wait != nil {
 		<-wait // a stop came as the process started: its end, within the supervisor's bounds
 	}
-	return s.cfg.Store.TaskJSON(id)
+	b, err := s.cfg.Store.TaskJSON(id)
+	if err != nil || !req.Steer {
+		return b, err
+	}
+	if queued {
+		return withDelivered(b, DeliveredQueued)
+	}
+	return withDelivered(b, DeliveredStarted)
+}
+
+// withDelivered returns a copy of the task record rec with the member
+// "delivered": how send_task's steer was delivered. The record is served
+// as stored, and stays so: the member is the reply's, not the record's.
+func withDelivered(rec json.RawMessage, delivered string) (json.RawMessage, error) {
+	body := bytes.TrimRight(rec, " \t\r\n")
+	if len(body) < 2 || body[len(body)-1] != '}' {
+		return nil, fmt.Errorf("task record is not a JSON object: %.40q", rec)
+	}
+	out := make([]byte, 0, len(body)+len(delivered)+16)
+	out = append(out, body[:len(body)-1]...)
+	if len(bytes.TrimSpace(body[1:len(body)-1])) > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, `"delivered":"`...)
+	out = append(out, delivered...)
+	return append(out, `"}`...), nil
 }
 
 func deref(p *string) string {

@@ -456,6 +456,12 @@ func (r *taskRun) AgentUpdate(f acpsession.AgentUpdateFields) error {
 	return r.event(acpsession.EventAgentUpdate, f)
 }
 
+// Steer implements acpsession.Sink: a steer the agent took into this
+// task's turn, at its point in the turn's stream.
+func (r *taskRun) Steer(f acpsession.SteerFields) error {
+	return r.event(acpsession.EventSteer, f)
+}
+
 // event records one event the session observed. An event that cannot be
 // recorded fails the task; the error also goes back to the session.
 func (r *taskRun) event(typ string, fields any) error {
@@ -464,10 +470,26 @@ func (r *taskRun) event(typ string, fields any) error {
 	return r.eventLocked(typ, fields)
 }
 
+// afterEndLocked answers what the session hands a task that has ended.
+// A task whose turn ended on a process that stays (kept, or running the
+// next follow-up's turn) may get the agent's own updates after its turn:
+// claude-agent-acp runs a turn of its own, with no prompt of ours, when a
+// command it moved to the background for a steer ends (intent 0044).
+// They are dropped knowingly, not an error: the log ended with
+// turn_ended, and a follow-up's turn on the process records its own.
+// mu is held.
+func (r *taskRun) afterEndLocked() error {
+	if r.turnEnded {
+		r.s.log.Debug("an agent update after the task's turn ended is not recorded", "task", r.id)
+		return nil
+	}
+	return fmt.Errorf("task %s has ended", r.id)
+}
+
 // eventLocked is event with mu held.
 func (r *taskRun) eventLocked(typ string, fields any) error {
 	if r.ended {
-		return fmt.Errorf("task %s has ended", r.id)
+		return r.afterEndLocked()
 	}
 	if err := r.appendLocked(typ, fields); err != nil {
 		r.lostLocked(typ+" event", err)
@@ -536,7 +558,7 @@ func (r *taskRun) Usage(f acpsession.UsageFields) error {
 	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
-		return fmt.Errorf("task %s has ended", r.id)
+		return r.afterEndLocked()
 	}
 	if err := r.appendLocked(acpsession.EventUsage, f); err != nil {
 		r.lostLocked("usage event", err)
@@ -555,7 +577,7 @@ func (r *taskRun) Title(c acpsession.TitleChange) error {
 	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
-		return fmt.Errorf("task %s has ended", r.id)
+		return r.afterEndLocked()
 	}
 	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetTitle(c.Title)); err != nil {
 		r.lostLocked("session title", err)

@@ -235,6 +235,7 @@ type session struct {
 	options []acp.SessionConfigOption
 	history []historyEntry
 	cancel  chan struct{} // closed by session/cancel during a turn
+	steers  chan steer    // steers injected into the running turn; nil between turns
 }
 
 type historyEntry struct {
@@ -352,6 +353,9 @@ func (a *agent) Initialize(context.Context, acp.InitializeRequest) (acp.Initiali
 	}
 	if ai := a.cfg.AgentInfo; ai != nil {
 		resp.AgentInfo = &acp.Implementation{Name: ai.Name, Version: ai.Version}
+	}
+	if a.cfg.Steering != nil {
+		resp.Meta = map[string]any{"steering": map[string]any{"supported": true}}
 	}
 	return resp, nil
 }
@@ -721,11 +725,11 @@ func (a *agent) Prompt(ctx context.Context, req acp.PromptRequest) (acp.PromptRe
 		}
 	}
 
-	cancel := make(chan struct{})
+	cancel, steers := make(chan struct{}), make(chan steer, maxSteers)
 	s.mu.Lock()
-	s.cancel = cancel
+	s.cancel, s.steers = cancel, steers
 	s.mu.Unlock()
-	t := &turn{a: a, s: s, ctx: ctx, cancel: cancel}
+	t := &turn{a: a, s: s, ctx: ctx, cancel: cancel, steers: steers}
 	reason := t.run(script.Steps)
 	if reason == "" {
 		reason = script.StopReason
@@ -734,7 +738,7 @@ func (a *agent) Prompt(ctx context.Context, req acp.PromptRequest) (acp.PromptRe
 		reason = string(acp.StopReasonEndTurn)
 	}
 	s.mu.Lock()
-	s.cancel = nil
+	s.cancel, s.steers = nil, nil
 	s.history = append(s.history, historyEntry{Role: "user", Text: text.String()}, historyEntry{Role: "agent", Text: t.reply.String()})
 	s.mu.Unlock()
 	a.persist(s)

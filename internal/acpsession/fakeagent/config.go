@@ -43,6 +43,17 @@ type Config struct {
 	LingerAfterEOF                  bool              `json:"linger_after_eof,omitempty"`
 	Stderr                          []string          `json:"stderr,omitempty"`
 	Turn                            *Script           `json:"turn,omitempty"`
+	Steering                        *Steering         `json:"steering,omitempty"`
+}
+
+// Steering makes the agent offer steering as claude-agent-acp and
+// codex-acp do (intent 0044): initialize's top-level _meta is
+// {"steering":{"supported":true}} and _session/steering is served.
+// Outcome, when set, is the answer to every steer whatever the turn does
+// ("injected", "promptRequired", "failed"); fail_in and hang_in also
+// apply to "_session/steering".
+type Steering struct {
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // AgentInfo is initialize's agentInfo.
@@ -91,6 +102,7 @@ type Step struct {
 	StderrFlood    *Size           `json:"stderr_flood,omitempty"`
 	StdoutRaw      json.RawMessage `json:"stdout_raw,omitempty"`
 	WaitForCancel  bool            `json:"wait_for_cancel,omitempty"`
+	AwaitSteer     bool            `json:"await_steer,omitempty"`
 	AwaitCancel    bool            `json:"await_cancel,omitempty"`
 	Hang           bool            `json:"hang,omitempty"`
 	SleepMs        int             `json:"sleep_ms,omitempty"`
@@ -188,7 +200,7 @@ func (s *Step) actions() int {
 		s.Message != nil, s.Thought != nil, s.Chunks != nil, s.Flood != nil, s.Plan != nil,
 		s.ToolCall != nil, s.ToolCallUpdate != nil, s.Permission != nil,
 		s.RawUpdate != nil, s.Notify != nil, s.Request != nil, s.Stderr != nil, s.Env != nil, s.PID, s.WaitFile != "",
-		s.StderrFlood != nil, s.StdoutRaw != nil, s.WaitForCancel, s.AwaitCancel, s.Hang,
+		s.StderrFlood != nil, s.StdoutRaw != nil, s.WaitForCancel, s.AwaitSteer, s.AwaitCancel, s.Hang,
 		s.SleepMs > 0, s.Exit != nil, s.Signal != "", s.Fork != nil,
 		s.CloseStdout, s.StopReason != "", s.WriteFile != nil, s.ReadFile != "",
 	} {
@@ -267,6 +279,13 @@ func (c *Config) validate() error {
 	if c.Turn != nil {
 		if err := c.Turn.validate(); err != nil {
 			return fmt.Errorf("turn: %w", err)
+		}
+	}
+	if st := c.Steering; st != nil {
+		switch st.Outcome {
+		case "", steerInjected, steerPromptRequired, steerFailed:
+		default:
+			return fmt.Errorf("steering: unknown outcome %q", st.Outcome)
 		}
 	}
 	return nil

@@ -69,3 +69,14 @@ func TestLoadConfig(t *testing.T) {
 	_, err = LoadConfig()
 	require.Error(t, err)
 }
+
+func TestSteeringConfig(t *testing.T) {
+	for _, o := range []string{"", "injected", "promptRequired", "failed"} {
+		assert.NoError(t, (&Config{Steering: &Steering{Outcome: o}}).validate(), o)
+	}
+	err := (&Config{Steering: &Steering{Outcome: "startedNewTurn"}}).validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `steering: unknown outcome "startedNewTurn"`)
+	_, err = ParseScript([]byte(`{"steps":[{"await_steer":true}]}`))
+	assert.NoError(t, err)
+}

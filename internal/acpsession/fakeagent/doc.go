@@ -43,8 +43,21 @@
 //	  "ignore_sigterm": true,        // process mode: SIGTERM is ignored
 //	  "linger_after_eof": true,      // process mode: keep running after stdin ends
 //	  "stderr": ["line", ...],       // written to stderr at startup
-//	  "turn": { ...script... }       // the turn when the prompt is not a script
+//	  "turn": { ...script... },      // the turn when the prompt is not a script
+//	  "steering": {"outcome": "failed"} // offer and serve _session/steering
 //	}
+//
+// steering makes initialize's top-level _meta {"steering":{"supported":true}},
+// as claude-agent-acp and codex-acp send it, and serves _session/steering
+// as they do: while a turn runs the steer is injected into it (outcome
+// "injected"; an await_steer step takes it); with no turn running and
+// _meta.steering.idleBehavior "promptRequired" the answer is
+// {"outcome":"promptRequired","reason":"noRunningTurn"}; another
+// idleBehavior is invalid params; none (where the real agents start a turn
+// of their own) is refused as invalid params too. outcome, when set, is
+// the answer to every steer. Without steering, _session/steering is
+// method not found (-32601), as copilot, cline and opencode answer it.
+// fail_in and hang_in take "_session/steering".
 //
 // auth_methods are listed in initialize's authMethods (none by default).
 // Method names in hang_in, fail_in and auth_required_in are ACP names
@@ -179,6 +192,9 @@
 //	{"stdout_raw": {"bytes": 11534337}}   a line of that many 'x' bytes
 //	{"wait_for_cancel": true} wait for session/cancel, then end the turn
 //	                          with stop reason cancelled
+//	{"await_steer": true}     wait for a steer injected into this turn
+//	                          (_session/steering), then agent_message_chunk
+//	                          "steered: <its text>"; a cancel ends the turn
 //	{"await_cancel": true}    wait for session/cancel, then go on with the
 //	                          next steps, no longer stopped by the cancel (an
 //	                          agent that still asks permission while cancelling)

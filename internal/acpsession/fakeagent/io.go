@@ -18,8 +18,20 @@ type lineWriter struct {
 	mu    sync.Mutex
 	w     io.Writer
 	dead  atomic.Bool
-	armed []chan struct{} // closed at the next prompt response written
+	armed []armedWrite
 }
+
+// armedWrite is closed once a line holding marker is written.
+type armedWrite struct {
+	marker []byte
+	ch     chan struct{}
+}
+
+// Markers of the responses a step can wait for.
+var (
+	promptResponse   = []byte(`"result":{"stopReason"`)
+	injectedResponse = []byte(`"result":{"outcome":"injected"`)
+)
 
 func (w *lineWriter) Write(b []byte) (int, error) {
 	if w.dead.Load() {
@@ -28,20 +40,29 @@ func (w *lineWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n, err := w.w.Write(b)
-	if err == nil && len(w.armed) > 0 && bytes.Contains(b, []byte(`"result":{"stopReason"`)) {
-		for _, ch := range w.armed {
-			close(ch)
+	if err == nil && len(w.armed) > 0 {
+		kept := w.armed[:0]
+		for _, a := range w.armed {
+			if bytes.Contains(b, a.marker) {
+				close(a.ch)
+			} else {
+				kept = append(kept, a)
+			}
 		}
-		w.armed = nil
+		w.armed = kept
 	}
 	return n, err
 }
 
 // arm returns a channel closed once the next prompt response is written.
-func (w *lineWriter) arm() <-chan struct{} {
+func (w *lineWriter) arm() <-chan struct{} { return w.armFor(promptResponse) }
+
+// armFor returns a channel closed once the next line holding marker is
+// written.
+func (w *lineWriter) armFor(marker []byte) <-chan struct{} {
 	ch := make(chan struct{})
 	w.mu.Lock()
-	w.armed = append(w.armed, ch)
+	w.armed = append(w.armed, armedWrite{marker: marker, ch: ch})
 	w.mu.Unlock()
 	return ch
 }

@@ -20,6 +20,7 @@ type turn struct {
 	s       *session
 	ctx     context.Context // the prompt's context: ends on session/cancel
 	cancel  <-chan struct{}
+	steers  <-chan steer    // the turn's injected steers; nil after the response
 	reply   strings.Builder // message text, for the history
 	stopped bool            // the agent is ending: do not answer
 	deaf    bool            // await_cancel ran: cancel no longer ends the turn
@@ -161,6 +162,23 @@ func (t *turn) step(st *Step) string {
 			return ""
 		}
 		return string(acp.StopReasonCancelled)
+	case st.AwaitSteer:
+		select {
+		case st := <-t.steers:
+			select {
+			case <-st.answered:
+			case <-a.stop:
+				t.stopped = true
+				return ""
+			}
+			t.reply.WriteString("steered: " + st.text)
+			a.sendUpdate(sid, textUpdate("agent_message_chunk", "steered: "+st.text))
+		case <-t.cancel:
+			return string(acp.StopReasonCancelled)
+		case <-t.ctx.Done():
+		case <-a.stop:
+			t.stopped = true
+		}
 	case st.AwaitCancel:
 		select {
 		case <-t.cancel:

@@ -1,0 +1,212 @@
+package mcpserver
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// send_task steer=true (issue 34 item 1), through MCP with the fake agent
+// as a real child process: steered where the agent offers steering and
+// takes the steer, else queued as a follow-up, never dropped.
+
+// awaitMessage polls the task's log until an agent_message holds want: the
+// turn is under way.
+func (r *rig) awaitMessage(t *testing.T, id, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(r.messages(t, id), want) {
+		require.True(t, time.Now().Before(deadline), "task %s: no message %q", id, want)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// steerRequests returns the params of each _session/steering the agent got.
+func steerRequests(t *testing.T, ws string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, req := range requests(t, ws) {
+		if req["method"] == "_session/steering" {
+			out = append(out, req["params"].(map[string]any))
+		}
+	}
+	return out
+}
+
+func msgStep(text string) map[string]any { return map[string]any{"message": text} }
+
+func TestSteerIntoRunningTurn(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, map[string]any{"steering": map[string]any{}})
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(
+		msgStep("working"), map[string]any{"await_steer": true}, msgStep(" and done"),
+	)})
+	r.awaitMessage(t, id, "working")
+
+	out := call(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "change course", "steer": true})
+	assert.Equal(t, "steered", out["delivered"])
+	assert.Equal(t, id, out["task_id"], "the reply is the task whose turn took the steer")
+	assert.Nil(t, out["parent_task_id"])
+
+	rec := r.wait(t, id)
+	assert.Equal(t, "succeeded", rec["status"], "one turn, which changed course")
+	assert.Nil(t, rec["follow_ups"], "a steer is no follow-up")
+	assert.Equal(t, "workingsteered: change course and done", r.messages(t, id))
+
+	// The steer event stands where the agent took it: after what the turn
+	// said before, before the answer to it.
+	evs := r.events(t, id, "steer", "agent_message")
+	types := typesOf(evs)
+	i := slices.Index(types, "steer")
+	require.GreaterOrEqual(t, i, 1, "%v", types)
+	assert.Equal(t, 1, count(types, "steer"))
+	assert.Equal(t, "change course", evs[i]["text"])
+	assert.Equal(t, "working", evs[i-1]["text"])
+	require.Greater(t, len(evs), i+1, "%v", types)
+	assert.True(t, strings.HasPrefix(evs[i+1]["text"].(string), "steered: change course"), evs[i+1]["text"])
+
+	steers := steerRequests(t, ws)
+	require.Len(t, steers, 1)
+	assert.Equal(t, map[string]any{"steering": map[string]any{"idleBehavior": "promptRequired"}}, steers[0]["_meta"])
+	assert.Equal(t, 1, count(methods(requests(t, ws)), "session/prompt"), "no second prompt")
+}
+
+// steerFallsBack spawns a turn that runs until a file exists, steers into
+// it and checks the steer became a queued follow-up that ran after it.
+func steerFallsBack(t *testing.T, cfg map[string]any, wantSteerRequests int) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, cfg)
+	gate := filepath.Join(t.TempDir(), "go")
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(
+		msgStep("working"), map[string]any{"wait_file": gate}, msgStep(" done"),
+	)})
+	r.awaitMessage(t, id, "working")
+
+	out := call(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "change course", "steer": true})
+	assert.Equal(t, "queued", out["delivered"])
+	child := out["task_id"].(string)
+	assert.NotEqual(t, id, child)
+	assert.Equal(t, id, out["parent_task_id"])
+	assert.Equal(t, "created", out["status"], "it waits for the running turn")
+	assert.Len(t, steerRequests(t, ws), wantSteerRequests)
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	assert.Equal(t, "succeeded", r.wait(t, id)["status"], "the running turn was not interrupted")
+	assert.Equal(t, "working done", r.messages(t, id))
+	assert.Empty(t, r.events(t, id, "steer"))
+	crec := r.wait(t, child)
+	assert.Equal(t, "succeeded", crec["status"])
+	assert.Equal(t, "ok: change course", r.messages(t, child), "the steer ran as a follow-up turn")
+}
+
+func TestSteerQueuedWithoutOffer(t *testing.T) {
+	// As copilot, cline and opencode: no offer, so no steer is sent.
+	steerFallsBack(t, map[string]any{}, 0)
+}
+
+func TestSteerQueuedOnPromptRequired(t *testing.T) {
+	// The turn ended as far as the agent knows: it did not take the message.
+	steerFallsBack(t, map[string]any{"steering": map[string]any{"outcome": "promptRequired"}}, 1)
+}
+
+func TestSteerQueuedOnFailed(t *testing.T) {
+	steerFallsBack(t, map[string]any{"steering": map[string]any{"outcome": "failed"}}, 1)
+}
+
+func TestSteerQueuedOnError(t *testing.T) {
+	steerFallsBack(t, map[string]any{
+		"steering": map[string]any{},
+		"fail_in":  map[string]any{"_session/steering": "steering broke"},
+	}, 1)
+}
+
+func TestSteerWithoutRunningTurn(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, map[string]any{"steering": map[string]any{}})
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(msgStep("first")), "keep_alive": true})
+	assert.Equal(t, "succeeded", r.wait(t, id)["status"])
+
+	out := call(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "next", "steer": true, "keep_alive": true})
+	assert.Equal(t, "started", out["delivered"], "no turn ran: a follow-up at once")
+	child := out["task_id"].(string)
+	assert.Equal(t, id, out["parent_task_id"])
+	assert.Equal(t, "succeeded", r.wait(t, child)["status"])
+	assert.Equal(t, "ok: next", r.messages(t, child))
+	assert.Empty(t, steerRequests(t, ws), "no steer is sent between turns")
+
+	// Without steer the reply is Symm's: no delivered.
+	plain := call(t, r.cs, "send_task", map[string]any{"task_id": child, "prompt": "again"})
+	assert.NotContains(t, plain, "delivered")
+	r.wait(t, plain["task_id"].(string))
+}
+
+func TestSteerWithInterruptInvalid(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, map[string]any{"steering": map[string]any{}})
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(msgStep("first"))})
+	r.wait(t, id)
+	msg := callErr(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "x", "steer": true, "interrupt": true})
+	assert.True(t, strings.HasPrefix(msg, "invalid_request: steer and interrupt"), msg)
+	rec := call(t, r.cs, "get_task", map[string]any{"task_id": id})
+	assert.Nil(t, rec["follow_ups"], "nothing was created")
+}
+
+// TestSteeredTurnTail: after a steered turn ended on a kept process, the
+// agent may go on on its own (claude-agent-acp, when the command it moved
+// to the background for the steer ends, intent 0044). Those updates reach
+// a task that has ended: it is left as it ended, with no error, and the
+// process serves the next follow-up.
+func TestSteeredTurnTail(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, map[string]any{"steering": map[string]any{}})
+	gate := filepath.Join(t.TempDir(), "tail")
+	tailDone := filepath.Join(ws, "tail-done")
+	id := r.spawn(t, map[string]any{"workspace": ws, "keep_alive": true, "prompt": scriptWith(
+		map[string]any{"after_response": []map[string]any{
+			{"wait_file": gate},
+			msgStep("tail"),
+			{"tool_call": map[string]any{"toolCallId": "bg", "title": "background task ended", "kind": "execute", "status": "completed"}},
+			{"write_file": map[string]any{"path": "tail-done", "content": "x"}},
+		}},
+		msgStep("working"), map[string]any{"await_steer": true},
+	)})
+	r.awaitMessage(t, id, "working")
+	out := call(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "change course", "steer": true})
+	require.Equal(t, "steered", out["delivered"])
+	rec := r.wait(t, id)
+	require.Equal(t, "succeeded", rec["status"])
+	before := r.events(t, id)
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	deadline := time.Now().Add(30 * time.Second)
+	for _, err := os.Stat(tailDone); err != nil; _, err = os.Stat(tailDone) {
+		require.True(t, time.Now().Before(deadline), "the agent's tail did not run")
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The agent wrote its tail before it answers this follow-up: once it
+	// ended, the tail has been read.
+	child := r.send(t, map[string]any{"task_id": id, "prompt": "next"})
+	crec := r.wait(t, child)
+	assert.Equal(t, "succeeded", crec["status"])
+	assert.Contains(t, r.messages(t, child), "ok: next")
+
+	rec = call(t, r.cs, "get_task", map[string]any{"task_id": id})
+	assert.Equal(t, "succeeded", rec["status"])
+	assert.Nil(t, rec["error"])
+	after := r.events(t, id)
+	assert.Equal(t, typesOf(before), typesOf(after)[:len(before)], "the ended task's log is as it ended")
+	assert.Equal(t, []string{"follow_up"}, typesOf(after)[len(before):], "but for the follow-up it was sent")
+}
+
+func TestSteerQueuedBehindTurnOfAgentThatCloses(t *testing.T) {
+	// As copilot: session/close offered. The turn was spawned without
+	// keep_alive, so its session is closed when its process ends, and not
+	// before the follow-up queued behind it has run on that process.
+	steerFallsBack(t, map[string]any{"close_session": true}, 0)
+}
