@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 var (
@@ -258,13 +260,8 @@ func TestHarness(t *testing.T) {
 		clusterEvents: 20, natscluster: filepath.Join(dir, "natscluster"),
 		launcher: filepath.Join(root, "npm", "symm-mcp", "bin", "symm-mcp.js"),
 	}
-	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent",
-		cfg.natscluster: "./internal/jetstream/testdata/natscluster"} {
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Dir = root
-		b, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s", b)
-	}
+	// The three in one go build (each binary named as cfg names it).
+	require.NoError(t, testrig.Build(context.Background(), dir, "github.com/symm-mcp/symm-mcp/cmd/symm-mcp", testrig.FakeAgentPkg, testrig.NATSClusterPkg))
 	// The peer runs when make acpx has installed it; make test installs
 	// nothing.
 	names := []string{"k turn beside acpx"}

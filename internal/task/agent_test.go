@@ -12,13 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 func TestStreamArrivesWholeAndInOrder(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	const n = 10000
-	prompt := script(
+	prompt := testrig.Script(
 		map[string]any{"chunks": map[string]any{"n": n, "text": "<{i}>", "tool_call_every": 1000}},
 		map[string]any{"thought": "done"},
 	)
@@ -60,9 +61,9 @@ func TestStreamArrivesWholeAndInOrder(t *testing.T) {
 
 func TestToolCallsAreBounded(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	big := strings.Repeat("é", 50000)
-	prompt := script(
+	prompt := testrig.Script(
 		map[string]any{"tool_call": map[string]any{"toolCallId": "t1", "title": "write", "kind": "edit", "status": "pending",
 			"rawInput": map[string]any{"content": big}, "content": []any{map[string]any{"type": "content", "content": map[string]any{"type": "text", "text": big}}},
 			"locations": []any{map[string]any{"path": "/x"}}}},
@@ -86,8 +87,8 @@ func TestStopReasons(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
 	for _, reason := range []string{"max_tokens", "max_turn_requests", "refusal", "cancelled"} {
 		t.Run(reason, func(t *testing.T) {
-			ws := agentWorkspace(t, nil)
-			id := r.spawn(t, SpawnRequest{Prompt: scriptWith(map[string]any{"stop_reason": reason}, map[string]any{"message": "partial"}), Workspace: ws})
+			ws := testrig.Workspace(t, nil)
+			id := r.spawn(t, SpawnRequest{Prompt: testrig.ScriptWith(map[string]any{"stop_reason": reason}, map[string]any{"message": "partial"}), Workspace: ws})
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			assert.Contains(t, got["error"], reason)
@@ -110,8 +111,8 @@ func TestAgentExitsMidTurn(t *testing.T) {
 		"SIGKILL":   {"signal": "SIGKILL"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ws := agentWorkspace(t, nil)
-			id := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"message": "before"}, step), Workspace: ws})
+			ws := testrig.Workspace(t, nil)
+			id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"message": "before"}, step), Workspace: ws})
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			assert.Contains(t, got["error"], "before ending its turn")
@@ -125,7 +126,7 @@ func TestAgentExitsMidTurn(t *testing.T) {
 			texts := r.events(t, id, "agent_message")
 			require.NotEmpty(t, texts, "events sent before the crash are kept")
 			assert.Equal(t, "before", texts[0]["text"])
-			requireGone(t, r.pids(t, id, ws))
+			testrig.RequireGone(t, r.pids(t, id, ws))
 		})
 	}
 }
@@ -159,8 +160,8 @@ func TestCancelMidStream(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			ws := agentWorkspace(t, c.cfg)
-			id := r.spawn(t, SpawnRequest{Prompt: script(c.steps...), Workspace: ws})
+			ws := testrig.Workspace(t, c.cfg)
+			id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(c.steps...), Workspace: ws})
 			r.waitForEvent(t, id, "agent_message")
 			start := time.Now()
 			out := r.cancel(t, id)
@@ -174,7 +175,7 @@ func TestCancelMidStream(t *testing.T) {
 			cancelled := r.events(t, id, "task_cancelled")
 			require.Len(t, cancelled, 1)
 			assert.Equal(t, "cancel_task", cancelled[0]["source"])
-			requireGone(t, r.pids(t, id, ws))
+			testrig.RequireGone(t, r.pids(t, id, ws))
 		})
 	}
 }
@@ -193,13 +194,13 @@ func TestSetupTimeoutsNameTheRequest(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{requestTimeout: 300 * time.Millisecond})
 	for _, method := range []string{"initialize", "new_session"} {
 		t.Run(method, func(t *testing.T) {
-			ws := agentWorkspace(t, map[string]any{"hang_in": method})
+			ws := testrig.Workspace(t, map[string]any{"hang_in": method})
 			id := r.spawn(t, SpawnRequest{Prompt: "p", Workspace: ws})
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			assert.Contains(t, got["error"], "did not answer "+method)
-			assert.NotContains(t, methods(requests(t, ws)), "session/prompt", "the task fails before the prompt")
-			requireGone(t, r.pids(t, id, ws))
+			assert.NotContains(t, testrig.Methods(testrig.Requests(t, ws)), "session/prompt", "the task fails before the prompt")
+			testrig.RequireGone(t, r.pids(t, id, ws))
 		})
 	}
 }
@@ -221,20 +222,20 @@ func TestSettingsAreCheckedBeforeThePrompt(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ws := agentWorkspace(t, c.cfg)
+			ws := testrig.Workspace(t, c.cfg)
 			id := r.spawn(t, SpawnRequest{Agent: c.agent, Prompt: "p", Workspace: ws, Model: c.model})
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			assert.Contains(t, got["error"], c.want)
 			assert.NotContains(t, got["error"], "(the agent", "the cleanup's exit is not blamed on the agent")
-			assert.NotContains(t, methods(requests(t, ws)), "session/prompt")
+			assert.NotContains(t, testrig.Methods(testrig.Requests(t, ws)), "session/prompt")
 		})
 	}
 	t.Run("model applied", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"config_options": []any{models}})
+		ws := testrig.Workspace(t, map[string]any{"config_options": []any{models}})
 		id := r.spawn(t, SpawnRequest{Prompt: "p", Workspace: ws, Model: "b"})
 		assert.Equal(t, "succeeded", r.wait(t, id)["status"])
-		assert.Equal(t, []string{"initialize", "session/new", "session/set_config_option", "session/prompt"}, methods(requests(t, ws)))
+		assert.Equal(t, []string{"initialize", "session/new", "session/set_config_option", "session/prompt"}, testrig.Methods(testrig.Requests(t, ws)))
 		var confirmed []string
 		for _, e := range r.events(t, id, "agent_update") {
 			if e["update_type"] == "set_config_option_response" {
@@ -249,10 +250,10 @@ func TestSettingsAreCheckedBeforeThePrompt(t *testing.T) {
 
 func TestUnknownUpdatesAndNotifications(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{
+	ws := testrig.Workspace(t, map[string]any{
 		"updates_before_new_session_response": []any{map[string]any{"sessionUpdate": "available_commands_update", "availableCommands": []any{}}},
 	})
-	prompt := scriptWith(map[string]any{"after_response": []any{map[string]any{"raw_update": map[string]any{"sessionUpdate": "session_info_update", "title": "t"}}}},
+	prompt := testrig.ScriptWith(map[string]any{"after_response": []any{map[string]any{"raw_update": map[string]any{"sessionUpdate": "session_info_update", "title": "t"}}}},
 		map[string]any{"raw_update": map[string]any{"sessionUpdate": "brand_new_thing", "x": map[string]any{"y": 1}}},
 		map[string]any{"notify": map[string]any{"method": "_vendor/status", "params": map[string]any{"ok": true}}},
 		map[string]any{"raw_update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]any{"type": "text", "text": "other"}}, "session_id": "someone-else"},
@@ -275,9 +276,9 @@ func TestUnknownUpdatesAndNotifications(t *testing.T) {
 
 func TestStderrIsRecorded(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	long := strings.Repeat("x", 1<<20+1)
-	id := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"stderr": "one line"}, map[string]any{"stderr": long}), Workspace: ws})
+	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"stderr": "one line"}, map[string]any{"stderr": long}), Workspace: ws})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 	lines := r.events(t, id, "stderr")
 	require.Len(t, lines, 3)

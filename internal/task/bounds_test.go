@@ -14,6 +14,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // What an agent sends and what a caller gives is bounded in the records
@@ -45,7 +46,7 @@ func (r *agentRig) rawEvents(t *testing.T, id string) []json.RawMessage {
 // length, and every page can be read and paged past.
 func TestOversizeUpdatesAreCapped(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
+	ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
 		{"plan": []map[string]any{{"content": huge, "priority": "high", "status": "pending"}}},
 		{"raw_update": map[string]any{"sessionUpdate": "mystery_update", "blob": huge}},
 		{"raw_update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]any{"type": "image", "mimeType": "image/png", "data": huge}}},
@@ -102,7 +103,7 @@ func TestOversizeUpdatesAreCapped(t *testing.T) {
 // and SHA-256; a small prompt is returned as it is, with no new field.
 func TestLargePromptIsPreviewed(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{{"message": "read it"}}}})
+	ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{{"message": "read it"}}}})
 	prompt := "ab" + huge
 	sum := sha256.Sum256([]byte(prompt))
 	want := map[string]any{
@@ -137,7 +138,7 @@ func TestLargePromptIsPreviewed(t *testing.T) {
 	}
 
 	var got []string
-	for _, req := range requests(t, ws) {
+	for _, req := range testrig.Requests(t, ws) {
 		if req["method"] != "session/prompt" {
 			continue
 		}
@@ -176,7 +177,7 @@ func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
 		return decode(t, raw)
 	}
 	t.Run("usage", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
+		ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
 			{"raw_update": map[string]any{"sessionUpdate": "usage_update", "used": 1, "size": 2, "blob": huge}},
 		}}})
 		id := r.spawn(t, SpawnRequest{Prompt: "go", Workspace: ws})
@@ -186,7 +187,7 @@ func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
 		assert.Equal(t, map[string]any{"used": 1.0, "size": 2.0}, u["context"], "only the figures are kept")
 	})
 	t.Run("error", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"fail_in": map[string]any{"session/prompt": huge}})
+		ws := testrig.Workspace(t, map[string]any{"fail_in": map[string]any{"session/prompt": huge}})
 		id := r.spawn(t, SpawnRequest{Prompt: "go", Workspace: ws})
 		require.Equal(t, "failed", r.wait(t, id)["status"])
 		msg := small(t, id)["error"].(string)

@@ -14,6 +14,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 type fixedHosts []string
@@ -190,8 +191,8 @@ func TestDescribeOnOneHost(t *testing.T) {
 func TestSpawnHostWithoutCluster(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
 	r.svc.cfg.Hosts = fixedHosts{"m"}
-	ws := agentWorkspace(t, nil)
-	b, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "m"})
+	ws := testrig.Workspace(t, nil)
+	b, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: testrig.Script(map[string]any{"message": "done"}), Workspace: ws, Host: "m"})
 	require.NoError(t, err)
 	assert.Equal(t, "succeeded", r.wait(t, decode(t, b)["task_id"].(string))["status"])
 	_, err = r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: "p", Workspace: ws, Host: "x"})
