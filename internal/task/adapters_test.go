@@ -154,6 +154,7 @@ const (
 // agent's offer, the exact ACP calls made before the prompt, in order, and
 // the failure that names a missing pin or an unoffered value.
 func TestAdaptersAgainstRealOffers(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	setup := []string{"initialize", "session/new"}
 	tests := []struct {
@@ -339,6 +340,7 @@ func TestOpencodeConfigurationReachesNoAgent(t *testing.T) {
 // TestOpencodeConfigNotAnObjectFailsBeforeLaunch: the same, against the
 // fake supervisor: nothing is started.
 func TestOpencodeConfigNotAnObjectFailsBeforeLaunch(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, func(c *Config) {
 		c.Getenv = func(k string) string {
 			if k == agents.OpencodeConfigVar {
@@ -359,6 +361,7 @@ func TestOpencodeConfigNotAnObjectFailsBeforeLaunch(t *testing.T) {
 // names reports the agent's version, resume support, model and effort
 // offers and whether each pin is available, and creates no task.
 func TestDescribeAgentAgainstRealOffers(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	str := func(s string) *string { return &s }
 	type offerWant struct {
@@ -484,6 +487,7 @@ func agentExecutable(t *testing.T, agent string) string {
 // TestDescribeAgentMissingExecutable: an agent not on PATH is described by
 // an error naming its executable, and nothing else.
 func TestDescribeAgentMissingExecutable(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	for _, a := range agents.DefaultAdapters() {
 		t.Run(a.Name, func(t *testing.T) {

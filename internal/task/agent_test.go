@@ -16,6 +16,7 @@ import (
 )
 
 func TestStreamArrivesWholeAndInOrder(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	const n = 10000
@@ -60,6 +61,7 @@ func TestStreamArrivesWholeAndInOrder(t *testing.T) {
 }
 
 func TestToolCallsAreBounded(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	big := strings.Repeat("é", 50000)
@@ -84,6 +86,7 @@ func TestToolCallsAreBounded(t *testing.T) {
 }
 
 func TestStopReasons(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	for _, reason := range []string{"max_tokens", "max_turn_requests", "refusal", "cancelled"} {
 		t.Run(reason, func(t *testing.T) {
@@ -104,6 +107,7 @@ func TestStopReasons(t *testing.T) {
 }
 
 func TestAgentExitsMidTurn(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	for name, step := range map[string]map[string]any{
 		"exit code": {"exit": map[string]any{"code": 3}},
@@ -181,6 +185,7 @@ func TestCancelMidStream(t *testing.T) {
 }
 
 func TestMissingExecutable(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	require.NoError(t, os.Remove(filepath.Join(r.bin, "codex-acp")))
 	out := r.spawnRecord(t, SpawnRequest{Agent: "codex", Prompt: "p"})
@@ -191,6 +196,7 @@ func TestMissingExecutable(t *testing.T) {
 }
 
 func TestSetupTimeoutsNameTheRequest(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{requestTimeout: 300 * time.Millisecond})
 	for _, method := range []string{"initialize", "new_session"} {
 		t.Run(method, func(t *testing.T) {
@@ -206,6 +212,7 @@ func TestSetupTimeoutsNameTheRequest(t *testing.T) {
 }
 
 func TestSettingsAreCheckedBeforeThePrompt(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	models := map[string]any{"id": "model", "name": "Model", "type": "select", "currentValue": "a",
 		"options": []any{map[string]any{"value": "a", "name": "A"}, map[string]any{"value": "b", "name": "B"}}}
@@ -249,6 +256,7 @@ func TestSettingsAreCheckedBeforeThePrompt(t *testing.T) {
 }
 
 func TestUnknownUpdatesAndNotifications(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{
 		"updates_before_new_session_response": []any{map[string]any{"sessionUpdate": "available_commands_update", "availableCommands": []any{}}},
@@ -275,6 +283,7 @@ func TestUnknownUpdatesAndNotifications(t *testing.T) {
 }
 
 func TestStderrIsRecorded(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	long := strings.Repeat("x", 1<<20+1)

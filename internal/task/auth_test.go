@@ -38,6 +38,7 @@ var modelSelect = []any{
 // ACP's auth_required, the task fails with an error naming the agent's
 // auth methods, and its error event lists them.
 func TestAuthRequiredFailsTheTask(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	tests := []struct {
 		name    string
@@ -120,6 +121,7 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 // from initialize, also when the agent then refuses session/new because it
 // wants them used, and an empty list when it lists none.
 func TestDescribeAgentShowsAuthMethods(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	t.Run("listed", func(t *testing.T) {
 		ws := testrig.Workspace(t, map[string]any{"auth_methods": fakeAuthMethods})

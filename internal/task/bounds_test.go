@@ -45,6 +45,7 @@ func (r *agentRig) rawEvents(t *testing.T, id string) []json.RawMessage {
 // at most 1 MiB; a larger field becomes a preview with truncated and
 // length, and every page can be read and paged past.
 func TestOversizeUpdatesAreCapped(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
 		{"plan": []map[string]any{{"content": huge, "priority": "high", "status": "pending"}}},
@@ -102,6 +103,7 @@ func TestOversizeUpdatesAreCapped(t *testing.T) {
 // and every task record carries its first 500 characters with its length
 // and SHA-256; a small prompt is returned as it is, with no new field.
 func TestLargePromptIsPreviewed(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{{"message": "read it"}}}})
 	prompt := "ab" + huge
@@ -168,6 +170,7 @@ func TestLargePromptIsPreviewed(t *testing.T) {
 // 1,000 characters (its error event keeps more), an outsized session id
 // is refused.
 func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	small := func(t *testing.T, id string) map[string]any {
 		t.Helper()

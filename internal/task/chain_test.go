@@ -20,6 +20,7 @@ import (
 // holds the whole connection, the SDK's 1 MiB line buffer among it); a
 // kept process keeps it until it exits.
 func TestFinishedTaskLetsGoOfItsSession(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	id := r.spawn(t, SpawnRequest{Agent: "fake", Prompt: "p", Workspace: testrig.Workspace(t, nil)})
 	r.wait(t, id)
@@ -83,6 +84,7 @@ func pidOf(t *testing.T, r *agentRig, id string) string {
 // on it; without a keep-alive of its own the process then leaves at stdin
 // EOF, and its exit is the follow-up's, not the parent's.
 func TestKeptProcessTakesASentTurn(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	parent := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"pid": true}), Workspace: ws, KeepAlive: true})
@@ -119,6 +121,7 @@ func TestKeptProcessTakesASentTurn(t *testing.T) {
 // keep-alive, the kept process's conversation ends and the agent leaves at
 // stdin EOF, by itself: its exit is recorded on the kept task.
 func TestKeepAliveEndsTheKeptProcess(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	idle := 1
@@ -146,6 +149,7 @@ func TestKeepAliveEndsTheKeptProcess(t *testing.T) {
 // TestQueuedFollowUpTakesTheProcess: a follow-up queued behind a turn
 // runs on its process when the turn ends, keep-alive or not.
 func TestQueuedFollowUpTakesTheProcess(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	gate := filepath.Join(t.TempDir(), "go")
@@ -170,6 +174,7 @@ func TestQueuedFollowUpTakesTheProcess(t *testing.T) {
 // TestCancelEndsTheKeptProcess: cancel_task on the finished task that
 // holds the kept process stops the process, and returns once it ended.
 func TestCancelEndsTheKeptProcess(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"pid": true}), Workspace: ws, KeepAlive: true})

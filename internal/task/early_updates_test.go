@@ -15,6 +15,7 @@ import (
 // recorded, in order, after session_started and before the turn's own.
 // (They were held up to 10,000, and the rest dropped without a count.)
 func TestUpdatesBeforeTheSessionAreAllRecorded(t *testing.T) {
+	t.Parallel()
 	const n = 12_000
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{

@@ -18,6 +18,7 @@ import (
 // checks the task's final status and error, that what the agent sent before
 // the fault is in the log, and that no process of the agent's group is left.
 func TestFaultMatrix(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	// Only the agents that hang get a short request timeout.
 	hangs := newAgentRig(t, agentRigOptions{requestTimeout: 500 * time.Millisecond})
@@ -104,6 +105,7 @@ func TestFaultMatrix(t *testing.T) {
 }
 
 func TestFaultNotExecutable(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	path := filepath.Join(r.bin, "fake-agent")
 	require.NoError(t, os.Remove(path))
@@ -117,6 +119,7 @@ func TestFaultNotExecutable(t *testing.T) {
 }
 
 func TestFaultExitsAtOnce(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	path := filepath.Join(r.bin, "fake-agent")
 	require.NoError(t, os.Remove(path))
@@ -132,6 +135,7 @@ func TestFaultExitsAtOnce(t *testing.T) {
 }
 
 func TestFaultPermissionCancelledThenTurnKeptOpen(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	steps := []map[string]any{
@@ -170,6 +174,7 @@ func TestFaultNoGrowthOver500Tasks(t *testing.T) {
 }
 
 func TestFaultStderrFlood(t *testing.T) {
+	t.Parallel()
 	const capBytes = 4 << 20
 	r := newAgentRig(t, agentRigOptions{stderrCap: capBytes})
 	ws := testrig.Workspace(t, nil)

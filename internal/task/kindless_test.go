@@ -13,6 +13,7 @@ import (
 // the kind its tool call announced too: allowing "other" does not allow an
 // announced "execute".
 func TestKindlessRequestIsJudgedByTheAnnouncedKind(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	options := []any{

@@ -18,6 +18,7 @@ import (
 // notify_path (by its agent, say) neither blocks cancel_task nor takes
 // the marker's place: the marker is a regular file when the reply comes.
 func TestFIFOAtNotifyPathDoesNotHangCancel(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{markers: true})
 	out := r.spawnRecord(t, SpawnRequest{
 		Prompt:    testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}),

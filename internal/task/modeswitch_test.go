@@ -13,6 +13,7 @@ import (
 // A request whose options name the agent's modes changes the mode, whatever
 // kind it claims: it is never granted, even with every kind allowed.
 func TestModeSwitchUnderAnotherKindIsNotGranted(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{
 		"modes": map[string]any{"current": "plan", "available": []any{

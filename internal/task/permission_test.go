@@ -165,6 +165,7 @@ func withoutEnvelope(e map[string]any) map[string]any {
 // checks every permission event field by field against the README's rule,
 // what the agent received, and the rule's properties on what was decided.
 func TestPermissionMatrix(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	type matrixTask struct {
 		name, ws, id string
@@ -251,6 +252,7 @@ func TestPermissionMatrix(t *testing.T) {
 // cancelled and leave no event, though allow lists their kind and the
 // one-time allow is offered; the request in the turn is decided.
 func TestPermissionOutsideTheTurn(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{
 		"new_session_steps": []any{map[string]any{"permission": map[string]any{"tool_call_id": "before-turn", "kind": "read"}}},

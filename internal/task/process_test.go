@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 // run is stopped from within the sink call that lost it (the supervisor's
 // stderr reader, the ACP session's reader), its processes gone.
 func TestLostRecordStopsARealAgent(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		fail   string

@@ -57,6 +57,7 @@ func rewriteFake(t *testing.T, ws string, cfg map[string]any) {
 }
 
 func TestResumeLoadsTheSessionInANewProcess(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"load_session": true})
 	// The agent keeps this prompt and its reply, "ok: remember the word
@@ -113,6 +114,7 @@ func TestResumeLoadsTheSessionInANewProcess(t *testing.T) {
 }
 
 func TestResumeFailures(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{requestTimeout: 500 * time.Millisecond})
 	mayNotExist := func(id string) string {
 		return fmt.Sprintf("session %q could not be loaded: it may not exist for this agent or workspace", id)
@@ -212,6 +214,7 @@ func TestResumeFailures(t *testing.T) {
 // task that created the session are not sent again when a later task
 // resumes it; the later task's own choices are.
 func TestResumeAppliesOnlyThisCallsChoices(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"load_session": true, "config_options": resumeOptions})
 	_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "first", Model: "b", Effort: "high"})

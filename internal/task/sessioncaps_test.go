@@ -24,6 +24,7 @@ import (
 // the session up with session/resume when the agent offers it (no history
 // comes back), else with session/load; session_started says which.
 func TestResumeUsesSessionResumeWhenOffered(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	tests := []struct {
 		name   string
@@ -70,6 +71,7 @@ func TestResumeUsesSessionResumeWhenOffered(t *testing.T) {
 }
 
 func TestResumeOfAnUnknownSessionNamesTheID(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"resume_session": true})
 	id := r.spawn(t, SpawnRequest{Prompt: "p", Workspace: ws, SessionID: "fake-nope"})
@@ -99,6 +101,7 @@ func (r *agentRig) waitForRequest(t *testing.T, id, ws, method string) {
 // turn, before the process ends, and the answer is a session_closed event;
 // a failure or no answer is recorded and is no failure of the task.
 func TestSessionClose(t *testing.T) {
+	t.Parallel()
 	keep := &agents.Adapter{Name: "fake_keep_open", Executable: "fake-agent-keep-open", Options: []string{agents.OptAllow}, KeepSessionOpen: true}
 	// A request timeout far past the test's wait: an unanswered close must
 	// end the task on session/close's own bound, not on this one.
@@ -159,6 +162,7 @@ func TestSessionClose(t *testing.T) {
 // session_id; closing a session (which frees the agent's resources) must
 // not break it.
 func TestClosedSessionStillResumes(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"close_session": true, "resume_session": true})
 	first, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "one"})
@@ -173,6 +177,7 @@ func TestClosedSessionStillResumes(t *testing.T) {
 // outstanding cancels that request's context, and the agent hears of it
 // ($/cancel_request) before its process is ended.
 func TestStopDuringSetupCancelsTheRequest(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	// The agent ignores SIGTERM, so it reads its stdin to the end before
 	// it exits: whatever was written to it before the end is logged.
@@ -195,6 +200,7 @@ func TestStopDuringSetupCancelsTheRequest(t *testing.T) {
 // reports the session methods the agent offers, can_resume for load or
 // resume, and closes its probe session when close is offered.
 func TestDescribeShowsSessionCapabilitiesAndClosesItsProbe(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	tests := []struct {
 		name      string
@@ -235,6 +241,7 @@ func TestDescribeShowsSessionCapabilitiesAndClosesItsProbe(t *testing.T) {
 // which path a resume takes and whether symm-mcp closes the session.
 // internal/e2e checks the same against the agents themselves.
 func TestRealAgentsSessionPaths(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	want := map[string]struct {
 		resumedBy string

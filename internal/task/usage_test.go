@@ -34,6 +34,7 @@ const noUsage = `{"input_tokens":null,"output_tokens":null,"thought_tokens":null
 // the prompt response and its context window and cost from usage_update,
 // each the latest reported (never summed); every report is a usage event.
 func TestUsageFromBothSources(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	tests := []struct {
 		name    string
@@ -106,6 +107,7 @@ func TestUsageFromBothSources(t *testing.T) {
 }
 
 func TestUsageEventFields(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, nil)
 	id := r.spawn(t, SpawnRequest{Workspace: ws, Prompt: testrig.ScriptWith(promptUsage, usageUpdate(10, 100, 0.5))})
@@ -127,6 +129,7 @@ func TestUsageEventFields(t *testing.T) {
 // turn's), and a resumed session's cost (cumulative for the session) once,
 // from its latest task.
 func TestUsageTotal(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"load_session": true})
 	turn := func(input, total int, cost float64) string {
@@ -159,6 +162,7 @@ func TestUsageTotal(t *testing.T) {
 // task's title, at most 200 characters, in the record and the summaries;
 // null clears it.
 func TestTitleFromSessionInfo(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	info := func(title any) map[string]any {
 		return map[string]any{"raw_update": map[string]any{"sessionUpdate": "session_info_update", "title": title}}
