@@ -164,6 +164,10 @@ func TestCancelMidStream(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
+			// The cases wait on the supervisor's timeouts, not on the
+			// CPU: at once, beside each other only (the test itself is
+			// serial, for its bound).
+			t.Parallel()
 			ws := testrig.Workspace(t, c.cfg)
 			id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(c.steps...), Workspace: ws})
 			r.waitForEvent(t, id, "agent_message")
