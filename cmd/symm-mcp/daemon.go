@@ -249,7 +249,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 		// A name taken over by another daemon stops this one (exit 1).
 		defer context.AfterFunc(s.cluster.lost, stop)()
 	}
-	if err := s.d.Serve(ctx); err != nil {
+	if err := s.d.Serve(ctx, s.served); err != nil {
 		return 1
 	}
 	if err := s.cluster.lostName(); err != nil {
@@ -285,10 +285,10 @@ type daemonServer struct {
 	closeLedger func() // closes the ledger, then its server (once)
 	skipped     func() int
 	svc         *task.Service
-	// front is what the daemon's sessions, HTTP handler and live view
-	// call: svc, or on a cluster the router over it (internal/routing).
-	front   frontService
-	markers *notify.Markers
+	markers     *notify.Markers
+	// served is what d.Serve serves, built once svc (and its router)
+	// exists.
+	served daemon.Served
 	// stopIntake stops taking work from other daemons (spawns handed
 	// over, routed calls) before the service shuts down: one taken after
 	// would only end failed, "shutting down".
@@ -311,29 +311,13 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	groups := daemon.NewGroups(c.o.stateDir, log)
 	version := version.String()
 	sandboxStatus := serverSandbox(c.o.sandbox, true, log)
-	// The daemon is handed s, whose service is built below: Listen
-	// serves nothing (Serve does, once s is whole), and the ledger can
-	// open only under the state directory's lock that Listen takes.
+	// Listen serves nothing: the ledger opens only under the state
+	// directory's lock it takes, and what the daemon serves (built from
+	// the ledger) is handed to Serve whole (s.served).
 	s.d, err = daemon.Listen(daemon.Config{
-		Socket: c.o.socket, StateDir: c.o.stateDir, Tasks: s, Version: version, Ledger: c.ledger, Logger: log, Origin: &c.origin,
+		Socket: c.o.socket, StateDir: c.o.stateDir, Version: version, Ledger: c.ledger, Logger: log, Origin: &c.origin,
 		Sandbox: sandboxStatus, ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(c.ledger), WorkspaceRoots: c.o.rootsResolved,
-		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
-			end := mcpserver.ServeShared(ctx, s.front, version, in, out)
-			log.Debug("MCP session ended", "reason", end.Reason)
-		},
 		HTTP: c.httpAddr, HTTPLimits: daemon.HTTPLimits{MaxConns: c.httpConns},
-		// Both handlers are built at their first request, from Serve on,
-		// when the service exists.
-		HTTPHandler: func(token string) http.Handler {
-			return lazyHandler(func() http.Handler {
-				return mcpserver.HTTPHandler(s.front, version, token, log.With("http", true), c.httpIdle)
-			})
-		},
-		WebHandler: func(token string) http.Handler {
-			return lazyHandler(func() http.Handler {
-				return webview.New(webview.Config{Tasks: s.front, Hub: hub, Token: token, Actions: c.actions, Version: version, Logger: log.With("view", true)})
-			})
-		},
 	})
 	if err != nil {
 		return nil, err
@@ -374,20 +358,23 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	if err != nil {
 		return nil, &workdirError{err}
 	}
-	s.svc, s.front, s.markers = svc, svc, markers
+	s.svc, s.markers = svc, markers
 	if one, ok := hosts.(*oneHost); ok {
 		one.svc.Store(svc)
 	}
+	// What the daemon's sessions, HTTP handler and live view call: svc,
+	// or on a cluster the router over it (internal/routing).
+	var front frontService = svc
 	if s.cluster != nil {
 		// The name is claimed before this host's tasks are recovered: a
 		// daemon that would take a live host's name touches none of them.
-		// The daemon serves the router over svc (internal/routing).
 		router, err := s.cluster.join(svc, markers, log)
 		if err != nil {
 			return nil, err
 		}
-		s.front = router
+		front = router
 	}
+	s.served = daemonServed(c, s, front, hub, version, log)
 	// Before the first connection is accepted, the tasks a killed daemon
 	// left live are ended failed (their agents died with it).
 	if s.recovered, err = svc.Recover(time.Now()); err != nil {
@@ -403,6 +390,28 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 		}
 	}
 	return s, nil
+}
+
+// daemonServed is what the daemon serves: one MCP session per
+// connection and, with --http, the Streamable HTTP handler and the live
+// view, all over front; tasks is what it ends at shutdown.
+func daemonServed(c serveConfig, tasks daemon.Tasks, front frontService, hub *webview.Hub, version string, log *slog.Logger) daemon.Served {
+	served := daemon.Served{
+		Tasks: tasks,
+		Session: func(ctx context.Context, in io.ReadCloser, out io.Writer) {
+			end := mcpserver.ServeShared(ctx, front, version, in, out)
+			log.Debug("MCP session ended", "reason", end.Reason)
+		},
+	}
+	if c.httpAddr != "" {
+		served.HTTPHandler = func(token string) http.Handler {
+			return mcpserver.HTTPHandler(front, version, token, log.With("http", true), c.httpIdle)
+		}
+		served.WebHandler = func(token string) http.Handler {
+			return webview.New(webview.Config{Tasks: front, Hub: hub, Token: token, Actions: c.actions, Version: version, Logger: log.With("view", true)})
+		}
+	}
+	return served
 }
 
 // Shutdown is the end of what the daemon serves (daemon.Tasks): the
@@ -621,10 +630,4 @@ func shutdown(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "daemon (pid %d) stopped; every task ended\n", reply.PID)
 	return 0
-}
-
-// lazyHandler is the handler build returns, built at the first request.
-func lazyHandler(build func() http.Handler) http.Handler {
-	h := sync.OnceValue(build)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h().ServeHTTP(w, r) })
 }

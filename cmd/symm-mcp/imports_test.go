@@ -89,6 +89,15 @@ func TestImportRules(t *testing.T) {
 			"internal/routing imports nothing of ours but task, ledger and jetstream")
 	}
 	require.Contains(t, imports, module+"/internal/routing")
+	// The test rig the packages' tests share stands on the parts a task
+	// service is wired from, never on the service (internal/task's own
+	// tests import it), and only test files import it (intent 0046).
+	require.Contains(t, imports, module+"/internal/testrig")
+	for _, imp := range ours(module + "/internal/testrig") {
+		assert.Contains(t, []string{module + "/internal/agents", module + "/internal/acpsession", module + "/internal/acpsession/fakeagent",
+			module + "/internal/supervisor", module + "/internal/notify"}, imp,
+			"internal/testrig imports nothing of ours but agents, acpsession, acpsession/fakeagent, supervisor and notify")
+	}
 	within := func(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
 	for pkg, imps := range imports {
 		for _, imp := range imps {
@@ -109,6 +118,8 @@ func TestImportRules(t *testing.T) {
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports %s", imp)
 			case imp == module+"/internal/routing":
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the router")
+			case imp == module+"/internal/testrig":
+				assert.Fail(t, "only test files import the test rig", "%s imports it", pkg)
 			case imp == module+"/internal/jetstream":
 				assert.Contains(t, []string{module + "/cmd/symm-mcp", module + "/internal/routing"}, pkg,
 					"nothing but cmd and the router imports the cluster (the task service knows one host)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // binary is the built symm-mcp (with the race detector), fakeBin the fake
@@ -37,26 +39,25 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binary = filepath.Join(dir, "symm-mcp")
-	fakeBin = filepath.Join(dir, "fake-acp-agent")
-	natsBin = filepath.Join(dir, "natscluster")
+	fakeBin = filepath.Join(dir, filepath.Base(testrig.FakeAgentPkg))
+	natsBin = filepath.Join(dir, filepath.Base(testrig.NATSClusterPkg))
 	// Two builds at once: the server with the race detector, and the
-	// helpers without it (separate processes; a small binary starts in
-	// milliseconds), in one go build that writes both into dir. Each is a
-	// link only once the cache is warm.
-	builds := [][]string{
-		{"build", "-race", "-o", binary, "."},
-		{"build", "-o", dir + string(filepath.Separator),
-			"../../internal/acpsession/fakeagent/cmd/fake-acp-agent", "../../internal/jetstream/testdata/natscluster"},
+	// helpers without it (testrig.Build, one go build writing both into
+	// dir). Each is a link only once the cache is warm.
+	ctx := context.Background()
+	builds := []func() error{
+		func() error {
+			out, err := exec.CommandContext(ctx, "go", "build", "-race", "-o", binary, ".").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("go build -race: %w\n%s", err, out)
+			}
+			return nil
+		},
+		func() error { return testrig.Build(ctx, dir, testrig.FakeAgentPkg, testrig.NATSClusterPkg) },
 	}
 	errs := make(chan error, len(builds))
-	for _, args := range builds {
-		go func() {
-			out, err := exec.Command("go", args...).CombinedOutput()
-			if err != nil {
-				err = fmt.Errorf("go %v: %w\n%s", args, err, out)
-			}
-			errs <- err
-		}()
+	for _, build := range builds {
+		go func() { errs <- build() }()
 	}
 	failed := false
 	for range builds {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // shared is one daemon's socket and state directory, with the agents'
@@ -284,7 +285,7 @@ func TestStatusAndShutdown(t *testing.T) {
 	out, code = d.run(t, "shutdown")
 	assert.Equal(t, 0, code, out)
 	assert.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the daemon has exited")
-	requireGone(t, pids)
+	testrig.AssertGone(t, pids)
 	_, err := os.Lstat(d.socket)
 	assert.ErrorIs(t, err, os.ErrNotExist, "the socket is removed")
 	_, code = d.status(t)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // agentPath puts the fake agent on a PATH of its own as opencode, whose
@@ -118,13 +120,6 @@ func liveTasks(t *testing.T, s *session, n int) (ids []string, pids []int) {
 	return ids, pids
 }
 
-func requireGone(t *testing.T, pids []int) {
-	t.Helper()
-	for _, pid := range pids {
-		assert.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "process %d is still there", pid)
-	}
-}
-
 func markerDir(t *testing.T, base string) string {
 	t.Helper()
 	entries, err := os.ReadDir(base)
@@ -152,7 +147,7 @@ func TestServerEndsAgentsOnShutdown(t *testing.T) {
 				require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
 			}
 			assert.Equal(t, 0, s.waitExit(t), "stderr:\n%s", s.stderr.String())
-			requireGone(t, pids)
+			testrig.AssertGone(t, pids)
 			_, err := os.Stat(dir)
 			assert.ErrorIs(t, err, os.ErrNotExist, "the marker directory is removed")
 		})
@@ -172,7 +167,7 @@ func TestSignalDuringCleanupDoesNotKillTheServer(t *testing.T) {
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGINT))
 	assert.Equal(t, 0, s.waitExit(t), "stderr:\n%s", s.stderr.String())
-	requireGone(t, pids)
+	testrig.AssertGone(t, pids)
 }
 
 // Agents start with SIGPIPE at its default, whatever the server does with it.

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // A client that writes its requests and closes its end gets every answer:
@@ -180,7 +182,7 @@ func TestClientThatStopsReading(t *testing.T) {
 			case <-time.After(60 * time.Second):
 				t.Fatalf("the server did not exit; stderr:\n%s", s.log())
 			}
-			requireGone(t, pids)
+			testrig.AssertGone(t, pids)
 			if how == "nothing more" {
 				assert.Contains(t, s.log(), "stopped reading")
 			}

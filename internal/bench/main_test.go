@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 var (
@@ -256,20 +258,16 @@ func TestHarness(t *testing.T) {
 	dir := t.TempDir()
 	root := moduleRoot(t)
 	cfg := config{
-		server: filepath.Join(dir, "symm-mcp"), agent: filepath.Join(dir, "fake-acp-agent"), lightAgent: filepath.Join(dir, "light-acp-agent"),
+		server: filepath.Join(dir, "symm-mcp"), agent: filepath.Join(dir, "fake-acp-agent"), lightAgent: filepath.Join(dir, "lightagent"),
 		reps: 1, execSamples: 3, spawnSamples: 3, ledger: 10, turn: 2000, every: 10, wakeSamples: 2,
 		streams: 4, streamUpdates: 500, bigLog: 2000, smallLog: 100, pageSamples: 3,
 		smallTasks: 200, restartTasks: 20, restartEvents: 2000, worktreeFiles: 300, fleet: 8,
 		clusterEvents: 20, natscluster: filepath.Join(dir, "natscluster"),
 		launcher: filepath.Join(root, "npm", "symm-mcp", "bin", "symm-mcp.js"),
 	}
-	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent",
-		cfg.natscluster: "./internal/jetstream/testdata/natscluster", cfg.lightAgent: "./internal/bench/testdata/lightagent"} {
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Dir = root
-		b, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s", b)
-	}
+	// The four in one go build (each binary named as cfg names it).
+	require.NoError(t, testrig.Build(context.Background(), dir, "github.com/symm-mcp/symm-mcp/cmd/symm-mcp", testrig.FakeAgentPkg, testrig.NATSClusterPkg,
+		"github.com/symm-mcp/symm-mcp/internal/bench/testdata/lightagent"))
 	// The peer runs when make acpx has installed it; make test installs
 	// nothing.
 	names := []string{"k turn beside acpx"}

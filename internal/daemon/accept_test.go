@@ -50,14 +50,14 @@ func TestAcceptErrorsDoNotEndTheListener(t *testing.T) {
 	cfg := testConfig(t, &fakeTasks{live: 3})
 	logs := &syncbuf.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	d, err := Listen(cfg)
+	d, err := Listen(cfg.Config)
 	require.NoError(t, err)
 	faulty := &faultyAcceptor{ln: d.ln, errs: []error{
 		syscall.EMFILE, syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED, syscall.ENOBUFS, syscall.EMFILE,
 	}}
 	d.acceptor = faulty
 	served := make(chan error, 1)
-	go func() { served <- d.Serve(context.Background()) }()
+	go func() { served <- d.Serve(context.Background(), cfg.Served) }()
 
 	st, err := QueryStatus(context.Background(), cfg.Socket)
 	require.NoError(t, err, "the connection queued during the errors is served")
@@ -81,7 +81,7 @@ func TestAcceptErrorsDoNotEndTheListener(t *testing.T) {
 func TestCloseEndsAnAcceptBackoff(t *testing.T) {
 	base := leakcheck.Take()
 	cfg := testConfig(t, &fakeTasks{})
-	d, err := Listen(cfg)
+	d, err := Listen(cfg.Config)
 	require.NoError(t, err)
 	errs := make([]error, 64) // past the 1 s cap: a minute of retries
 	for i := range errs {
@@ -91,7 +91,7 @@ func TestCloseEndsAnAcceptBackoff(t *testing.T) {
 	d.acceptor = faulty
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- d.Serve(ctx) }()
+	go func() { served <- d.Serve(ctx, cfg.Served) }()
 	// Wait for the loop to be in its backoff (some failures done).
 	require.Eventually(t, func() bool {
 		faulty.mu.Lock()

@@ -4,10 +4,13 @@
 // that are not MCP tools, and the stdio front (--shared) that relays MCP
 // to the daemon, starting one when none answers.
 //
-// The package knows nothing of MCP's tools: the daemon is handed a
-// function that serves one MCP session over a connection, and the Tasks it
-// ends at shutdown. Every connection is one session; all share one task
-// service.
+// The package knows nothing of MCP's tools: Serve is handed what the
+// daemon serves (Served): a function that serves one MCP session over a
+// connection, the Tasks it ends at shutdown and the HTTP handlers. Every
+// connection is one session; all share one task service. Listen comes
+// first and takes the state directory's lock, under which the caller then
+// opens its ledger and builds that service: nothing is handed to the
+// daemon before it exists.
 //
 // Lock order: Daemon.mu guards the shutdown waiters and is never held
 // across I/O.
@@ -50,12 +53,10 @@ type Skipper interface{ SkippedEntries() int }
 // the session ends. Its end must not stop the shared service's tasks.
 type SessionFunc func(ctx context.Context, in io.ReadCloser, out io.Writer)
 
-// Config wires a Daemon.
+// Config is where and how a Daemon listens (Listen).
 type Config struct {
 	Socket   string // absolute
 	StateDir string // absolute
-	Session  SessionFunc
-	Tasks    Tasks
 	// Version and Ledger are what status reports.
 	Version string
 	Ledger  string
@@ -65,13 +66,9 @@ type Config struct {
 	// Sandbox is the sandbox mode in force, for status; nil: not said.
 	Sandbox *SandboxStatus
 	// HTTP, when not "", is a loopback address (CheckHTTPAddr) on which
-	// HTTPHandler serves Streamable HTTP at HTTPPath, behind the bearer
-	// token kept in the state directory (TokenPath).
-	HTTP        string
-	HTTPHandler HTTPHandlerFunc
-	// WebHandler, when set, serves every other path of the HTTP listener
-	// (the live view), from the same token.
-	WebHandler HTTPHandlerFunc
+	// Served.HTTPHandler serves Streamable HTTP at HTTPPath, behind the
+	// bearer token kept in the state directory (TokenPath).
+	HTTP string
 	// HTTPLimits bounds the HTTP listener's clients (zero: the defaults).
 	HTTPLimits HTTPLimits
 	Logger     *slog.Logger
@@ -93,19 +90,33 @@ type Config struct {
 	statfs func(path string, st *syscall.Statfs_t) error
 }
 
+// Served is what a daemon serves, handed to Serve whole.
+type Served struct {
+	Session SessionFunc
+	Tasks   Tasks
+	// HTTPHandler serves HTTPPath of the HTTP listener; needed when
+	// Config.HTTP is set.
+	HTTPHandler HTTPHandlerFunc
+	// WebHandler, when set, serves every other path of the HTTP listener
+	// (the live view), from the same token.
+	WebHandler HTTPHandlerFunc
+}
+
 // Daemon is a daemon listening on its socket, its locks held.
 type Daemon struct {
 	cfg Config
-	log *slog.Logger
-	uid uint32
-	ln  *net.UnixListener
+	// served is what Serve was handed: set once, before the accept loop
+	// and the HTTP server start, and only read after.
+	served Served
+	log    *slog.Logger
+	uid    uint32
+	ln     *net.UnixListener
 	// acceptor is what the accept loop accepts from: ln; tests wrap it
 	// to inject accept errors.
 	acceptor interface{ Accept() (net.Conn, error) }
 	locks    []*lockFile
 
-	httpLn   net.Listener // nil: no HTTP
-	httpSrv  *http.Server
+	httpLn   *httpListener // nil: no HTTP
 	httpURL  string
 	httpReqs sync.WaitGroup // one per HTTP request being handled
 
@@ -217,10 +228,10 @@ func Listen(cfg Config) (_ *Daemon, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if d.httpLn, d.httpSrv, err = listenHTTP(cfg.HTTP, token, cfg.HTTPHandler, cfg.WebHandler, &d.httpReqs, cfg.HTTPLimits, d.log); err != nil {
+		if d.httpLn, err = listenHTTP(cfg.HTTP, token, cfg.HTTPLimits, d.log); err != nil {
 			return nil, err
 		}
-		d.httpURL = httpURL(d.httpLn)
+		d.httpURL = httpURL(d.httpLn.ln)
 	}
 	return d, nil
 }
@@ -235,7 +246,7 @@ func (d *Daemon) release() {
 		_ = d.ln.Close()
 	}
 	if d.httpLn != nil {
-		_ = d.httpLn.Close()
+		_ = d.httpLn.ln.Close()
 	}
 	for i := len(d.locks) - 1; i >= 0; i-- {
 		d.locks[i].unlock()
@@ -251,11 +262,22 @@ func (d *Daemon) Close() { d.release() }
 // writes.
 func LogPath(stateDir string) string { return filepath.Join(stateDir, logName) }
 
-// Serve accepts connections until ctx ends or a shutdown request comes;
-// then it stops accepting, ends every task (bounded), ends the sessions,
-// releases the socket and the locks, answers the shutdown requests and
-// returns the tasks' cleanup error.
-func (d *Daemon) Serve(ctx context.Context) error {
+// ErrNothingServed is Serve handed no session function or no tasks, or
+// no HTTP handler for the HTTP listener Listen opened.
+var ErrNothingServed = errors.New("daemon: Serve was not handed what it serves")
+
+// Serve serves what it is handed: it accepts connections until ctx ends
+// or a shutdown request comes; then it stops accepting, ends every task
+// (bounded), ends the sessions, releases the socket and the locks,
+// answers the shutdown requests and returns the tasks' cleanup error. It
+// runs once; an incomplete served is ErrNothingServed, with the daemon
+// released.
+func (d *Daemon) Serve(ctx context.Context, served Served) error {
+	if served.Session == nil || served.Tasks == nil || (d.httpLn != nil && served.HTTPHandler == nil) {
+		d.release()
+		return ErrNothingServed
+	}
+	d.served = served
 	sessCtx, cancelSessions := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSessions()
 	accepted := make(chan struct{})
@@ -265,10 +287,12 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		d.accept(sessCtx, closing)
 	}()
 	servedHTTP := make(chan struct{})
-	if d.httpSrv != nil {
+	var httpSrv *http.Server
+	if d.httpLn != nil {
+		httpSrv = d.httpLn.server(served.HTTPHandler, served.WebHandler, &d.httpReqs)
 		go func() {
 			defer close(servedHTTP)
-			if err := d.httpSrv.Serve(d.httpLn); !errors.Is(err, http.ErrServerClosed) {
+			if err := httpSrv.Serve(d.httpLn.ln); !errors.Is(err, http.ErrServerClosed) {
 				d.log.Error("http", "err", err)
 			}
 		}()
@@ -286,7 +310,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	<-accepted
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownBound)
-	err := d.cfg.Tasks.Shutdown(sctx)
+	err := served.Tasks.Shutdown(sctx)
 	cancel()
 	if err != nil {
 		d.log.Error("shutdown: some agent processes could not be confirmed gone", "err", err)
@@ -296,8 +320,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	// Close ends the listener and the connections, and so the requests
 	// still in flight (their contexts end); Serve returns at once, and the
 	// handlers are waited for.
-	if d.httpSrv != nil {
-		_ = d.httpSrv.Close()
+	if httpSrv != nil {
+		_ = httpSrv.Close()
 	}
 	<-servedHTTP
 	d.httpReqs.Wait()
@@ -432,12 +456,12 @@ func (d *Daemon) handle(ctx context.Context, c net.Conn) (keep bool) {
 	if !isControl {
 		// A plain MCP client: its first line is its first message.
 		first = append([]byte(nil), first...)
-		d.cfg.Session(ctx, readCloser{io.MultiReader(bytes.NewReader(first), r), c}, c)
+		d.served.Session(ctx, readCloser{io.MultiReader(bytes.NewReader(first), r), c}, c)
 		return false
 	}
 	switch string(verb) {
 	case verbMCP:
-		d.cfg.Session(ctx, readCloser{r, c}, c)
+		d.served.Session(ctx, readCloser{r, c}, c)
 		return false
 	case verbStatus:
 		d.answer(c, d.status())
@@ -471,11 +495,11 @@ func (d *Daemon) status() Status {
 	host, _ := os.Hostname()
 	s := Status{
 		Running: true, PID: os.Getpid(), Version: d.cfg.Version, Socket: d.cfg.Socket, StateDir: d.cfg.StateDir,
-		Ledger: d.cfg.Ledger, Host: host, LiveTasks: d.cfg.Tasks.LiveTasks(), StartedBy: d.cfg.Origin,
+		Ledger: d.cfg.Ledger, Host: host, LiveTasks: d.served.Tasks.LiveTasks(), StartedBy: d.cfg.Origin,
 		WorkspaceRoots: append([]string{}, d.cfg.WorkspaceRoots...),
 		Sandbox:        d.cfg.Sandbox,
 	}
-	if sk, ok := d.cfg.Tasks.(Skipper); ok {
+	if sk, ok := d.served.Tasks.(Skipper); ok {
 		s.SkippedEntries = sk.SkippedEntries()
 	}
 	if d.httpURL != "" {

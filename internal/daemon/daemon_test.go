@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,26 +61,32 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-func testConfig(t *testing.T, tasks Tasks) Config {
+// testSetup is a daemon's Config and what it serves.
+type testSetup struct {
+	Config
+	Served
+}
+
+func testConfig(t *testing.T, tasks Tasks) testSetup {
 	dir := shortDir(t)
-	return Config{
-		Socket: filepath.Join(dir, "run", "symm.sock"), StateDir: filepath.Join(dir, "state"),
-		Session: echo(nil), Tasks: tasks, Version: "v-test", Ledger: "memory",
+	return testSetup{
+		Config: Config{Socket: filepath.Join(dir, "run", "symm.sock"), StateDir: filepath.Join(dir, "state"), Version: "v-test", Ledger: "memory"},
+		Served: Served{Session: echo(nil), Tasks: tasks},
 	}
 }
 
 // serve runs a daemon until the test ends or it is shut down; wait
 // returns what Serve returned.
-func serve(t *testing.T, cfg Config) (d *Daemon, wait func() error) {
+func serve(t *testing.T, cfg testSetup) (d *Daemon, wait func() error) {
 	t.Helper()
-	d, err := Listen(cfg)
+	d, err := Listen(cfg.Config)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var serveErr error
 	go func() {
 		defer close(done)
-		serveErr = d.Serve(ctx)
+		serveErr = d.Serve(ctx, cfg.Served)
 	}()
 	wait = func() error {
 		<-done
@@ -236,7 +243,7 @@ func TestShutdownRequest(t *testing.T) {
 			// By the answer the daemon has let go of everything.
 			_, err = os.Lstat(cfg.Socket)
 			assert.ErrorIs(t, err, os.ErrNotExist)
-			d, err := Listen(cfg)
+			d, err := Listen(cfg.Config)
 			require.NoError(t, err, "the locks are free")
 			d.release()
 			assert.Equal(t, tasks.err, wait())
@@ -287,7 +294,7 @@ func TestStaleSocket(t *testing.T) {
 	cfg2 := testConfig(t, &fakeTasks{})
 	require.NoError(t, os.MkdirAll(filepath.Dir(cfg2.Socket), 0o700))
 	require.NoError(t, os.WriteFile(cfg2.Socket, []byte("mine"), 0o600))
-	_, err = Listen(cfg2)
+	_, err = Listen(cfg2.Config)
 	assert.ErrorContains(t, err, "is not a socket")
 	b, err := os.ReadFile(cfg2.Socket)
 	require.NoError(t, err)
@@ -355,7 +362,7 @@ func TestSocketPathLimit(t *testing.T) {
 	assert.ErrorContains(t, err, "109 bytes; a Unix socket path is at most 108")
 	cfg := testConfig(t, &fakeTasks{})
 	cfg.Socket = filepath.Join(filepath.Dir(cfg.Socket), strings.Repeat("s", 120))
-	_, err = Listen(cfg)
+	_, err = Listen(cfg.Config)
 	assert.ErrorContains(t, err, "at most 108")
 }
 
@@ -451,7 +458,7 @@ func TestFullStateDirectory(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig(t, &fakeTasks{})
 			cfg.MinFree, cfg.statfs, cfg.Groups = need, tt.statfs, NewGroups(cfg.StateDir, nil)
-			_, err := Listen(cfg)
+			_, err := Listen(cfg.Config)
 			var pe *PathError
 			require.ErrorAs(t, err, &pe)
 			assert.Equal(t, cfg.StateDir, pe.Path)
@@ -466,18 +473,46 @@ func TestFullStateDirectory(t *testing.T) {
 	t.Run("room enough, or no inode accounting", func(t *testing.T) {
 		cfg := testConfig(t, &fakeTasks{})
 		cfg.MinFree, cfg.statfs = need, full(1<<30, 0, 0)
-		d, err := Listen(cfg)
+		d, err := Listen(cfg.Config)
 		require.NoError(t, err)
 		d.Close()
 	})
 	t.Run("the real file system", func(t *testing.T) {
 		cfg := testConfig(t, &fakeTasks{})
 		cfg.MinFree = Room{Bytes: 1 << 62}
-		_, err := Listen(cfg)
+		_, err := Listen(cfg.Config)
 		assert.ErrorContains(t, err, "file system is full")
 		cfg.MinFree = Room{Bytes: 1, Inodes: 1}
-		d, err := Listen(cfg)
+		d, err := Listen(cfg.Config)
 		require.NoError(t, err)
 		d.Close()
 	})
+}
+
+// TestServeNeedsWhatItServes: Serve handed no session function, no
+// tasks, or no handler for the HTTP listener serves nothing and lets go
+// of the socket and the locks at once.
+func TestServeNeedsWhatItServes(t *testing.T) {
+	handler := func(string) http.Handler { return http.NotFoundHandler() }
+	for name, tt := range map[string]struct {
+		http   string
+		served func(Served) Served
+	}{
+		"no session":      {"", func(s Served) Served { s.Session = nil; return s }},
+		"no tasks":        {"", func(s Served) Served { s.Tasks = nil; return s }},
+		"no HTTP handler": {"127.0.0.1:0", func(s Served) Served { s.WebHandler = handler; return s }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig(t, &fakeTasks{})
+			cfg.HTTP = tt.http
+			d, err := Listen(cfg.Config)
+			require.NoError(t, err)
+			require.ErrorIs(t, d.Serve(context.Background(), tt.served(cfg.Served)), ErrNothingServed)
+			_, err = os.Lstat(cfg.Socket)
+			assert.ErrorIs(t, err, os.ErrNotExist, "the socket is removed")
+			d, err = Listen(cfg.Config)
+			require.NoError(t, err, "the locks are free")
+			d.Close()
+		})
+	}
 }

@@ -119,18 +119,32 @@ func createToken(path string) (string, error) {
 	return tok, nil
 }
 
-// listenHTTP listens on addr and builds the server of the handler at
-// HTTPPath and, when web is not nil, of web at every other path, every
-// request counted in reqs, which the daemon's end waits for
-// (http.Server.Close does not), within lim (see HTTPLimits).
-func listenHTTP(addr, token string, handler, web HTTPHandlerFunc, reqs *sync.WaitGroup, lim HTTPLimits, log *slog.Logger) (net.Listener, *http.Server, error) {
+// httpListener is the HTTP listener Listen opens, and what the server
+// Serve builds on it needs: the token, the limits with their defaults,
+// and the log of refusals the listener and the server's guard share.
+type httpListener struct {
+	ln      net.Listener
+	token   string
+	lim     HTTPLimits
+	refused *refusals
+}
+
+// listenHTTP listens on addr within lim (see HTTPLimits).
+func listenHTTP(addr, token string, lim HTTPLimits, log *slog.Logger) (*httpListener, error) {
 	lim = lim.withDefaults()
 	tcp, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, &AddrError{Addr: addr, Err: err}
+		return nil, &AddrError{Addr: addr, Err: err}
 	}
 	refused := &refusals{log: log, every: lim.RefusalLog}
-	ln := newCapListener(tcp, lim.MaxConns, refused.close)
+	return &httpListener{ln: newCapListener(tcp, lim.MaxConns, refused.close), token: token, lim: lim, refused: refused}, nil
+}
+
+// server builds the server of the handler at HTTPPath and, when web is
+// not nil, of web at every other path, every request counted in reqs,
+// which the daemon's end waits for (http.Server.Close does not).
+func (l *httpListener) server(handler, web HTTPHandlerFunc, reqs *sync.WaitGroup) *http.Server {
+	token, lim := l.token, l.lim
 	h := handler(token)
 	mux := http.NewServeMux()
 	mux.Handle(HTTPPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -149,13 +163,12 @@ func listenHTTP(addr, token string, handler, web HTTPHandlerFunc, reqs *sync.Wai
 	// No WriteTimeout: it would cut the long-lived responses (the /mcp
 	// GET stream, SSE replies, the live view's event streams). ReadTimeout
 	// bounds the request only (see HTTPLimits.Read).
-	srv := &http.Server{
-		Handler:           guard(mux, refused),
+	return &http.Server{
+		Handler:           guard(mux, l.refused),
 		ReadHeaderTimeout: lim.ReadHeader,
 		ReadTimeout:       lim.Read,
 		IdleTimeout:       lim.Idle,
 	}
-	return ln, srv, nil
 }
 
 // httpURL is the endpoint's URL on the bound listener.

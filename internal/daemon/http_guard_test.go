@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -42,7 +43,6 @@ func startHTTPRig(t *testing.T, lim HTTPLimits) *httpRig {
 	cfg.HTTPLimits = lim
 	cfg.Logger = slog.New(slog.NewJSONHandler(rig.log, nil))
 	cfg.HTTPHandler = func(token string) http.Handler {
-		rig.token = token
 		verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
 			if got != token {
 				return nil, auth.ErrInvalidToken
@@ -74,6 +74,11 @@ func startHTTPRig(t *testing.T, lim HTTPLimits) *httpRig {
 	u, err := url.Parse(d.HTTPURL())
 	require.NoError(t, err)
 	rig.addr = u.Host
+	// The token a client reads: the handler gets it when Serve builds
+	// the server, on Serve's goroutine.
+	tok, err := os.ReadFile(TokenPath(cfg.StateDir))
+	require.NoError(t, err)
+	rig.token = strings.TrimSpace(string(tok))
 	return rig
 }
 

@@ -119,6 +119,7 @@ func writeFile(t *testing.T, content string) string {
 // refused after connecting, saying how to give some; a token server is
 // reached with --nats-token's file, and a wrong token is refused.
 func TestDialNeedsAnAuthenticatingServer(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
 	key := testKey(t)
@@ -153,6 +154,7 @@ func TestDialNeedsAnAuthenticatingServer(t *testing.T) {
 // error and no log line of a connection: refused by CheckURLs, failing
 // to connect, refused by the server, or connected and reconnecting.
 func TestURLPasswordsAreRedacted(t *testing.T) {
+	t.Parallel()
 	const pass = "hunter2-Pa55"
 	assert.Equal(t, "nats://u:xxxxx@h:1", RedactURL("nats://u:"+pass+"@h:1"))
 	assert.Equal(t, "nats://xxxxx@h:1", RedactURL("nats://"+pass+"@h:1"))

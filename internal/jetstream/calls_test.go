@@ -26,6 +26,7 @@ func dialNode(t *testing.T, c *testCluster, node int, name string) *Cluster {
 // b's service comes back with its code; a host no daemon answers for, or
 // one that answers too late, is a *NoAnswerError naming it.
 func TestCallsRoutedAndAnswered(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b := dialNode(t, c, 0, "a"), dialNode(t, c, 1, "b")
 	release := make(chan struct{})
@@ -89,6 +90,7 @@ func TestCallsRoutedAndAnswered(t *testing.T) {
 // TestCallsCloseWaitsForCallsInFlight: Close cancels a call in flight and
 // returns only once its handler did; afterwards host b answers nothing.
 func TestCallsCloseWaitsForCallsInFlight(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1)
 	a, b := dialNode(t, c, 0, "a"), dialNode(t, c, 0, "b")
 	began := make(chan struct{})

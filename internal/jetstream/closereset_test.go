@@ -23,6 +23,7 @@ import (
 // holds the reset's request across the Close, and the follower's Next
 // is bounded by the follow's context, which ends that case too.
 func TestClusterLedgerClosesWhileItsFollowerResets(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1)
 	p := startPauseProxy(t, c.urls(0)[0][len("nats://"):], []byte("$JS.API.CONSUMER.CREATE."))
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)

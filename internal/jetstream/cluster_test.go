@@ -36,14 +36,28 @@ type testCluster struct {
 	nodes []*server.Server
 }
 
-// freePorts returns n loopback ports free a moment ago.
+// handedOut are the ports freePorts returned to this test binary's
+// tests: the tests run in parallel, and a port one of them found free a
+// moment ago and has not bound yet must not be found free by another.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePorts returns n loopback ports free a moment ago and never
+// returned before in this test binary.
 func freePorts(t testing.TB, n int) []int {
-	ports := make([]int, n)
-	for i := range ports {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	ports := make([]int, 0, n)
+	for len(ports) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
 		defer l.Close()
+		if p := l.Addr().(*net.TCPAddr).Port; !handedOut.ports[p] {
+			handedOut.ports[p] = true
+			ports = append(ports, p)
+		}
 	}
 	return ports
 }
@@ -239,6 +253,7 @@ func runTask(t testing.TB, l *Ledger, id string, n int) {
 // The contract holds for a cluster's ledger too (one node, listening on
 // loopback): its resolutions take the shared path.
 func TestClusterContract(t *testing.T) {
+	t.Parallel()
 	ledgertest.Run(t, func(t *testing.T) ledger.Ledger {
 		return startCluster(t, 1).join(t, 0, "solo").l
 	})
@@ -248,6 +263,7 @@ func TestClusterContract(t *testing.T) {
 // byte; C resolves it and every daemon sees the one resolution; list
 // filters by host.
 func TestClusterTaskReadEverywhere(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b, cc := c.join(t, 0, "a"), c.join(t, 1, "b"), c.join(t, 2, "c")
 	runTask(t, b.l, "t1", 50)
@@ -367,6 +383,7 @@ func TestClusterSilentHostsTasksFailOnce(t *testing.T) {
 // A daemon cut off while its task runs (the others ended it) refuses to
 // write to it once it sees the end.
 func TestClusterCutOffHostRefusesEndedTask(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b := c.join(t, 0, "a"), c.join(t, 1, "b")
 	runTask(t, b.l, "t1", 3)
@@ -388,6 +405,7 @@ func TestClusterCutOffHostRefusesEndedTask(t *testing.T) {
 // Two daemons racing to end the same orphaned task: one error event, one
 // terminal transition.
 func TestClusterRaceToEndOrphan(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b, cc := c.join(t, 0, "a"), c.join(t, 1, "b"), c.join(t, 2, "c")
 	runTask(t, b.l, "t1", 3)
@@ -418,6 +436,7 @@ func TestClusterRaceToEndOrphan(t *testing.T) {
 // A node stops mid-turn: no acknowledged event is lost, the turn goes on
 // through the other nodes and ends.
 func TestClusterNodeStopsMidTurn(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b := c.join(t, 0, "a"), c.join(t, 1, "b")
 	runTask(t, b.l, "t1", 200)
@@ -446,6 +465,7 @@ func TestClusterNodeStopsMidTurn(t *testing.T) {
 // while the name is live; another identity is refused until the name has
 // been silent for SilentAfter.
 func TestClusterHostNameTakenBack(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1)
 	m := c.join(t, 0, "b")
 	ctx := context.Background()
@@ -504,6 +524,7 @@ func BenchmarkClusterEventVisible(b *testing.B) {
 // by the subject's compare-and-set (or dropped, when the end's record
 // comes first), and every daemon serves the same events, one per seq.
 func TestClusterPendingEventsOfAnEndedTaskAreDropped(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a := c.join(t, 0, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
@@ -543,6 +564,7 @@ func TestClusterPendingEventsOfAnEndedTaskAreDropped(t *testing.T) {
 // A's events page already holds every event through the record's last
 // seq, the final status_changed included.
 func TestClusterReaderSeesTheEndAfterItsEvents(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	b := c.join(t, 1, "b")
 	const tasks, updates = 40, 5
@@ -639,6 +661,7 @@ func TestClusterReaderSeesTheEndAfterItsEvents(t *testing.T) {
 // hold's bound, with a warning, so that a task's end is not hidden
 // forever; until then the older record is served.
 func TestClusterHeldRecordServedAfterItsBound(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	b := c.join(t, 1, "b")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)

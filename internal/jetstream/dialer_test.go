@@ -18,6 +18,7 @@ import (
 // node advertised, is refused before anything is dialled, as a typed
 // error that is ErrInsecureURL.
 func TestLoopbackDialerRefusesOffLoopback(t *testing.T) {
+	t.Parallel()
 	var dialled []string
 	d := &loopbackDialer{log: slog.New(slog.DiscardHandler), dial: func(_, address string) (net.Conn, error) {
 		dialled = append(dialled, address)
@@ -40,6 +41,7 @@ func TestLoopbackDialerRefusesOffLoopback(t *testing.T) {
 }
 
 func TestSecure(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		urls        []string
 		ca          string
@@ -59,6 +61,7 @@ func TestSecure(t *testing.T) {
 // and still fails over to the nodes the cluster told it of (loopback
 // ones) when the only node it was given stops.
 func TestDialFollowsLoopbackNodes(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()

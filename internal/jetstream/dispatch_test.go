@@ -83,6 +83,7 @@ func consumerDone(t *testing.T, cl *Cluster, host string) {
 // A spawn handed to B is run by B once, and its reply is the answer;
 // the same task handed again is dropped as a duplicate (its message id).
 func TestDispatchHandedToHost(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a := c.dispatcher(t, 0, "a", DispatchOptions{ClaimWait: clusterWait})
 	b := c.dispatcher(t, 1, "b", DispatchOptions{})
@@ -132,6 +133,7 @@ func TestDispatchHandedToHost(t *testing.T) {
 // A host that never answers has the spawn withdrawn; served later, it
 // finds the withdrawal and does not run it.
 func TestDispatchWithdrawnWhenHostNeverAnswers(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a := c.dispatcher(t, 0, "a", DispatchOptions{ClaimWait: 300 * time.Millisecond})
 	b := c.dispatcher(t, 1, "b", DispatchOptions{})
@@ -153,6 +155,7 @@ func TestDispatchWithdrawnWhenHostNeverAnswers(t *testing.T) {
 // A spawn queued before its host serves is delivered when it does: the
 // host's durable consumer takes every message on its subject.
 func TestDispatchQueuedBeforeHostServes(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a := c.dispatcher(t, 0, "a", DispatchOptions{ClaimWait: clusterWait})
 	b := c.dispatcher(t, 1, "b", DispatchOptions{})
@@ -213,6 +216,7 @@ func BenchmarkClusterDispatch(b *testing.B) {
 // claimed: B runs none of them and publishes nothing there; a good spawn
 // after them runs.
 func TestDispatchHostileHeadersDropped(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a := c.dispatcher(t, 0, "a", DispatchOptions{ClaimWait: clusterWait})
 	b := c.dispatcher(t, 1, "b", DispatchOptions{})

@@ -41,6 +41,7 @@ func (b *behind) Get(ctx context.Context, key string) (natsjs.KeyValueEntry, err
 // too, and the judge ends its task, "stopped answering at". The judge's
 // sweeps are run by the test, one at a time, on a clock the test moves.
 func TestClusterReplicaBehindNeverEndsALiveHostsTask(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b := c.join(t, 0, "a"), c.join(t, 1, "b")
 	ctx := context.Background()

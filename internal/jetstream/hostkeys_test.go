@@ -209,6 +209,7 @@ func createClaimed(t *testing.T, m *member, k *Keys, key, id, digest string) {
 // claims it and creates a task; the other is answered with that task
 // (same digest) once its record exists. Twenty keys, raced at once.
 func TestClusterIdempotencyKeyRaceOneTask(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b := c.join(t, 0, "a"), c.join(t, 1, "b")
 	ctx := context.Background()
@@ -270,6 +271,7 @@ func TestClusterIdempotencyKeyRaceOneTask(t *testing.T) {
 // wins and the other gets its task. The dead claimant cannot mark it
 // afterwards.
 func TestClusterIdempotencyKeyOfDeadClaimantTakenOver(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b, cc := c.join(t, 0, "a"), c.join(t, 1, "b"), c.join(t, 2, "c")
 	ctx := context.Background()

@@ -42,6 +42,7 @@ func open(t testing.TB, srv *Server) *Ledger {
 }
 
 func TestContract(t *testing.T) {
+	t.Parallel()
 	ledgertest.Run(t, func(t *testing.T) ledger.Ledger { return open(t, start(t, t.TempDir())) })
 }
 
@@ -125,6 +126,7 @@ func fill(t *testing.T, l ledger.Ledger) {
 // serves byte for byte after reopening the same store, and it goes on
 // from there (seqs, caps, transitions).
 func TestReopenRestoresEverything(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := Start(dir, nil)
 	require.NoError(t, err)
@@ -160,6 +162,7 @@ func TestReopenRestoresEverything(t *testing.T) {
 // two writes), opens with that event; a record whose last_seq is further
 // ahead than its tail is a Loss, reported and not hidden.
 func TestRecordTailIsRepublished(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := Start(dir, nil)
 	require.NoError(t, err)
@@ -192,6 +195,7 @@ func TestRecordTailIsRepublished(t *testing.T) {
 // *StoreError telling the user how to move it aside; a ledger never
 // starts empty over a store that held one.
 func TestUnusableStoreIsRefused(t *testing.T) {
+	t.Parallel()
 	populated := func(t *testing.T) string {
 		dir := t.TempDir()
 		srv, err := Start(dir, nil)
@@ -260,6 +264,7 @@ func TestUnusableStoreIsRefused(t *testing.T) {
 // the bucket's compare-and-set lets exactly one win, and the loser is
 // refused from the winner's status.
 func TestTwoWritersOneWins(t *testing.T) {
+	t.Parallel()
 	srv := start(t, t.TempDir())
 	a := open(t, srv)
 	for round := range 5 {
@@ -338,6 +343,7 @@ func TestCloseEndsEveryGoroutine(t *testing.T) {
 // JetStream acknowledged it: a read flushes it first, and a reader of a
 // second ledger on the same store (which sees only the stream) finds it.
 func TestEventsWaitForTheirAck(t *testing.T) {
+	t.Parallel()
 	srv := start(t, t.TempDir())
 	l, err := Open(context.Background(), srv, Options{Interval: time.Hour, BatchBytes: 1 << 30})
 	require.NoError(t, err)
@@ -366,6 +372,7 @@ func TestEventsWaitForTheirAck(t *testing.T) {
 // it on start) opens with what survived; the record's tail event restores
 // a lost last event, and last_seq reports what no tail can restore.
 func TestTornTail(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		cut  int64
@@ -424,6 +431,7 @@ func TestTornTail(t *testing.T) {
 // flushed at once (more messages than one flush keeps in flight) and all
 // restored.
 func TestManyPendingTasks(t *testing.T) {
+	t.Parallel()
 	const n = 4200 // over the client's 4,096 async publishes in flight
 	dir := t.TempDir()
 	srv, err := Start(dir, nil)
@@ -457,6 +465,7 @@ func TestManyPendingTasks(t *testing.T) {
 // full stream here) are not served; the read says why, and once the
 // stream takes them again they are published and served in order.
 func TestRefusedBatchIsNotServed(t *testing.T) {
+	t.Parallel()
 	srv := start(t, t.TempDir())
 	l := open(t, srv)
 	ledgertest.NewTask(t, l, "t")
@@ -495,6 +504,7 @@ func TestRefusedBatchIsNotServed(t *testing.T) {
 // TestStoreIsPrivate: the store holds prompts and agents' output: its
 // directory and everything in it are the user's alone.
 func TestStoreIsPrivate(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "ledger")
 	l := open(t, start(t, dir))
 	ledgertest.NewTask(t, l, "t")
@@ -517,6 +527,7 @@ func TestStoreIsPrivate(t *testing.T) {
 // (JetStream takes no lock of its own): the second is refused, naming the
 // process that holds it, until the first is closed.
 func TestStoreInUseIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	first, err := Start(dir, nil)
 	require.NoError(t, err)
@@ -534,6 +545,7 @@ func TestStoreInUseIsRefused(t *testing.T) {
 // dropped are purged from the stream as they leave memory, and a reopened
 // ledger serves the lines that were kept.
 func TestDroppedStderrLeavesTheDisk(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := Start(dir, nil)
 	require.NoError(t, err)
@@ -580,6 +592,7 @@ func TestDroppedStderrLeavesTheDisk(t *testing.T) {
 // stream are dropped with the older ones, as the cap would, and reported;
 // the other events are served.
 func TestLostStderrIsDropped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := Start(dir, nil)
 	require.NoError(t, err)
@@ -614,6 +627,7 @@ func TestLostStderrIsDropped(t *testing.T) {
 // TestIdempotencyKeySurvivesReopen: a key is held by its task in the
 // store, so a reopened ledger still refuses it to another task.
 func TestIdempotencyKeySurvivesReopen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := Start(dir, nil)
 	require.NoError(t, err)
@@ -656,6 +670,7 @@ func fillStream(t *testing.T, srv *Server) (lift func()) {
 // after the stream recovered are published without a read, a transition
 // or Close asking for them.
 func TestFlushResumesAfterAFailure(t *testing.T) {
+	t.Parallel()
 	srv := start(t, t.TempDir())
 	flushed := make(chan error, 1024)
 	l, err := Open(context.Background(), srv, Options{afterFlush: func(err error) {
@@ -705,6 +720,7 @@ func TestFlushResumesAfterAFailure(t *testing.T) {
 // carries the tail forward, so a reopened ledger has the event back and
 // reports no loss.
 func TestUpdateKeepsAnUnflushedTail(t *testing.T) {
+	t.Parallel()
 	srv := start(t, t.TempDir())
 	l, err := Open(context.Background(), srv, Options{})
 	require.NoError(t, err)

@@ -42,6 +42,7 @@ func reason(err error) string {
 // redelivery (not fresh) of one checked before passes; past the bound of
 // proofs remembered, the oldest are forgotten and as old is stale.
 func TestProofRefusesWhatNoDaemonSent(t *testing.T) {
+	t.Parallel()
 	key := testKey(t)
 	p := newProver(key)
 	sign := func(p *prover, body string) nats.Header {
@@ -117,6 +118,7 @@ func rawConn(t *testing.T, c *testCluster, node int, seed string) *nats.Conn {
 // refusals are logged in a bounded number of lines; B still takes a
 // daemon's spawn after them.
 func TestDispatchRefusesWhatNoDaemonSent(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a := c.dispatcher(t, 0, "a", DispatchOptions{ClaimWait: clusterWait})
 	logs := &syncbuf.Buffer{}
@@ -226,6 +228,7 @@ func TestDispatchRefusesWhatNoDaemonSent(t *testing.T) {
 // none runs, nothing is written where the reply would have gone, and B
 // still answers a daemon's call.
 func TestCallsRefuseWhatNoDaemonSentAndHostileReplies(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b := dialNode(t, c, 0, "a"), dialNode(t, c, 1, "b")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
@@ -300,6 +303,7 @@ func TestCallsRefuseWhatNoDaemonSentAndHostileReplies(t *testing.T) {
 // the daemons' account but without their grants, cannot start a daemon:
 // its JetStream requests are refused.
 func TestUserWithoutTheGrantsStartsNothing(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1)
 	o := c.options(0, "x")
 	o.NkeyFile = c.auth.seedOther

@@ -46,6 +46,7 @@ func hostileEntries(t *testing.T, good []byte) map[string][]byte {
 // at the next open with a warning naming each and counted by Skipped;
 // every other task is served whole and the ledger still writes.
 func TestUnreadableEntriesAreSkipped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := Start(dir, nil)
 	require.NoError(t, err)
@@ -102,6 +103,7 @@ func TestUnreadableEntriesAreSkipped(t *testing.T) {
 // them as they follow, and a daemon that starts (restores) after them
 // starts, serving every other task.
 func TestClusterUnreadableEntriesStopNothing(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1)
 	a, b := c.join(t, 0, "a"), c.join(t, 0, "b")
 	ledgertest.NewTask(t, a.l, "t")

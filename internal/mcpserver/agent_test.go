@@ -10,17 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/symm-mcp/symm-mcp/internal/acpsession"
-)
-
-var (
-	modelSetting  = acpsession.Setting{Name: "model", ConfigIDs: []string{"model"}}
-	effortSetting = acpsession.Setting{Name: "effort", ConfigIDs: []string{"effort"}}
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 func TestPlainPromptSucceeds(t *testing.T) {
 	r := newRig(t, rigOptions{markers: true})
-	ws := workspace(t, map[string]any{"stderr": []string{"starting up"}})
+	ws := testrig.Workspace(t, map[string]any{"stderr": []string{"starting up"}})
 	out := call(t, r.cs, "spawn_task", map[string]any{"agent": "fake", "prompt": "hello", "workspace": ws})
 	assert.Equal(t, "running", out["status"], "spawn_task returns as soon as the process runs")
 	id := out["task_id"].(string)
@@ -34,7 +29,7 @@ func TestPlainPromptSucceeds(t *testing.T) {
 	require.NoError(t, err, "the marker appears when the task ends")
 
 	events := r.events(t, id)
-	types := typesOf(events)
+	types := testrig.TypesOf(events)
 	assert.Equal(t, []string{"task_created", "status_changed", "process_started", "status_changed"}, types[:4])
 	assert.Equal(t, []string{"process_exited", "status_changed"}, types[len(types)-2:])
 	assert.Contains(t, types, "session_started")
@@ -46,8 +41,8 @@ func TestPlainPromptSucceeds(t *testing.T) {
 	assert.Contains(t, reply.String(), "ok: hello")
 	exited := events[len(events)-2]
 	assert.Equal(t, "end_turn", exited["stop_reason"])
-	assert.Equal(t, []string{"initialize", "session/new", "session/prompt"}, methods(requests(t, ws)))
-	requireGone(t, r.pids(t, id, ws))
+	assert.Equal(t, []string{"initialize", "session/new", "session/prompt"}, testrig.Methods(testrig.Requests(t, ws)))
+	testrig.RequireGone(t, r.pids(t, id, ws))
 }
 
 // waitForEvent waits until the task has recorded an event of that type.
@@ -76,8 +71,8 @@ func TestShutdownEndsEveryAgent(t *testing.T) {
 	r := newRig(t, rigOptions{markers: true})
 	var ids, wss []string
 	for range 8 {
-		ws := workspace(t, nil)
-		ids = append(ids, r.spawn(t, map[string]any{"prompt": script(map[string]any{"fork": map[string]any{"n": 1}}, map[string]any{"message": "up"}, map[string]any{"hang": true}), "workspace": ws}))
+		ws := testrig.Workspace(t, nil)
+		ids = append(ids, r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"fork": map[string]any{"n": 1}}, map[string]any{"message": "up"}, map[string]any{"hang": true}), "workspace": ws}))
 		wss = append(wss, ws)
 	}
 	for _, id := range ids {
@@ -94,8 +89,8 @@ func TestShutdownEndsEveryAgent(t *testing.T) {
 		src := r.events(t, id, "task_cancelled")
 		require.Len(t, src, 1)
 		assert.Equal(t, "shutdown", src[0]["source"])
-		requireGone(t, r.pids(t, id, wss[i]))
+		testrig.RequireGone(t, r.pids(t, id, wss[i]))
 	}
-	out := call(t, r.cs, "spawn_task", map[string]any{"agent": "fake", "prompt": "p", "workspace": workspace(t, nil)})
+	out := call(t, r.cs, "spawn_task", map[string]any{"agent": "fake", "prompt": "p", "workspace": testrig.Workspace(t, nil)})
 	assert.Equal(t, "failed", out["status"], "a spawn after shutdown began fails rather than starting")
 }

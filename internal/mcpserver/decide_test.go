@@ -14,6 +14,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // The other channel of a question: the live view answers through
@@ -68,7 +69,7 @@ func TestDashboardAnswersFirst(t *testing.T) {
 				close(withdrawn)
 				return nil, ctx.Err()
 			}, false)
-			id := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"}})["task_id"].(string)
+			id := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": testrig.Script(askStep("edit")), "workspace": testrig.Workspace(t, nil), "ask": []string{"edit"}})["task_id"].(string)
 			d := openQuestion(t, r.svc, id)
 			if version != multiRoundTrip {
 				// The elicitation is in flight before the dashboard answers.
@@ -147,7 +148,7 @@ func TestBothChannelsRace(t *testing.T) {
 	won := map[string]int{}
 	for round := range rounds {
 		late.Store(round%2 == 1)
-		id := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"}})["task_id"].(string)
+		id := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": testrig.Script(askStep("edit")), "workspace": testrig.Workspace(t, nil), "ask": []string{"edit"}})["task_id"].(string)
 		var got raced
 		select {
 		case got = <-results:

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // digestOf returns the digest of a task record (get_task's reply) and the
@@ -42,9 +43,9 @@ func countTypes(events []map[string]any) map[string]any {
 
 func TestDigestOfAFinishedTurn(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	usage := map[string]any{"usage": map[string]any{"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}}
-	id := r.spawn(t, map[string]any{"workspace": ws, "allow": []string{"read"}, "prompt": scriptWith(usage,
+	id := r.spawn(t, map[string]any{"workspace": ws, "allow": []string{"read"}, "prompt": testrig.ScriptWith(usage,
 		map[string]any{"thought": "thinking"},
 		map[string]any{"message": "a first message"},
 		map[string]any{"tool_call": map[string]any{"toolCallId": "c1", "title": "read a", "kind": "read", "status": "pending",
@@ -91,8 +92,8 @@ func TestDigestOfAFinishedTurn(t *testing.T) {
 
 func TestDigestWhileRunningThenFinal(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
-	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(
+	ws := testrig.Workspace(t, nil)
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
 		map[string]any{"message": "working on it"},
 		map[string]any{"tool_call": map[string]any{"toolCallId": "c1", "kind": "search", "status": "in_progress"}},
 		map[string]any{"wait_for_cancel": true},
@@ -126,8 +127,8 @@ func TestDigestWhileRunningThenFinal(t *testing.T) {
 
 func TestDigestOfAFailedTask(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
-	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(
+	ws := testrig.Workspace(t, nil)
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
 		map[string]any{"message": "about to fail"},
 		map[string]any{"exit": map[string]any{"code": 3}},
 	)})
@@ -167,8 +168,8 @@ func TestDigestFitsItsBudget(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ws := workspace(t, nil)
-			id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(
+			ws := testrig.Workspace(t, nil)
+			id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
 				map[string]any{"tool_call": map[string]any{"toolCallId": "c1", "kind": "read", "locations": paths}},
 				map[string]any{"message": c.message},
 			)})
@@ -226,7 +227,7 @@ func TestDigestFitsItsBudget(t *testing.T) {
 // of text (the block a model reads; the structured content repeats it).
 func TestWaitAndListRepliesStaySmall(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	long := strings.Repeat("a long message with a few words, ", 300)
 	var ids []string
 	for i := range 64 {
@@ -234,7 +235,7 @@ func TestWaitAndListRepliesStaySmall(t *testing.T) {
 		if i%2 == 1 {
 			steps = append(steps, map[string]any{"exit": map[string]any{"code": 3}})
 		}
-		ids = append(ids, r.spawn(t, map[string]any{"workspace": ws, "prompt": script(steps...)}))
+		ids = append(ids, r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(steps...)}))
 	}
 	for _, id := range ids {
 		r.wait(t, id)

@@ -13,6 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // generations are the two ways a question reaches a person: a 2025
@@ -170,7 +172,7 @@ func TestAskOverMCP(t *testing.T) {
 					}
 				}
 				cs, _ := connectEliciting(t, r.svc, version, h, false)
-				args := map[string]any{"agent": "fake", "prompt": script(askStep(tc.kind)), "workspace": workspace(t, nil), "ask": tc.ask}
+				args := map[string]any{"agent": "fake", "prompt": testrig.Script(askStep(tc.kind)), "workspace": testrig.Workspace(t, nil), "ask": tc.ask}
 				if tc.allow != nil {
 					args["allow"] = tc.allow
 				}
@@ -244,7 +246,7 @@ func TestAskNeedsDecisionAndSessionGone(t *testing.T) {
 			h, _ := blockingHandler(t)
 			spawner, pipe := connectEliciting(t, r.svc, version, h, true)
 			id := call(t, spawner, "spawn_task", map[string]any{
-				"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"},
+				"agent": "fake", "prompt": testrig.Script(askStep("edit")), "workspace": testrig.Workspace(t, nil), "ask": []string{"edit"},
 			})["task_id"].(string)
 
 			var out map[string]any
@@ -277,7 +279,7 @@ func TestAskEndsWithTheTask(t *testing.T) {
 	h, asked := blockingHandler(t)
 	cs, _ := connectEliciting(t, r.svc, "2025-11-25", h, false)
 	id := call(t, cs, "spawn_task", map[string]any{
-		"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"},
+		"agent": "fake", "prompt": testrig.Script(askStep("edit")), "workspace": testrig.Workspace(t, nil), "ask": []string{"edit"},
 	})["task_id"].(string)
 	<-asked
 	out := call(t, cs, "cancel_task", map[string]any{"task_id": id})
@@ -311,7 +313,7 @@ func TestAskArguments(t *testing.T) {
 
 	// With a key, ask and its timeout (the default applied) are part of
 	// the arguments a retry must repeat.
-	keyed := map[string]any{"agent": "fake", "prompt": script(), "workspace": workspace(t, nil), "ask": []string{"edit"}, "idempotency_key": "ask-1"}
+	keyed := map[string]any{"agent": "fake", "prompt": testrig.Script(), "workspace": testrig.Workspace(t, nil), "ask": []string{"edit"}, "idempotency_key": "ask-1"}
 	first := call(t, r.cs, "spawn_task", keyed)["task_id"]
 	keyed["ask_timeout_s"] = 300
 	assert.Equal(t, first, call(t, r.cs, "spawn_task", keyed)["task_id"], "the default timeout given is the same call")
@@ -328,8 +330,8 @@ func TestAskArguments(t *testing.T) {
 	out := call(t, cs, "spawn_tasks", map[string]any{
 		"defaults": map[string]any{"agent": "fake", "ask": []string{"edit"}, "ask_timeout_s": 3600},
 		"tasks": []any{
-			map[string]any{"prompt": script(askStep("edit")), "workspace": workspace(t, nil)},
-			map[string]any{"prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{}},
+			map[string]any{"prompt": testrig.Script(askStep("edit")), "workspace": testrig.Workspace(t, nil)},
+			map[string]any{"prompt": testrig.Script(askStep("edit")), "workspace": testrig.Workspace(t, nil), "ask": []string{}},
 		},
 	})
 	var decided []any
@@ -355,7 +357,7 @@ func TestAskCarriedByGetTask(t *testing.T) {
 		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}, nil
 	}, false)
 	id := call(t, cs, "spawn_task", map[string]any{
-		"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"},
+		"agent": "fake", "prompt": testrig.Script(askStep("edit")), "workspace": testrig.Workspace(t, nil), "ask": []string{"edit"},
 	})["task_id"].(string)
 	for {
 		// Another session's wait says when the question is open.
@@ -380,7 +382,7 @@ func TestAskAnsweredOnlyByTheSpawningSession(t *testing.T) {
 	}, false)
 	other, _ := connectEliciting(t, r.svc, "2026-07-28", nil, false)
 	id := call(t, spawner, "spawn_task", map[string]any{
-		"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"},
+		"agent": "fake", "prompt": testrig.Script(askStep("edit")), "workspace": testrig.Workspace(t, nil), "ask": []string{"edit"},
 	})["task_id"].(string)
 	for call(t, r.cs, "wait_tasks", map[string]any{"task_ids": []string{id}})["reason"] != "needs_decision" {
 	}
@@ -418,7 +420,7 @@ func TestAskOnAFollowUp(t *testing.T) {
 				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}, nil
 			}
 			cs, _ := connectEliciting(t, r.svc, version, h, false)
-			ws := workspace(t, nil)
+			ws := testrig.Workspace(t, nil)
 			waitOver := func(id string) {
 				for {
 					if call(t, cs, "wait_tasks", map[string]any{"task_ids": []string{id}})["reason"] == "terminal" {
@@ -426,18 +428,18 @@ func TestAskOnAFollowUp(t *testing.T) {
 					}
 				}
 			}
-			parent := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": script(askStep("edit")), "workspace": ws,
+			parent := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": testrig.Script(askStep("edit")), "workspace": ws,
 				"ask": []string{"edit"}, "keep_alive": true})["task_id"].(string)
 			waitOver(parent)
 			assert.Equal(t, "human", finish(t, r, cs, parent)["decided_by"])
 
-			child := call(t, cs, "send_task", map[string]any{"task_id": parent, "prompt": script(askStep("edit")), "keep_alive": true})["task_id"].(string)
+			child := call(t, cs, "send_task", map[string]any{"task_id": parent, "prompt": testrig.Script(askStep("edit")), "keep_alive": true})["task_id"].(string)
 			waitOver(child)
 			perm := finish(t, r, cs, child)
 			assert.Equal(t, "reject_once", perm["decision"], "the parent's ask is not carried over")
 			assert.Equal(t, "rule", perm["decided_by"])
 
-			grand := call(t, cs, "send_task", map[string]any{"task_id": child, "prompt": script(askStep("edit")),
+			grand := call(t, cs, "send_task", map[string]any{"task_id": child, "prompt": testrig.Script(askStep("edit")),
 				"ask": []string{"edit"}, "ask_timeout_s": 60})["task_id"].(string)
 			waitOver(grand)
 			perm = finish(t, r, cs, grand)
@@ -446,7 +448,7 @@ func TestAskOnAFollowUp(t *testing.T) {
 			mu.Lock()
 			assert.Equal(t, 2, asked, "asked for the parent's turn and the last follow-up's")
 			mu.Unlock()
-			assert.Equal(t, 1, count(methods(requests(t, ws)), "initialize"), "one process for the three turns")
+			assert.Equal(t, 1, count(testrig.Methods(testrig.Requests(t, ws)), "initialize"), "one process for the three turns")
 
 			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_task", Arguments: map[string]any{
 				"task_id": grand, "prompt": "p", "ask_timeout_s": 0}})
@@ -466,11 +468,11 @@ func TestAskAfterAnInterrupt(t *testing.T) {
 		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}, nil
 	}
 	cs, _ := connectEliciting(t, r.svc, "2025-11-25", h, false)
-	ws := workspace(t, nil)
-	parent := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": script(map[string]any{"wait_for_cancel": true}),
+	ws := testrig.Workspace(t, nil)
+	parent := call(t, cs, "spawn_task", map[string]any{"agent": "fake", "prompt": testrig.Script(map[string]any{"wait_for_cancel": true}),
 		"workspace": ws})["task_id"].(string)
 	r.awaitRecord(t, parent, func(m map[string]any) bool { return m["status"] == "running" && m["session_id"] != nil })
-	urgent := call(t, cs, "send_task", map[string]any{"task_id": parent, "prompt": script(askStep("edit")), "interrupt": true,
+	urgent := call(t, cs, "send_task", map[string]any{"task_id": parent, "prompt": testrig.Script(askStep("edit")), "interrupt": true,
 		"ask": []string{"edit"}})["task_id"].(string)
 	perm := finish(t, r, cs, urgent)
 	assert.Equal(t, "allow_once", perm["decision"])

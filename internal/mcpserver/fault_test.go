@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // The fault matrix and the other lifecycle faults are tested against the
@@ -18,8 +19,8 @@ import (
 
 func TestFaultClientDisconnectsDuringWait(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
-	id := r.spawn(t, map[string]any{"prompt": script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": ws})
+	ws := testrig.Workspace(t, nil)
+	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": ws})
 	// The baseline is taken once the agent is up (its turn under way), so
 	// that nothing of its start-up counts: taken right after spawn_task,
 	// on a loaded machine the count ended one descriptor over it.

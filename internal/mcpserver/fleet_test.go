@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 func TestCleanupWorktrees(t *testing.T) {
@@ -15,7 +17,7 @@ func TestCleanupWorktrees(t *testing.T) {
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
 	spawn := func(steps ...map[string]any) (string, string) {
-		id := r.spawn(t, map[string]any{"workspace": repo, "isolation": "worktree", "base_ref": "main", "prompt": script(steps...)})
+		id := r.spawn(t, map[string]any{"workspace": repo, "isolation": "worktree", "base_ref": "main", "prompt": testrig.Script(steps...)})
 		return id, filepath.Join(g.root, id)
 	}
 	untouched, untouchedPath := spawn(map[string]any{"message": "nothing to do"})
@@ -86,7 +88,7 @@ func TestCleanupWorktrees(t *testing.T) {
 func TestSpawnTasksFleet(t *testing.T) {
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 
 	t.Run("one invalid entry starts nothing", func(t *testing.T) {
 		entries := make([]map[string]any, 64)
@@ -98,7 +100,7 @@ func TestSpawnTasksFleet(t *testing.T) {
 			"defaults": map[string]any{"agent": "fake", "prompt": "hi", "workspace": ws}})
 		assert.Equal(t, `invalid_request: tasks[41]: base_ref "main" is only for isolation="worktree"`, msg)
 		assert.Equal(t, 0, countTasks(t, r))
-		assert.Empty(t, requests(t, ws), "no agent ran")
+		assert.Empty(t, testrig.Requests(t, ws), "no agent ran")
 	})
 
 	t.Run("one failing start", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // Follow-ups (send_task) and kept processes (spawn_task keep_alive),
@@ -66,25 +67,25 @@ func pidStep() map[string]any { return map[string]any{"pid": true} }
 
 func TestFollowUpOnKeptProcess(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
-	parent := r.spawn(t, map[string]any{"prompt": script(pidStep()), "workspace": ws, "keep_alive": true})
+	ws := testrig.Workspace(t, nil)
+	parent := r.spawn(t, map[string]any{"prompt": testrig.Script(pidStep()), "workspace": ws, "keep_alive": true})
 	prec := r.wait(t, parent)
 	assert.Equal(t, "succeeded", prec["status"])
 	assert.NotNil(t, prec["kept_alive_until"], "the record shows how long the process is kept")
 	assert.Nil(t, prec["kept_process"])
-	ptypes := typesOf(r.events(t, parent))
+	ptypes := testrig.TypesOf(r.events(t, parent))
 	assert.Contains(t, ptypes, "turn_ended")
 	assert.NotContains(t, ptypes, "process_exited", "turn_ended stands where process_exited would")
 	pidText := r.messages(t, parent)
 	require.True(t, strings.HasPrefix(pidText, "pid="), pidText)
 
-	child := r.send(t, map[string]any{"task_id": parent, "prompt": script(pidStep()), "keep_alive": true, "idle_timeout_s": 600})
+	child := r.send(t, map[string]any{"task_id": parent, "prompt": testrig.Script(pidStep()), "keep_alive": true, "idle_timeout_s": 600})
 	crec := r.wait(t, child)
 	assert.Equal(t, "succeeded", crec["status"])
 	assert.Equal(t, parent, crec["parent_task_id"])
 	assert.Equal(t, prec["session_id"], crec["session_id"])
 	assert.Equal(t, pidText, r.messages(t, child), "the follow-up ran on the parent's process")
-	ctypes := typesOf(r.events(t, child))
+	ctypes := testrig.TypesOf(r.events(t, child))
 	assert.NotContains(t, ctypes, "process_started", "no new process")
 	assert.NotContains(t, ctypes, "session_started", "the session was not set up again")
 	assert.Contains(t, ctypes, "turn_ended")
@@ -95,7 +96,7 @@ func TestFollowUpOnKeptProcess(t *testing.T) {
 	require.Len(t, fu, 1)
 	assert.Equal(t, child, fu[0]["task_id"])
 
-	m := methods(requests(t, ws))
+	m := testrig.Methods(testrig.Requests(t, ws))
 	assert.Equal(t, 1, count(m, "initialize"), "one process: %v", m)
 	assert.Equal(t, 1, count(m, "session/new"))
 	assert.Equal(t, 0, count(m, "session/load")+count(m, "session/resume"), "no load: %v", m)
@@ -112,20 +113,20 @@ func TestFollowUpOnKeptProcess(t *testing.T) {
 	assert.NotNil(t, kp["exited_at"])
 	assert.Equal(t, "succeeded", crec["status"], "a finished task is unchanged")
 	assert.Equal(t, len(before), len(r.events(t, child)), "nothing appended to a finished task's log")
-	requireGone(t, pids)
+	testrig.RequireGone(t, pids)
 }
 
 func TestFollowUpAfterIdleTimeout(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{"load_session": true})
-	parent := r.spawn(t, map[string]any{"prompt": script(pidStep()), "workspace": ws, "keep_alive": true, "idle_timeout_s": 1})
+	ws := testrig.Workspace(t, map[string]any{"load_session": true})
+	parent := r.spawn(t, map[string]any{"prompt": testrig.Script(pidStep()), "workspace": ws, "keep_alive": true, "idle_timeout_s": 1})
 	r.wait(t, parent)
 	prec := r.awaitRecord(t, parent, func(m map[string]any) bool { return m["kept_process"] != nil })
 	kp := prec["kept_process"].(map[string]any)
 	assert.Equal(t, 0.0, kp["exit_code"], "the kept agent left on its own when its stdin closed")
-	requireGone(t, r.pids(t, parent, ws))
+	testrig.RequireGone(t, r.pids(t, parent, ws))
 
-	child := r.send(t, map[string]any{"task_id": parent, "prompt": script(pidStep())})
+	child := r.send(t, map[string]any{"task_id": parent, "prompt": testrig.Script(pidStep())})
 	crec := r.wait(t, child)
 	assert.Equal(t, "succeeded", crec["status"], "%v", crec["error"])
 	assert.NotEqual(t, r.messages(t, parent), r.messages(t, child), "a new process")
@@ -135,21 +136,21 @@ func TestFollowUpAfterIdleTimeout(t *testing.T) {
 	require.Len(t, ss, 1)
 	assert.Equal(t, "load", ss[0]["resumed_by"])
 	assert.Equal(t, prec["session_id"], ss[0]["session_id"])
-	assert.Contains(t, typesOf(r.events(t, child)), "process_exited", "no keep_alive: the process ends with the turn")
-	m := methods(requests(t, ws))
+	assert.Contains(t, testrig.TypesOf(r.events(t, child)), "process_exited", "no keep_alive: the process ends with the turn")
+	m := testrig.Methods(testrig.Requests(t, ws))
 	assert.Equal(t, 2, count(m, "initialize"))
 	assert.Equal(t, 1, count(m, "session/load"))
 }
 
 func TestFollowUpsQueuedInOrder(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	gate := filepath.Join(t.TempDir(), "go")
-	parent := r.spawn(t, map[string]any{"prompt": script(map[string]any{"wait_file": gate}), "workspace": ws})
+	parent := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"wait_file": gate}), "workspace": ws})
 	var children []string
 	for i := range 3 {
 		children = append(children, r.send(t, map[string]any{
-			"task_id": parent, "prompt": script(map[string]any{"message": "child " + strconv.Itoa(i)}),
+			"task_id": parent, "prompt": testrig.Script(map[string]any{"message": "child " + strconv.Itoa(i)}),
 		}))
 	}
 	for _, c := range children {
@@ -168,7 +169,7 @@ func TestFollowUpsQueuedInOrder(t *testing.T) {
 		assert.Equal(t, "child "+strconv.Itoa(i), r.messages(t, c))
 	}
 	var prompts []string
-	for _, req := range requests(t, ws) {
+	for _, req := range testrig.Requests(t, ws) {
 		if req["method"] == "session/prompt" {
 			p := req["params"].(map[string]any)["prompt"].([]any)[0].(map[string]any)["text"].(string)
 			prompts = append(prompts, p)
@@ -178,19 +179,19 @@ func TestFollowUpsQueuedInOrder(t *testing.T) {
 	for i := range 3 {
 		assert.Contains(t, prompts[i+1], "child "+strconv.Itoa(i), "follow-ups run in the order they were sent")
 	}
-	assert.Equal(t, 1, count(methods(requests(t, ws)), "initialize"), "the queued follow-ups ran on the parent's process")
-	assert.Contains(t, typesOf(r.events(t, children[2])), "process_exited", "the last one, not kept, ended the process")
-	requireGone(t, r.pids(t, parent, ws))
+	assert.Equal(t, 1, count(testrig.Methods(testrig.Requests(t, ws)), "initialize"), "the queued follow-ups ran on the parent's process")
+	assert.Contains(t, testrig.TypesOf(r.events(t, children[2])), "process_exited", "the last one, not kept, ended the process")
+	testrig.RequireGone(t, r.pids(t, parent, ws))
 }
 
 func TestFollowUpInterrupt(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
-	parent := r.spawn(t, map[string]any{"prompt": script(map[string]any{"wait_for_cancel": true}), "workspace": ws})
+	ws := testrig.Workspace(t, nil)
+	parent := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"wait_for_cancel": true}), "workspace": ws})
 	// The parent's turn must be under way before the interrupt can cancel it.
 	r.awaitRecord(t, parent, func(m map[string]any) bool { return m["status"] == "running" && m["session_id"] != nil })
-	queued := r.send(t, map[string]any{"task_id": parent, "prompt": script(map[string]any{"message": "queued"})})
-	urgent := r.send(t, map[string]any{"task_id": parent, "prompt": script(pidStep()), "interrupt": true})
+	queued := r.send(t, map[string]any{"task_id": parent, "prompt": testrig.Script(map[string]any{"message": "queued"})})
+	urgent := r.send(t, map[string]any{"task_id": parent, "prompt": testrig.Script(pidStep()), "interrupt": true})
 
 	prec := r.wait(t, parent)
 	assert.Equal(t, "cancelled", prec["status"])
@@ -205,12 +206,12 @@ func TestFollowUpInterrupt(t *testing.T) {
 	qs, _ := time.Parse(time.RFC3339, qrec["started_at"].(string))
 	assert.False(t, qs.Before(us), "the interrupt went ahead of the queued follow-up")
 
-	m := methods(requests(t, ws))
+	m := testrig.Methods(testrig.Requests(t, ws))
 	assert.Equal(t, 1, count(m, "initialize"), "one process: %v", m)
 	assert.Equal(t, 1, count(m, "session/cancel"))
 	assert.Equal(t, 3, count(m, "session/prompt"))
 	var prompts []string
-	for _, req := range requests(t, ws) {
+	for _, req := range testrig.Requests(t, ws) {
 		if req["method"] == "session/prompt" {
 			prompts = append(prompts, req["params"].(map[string]any)["prompt"].([]any)[0].(map[string]any)["text"].(string))
 		}
@@ -221,13 +222,13 @@ func TestFollowUpInterrupt(t *testing.T) {
 
 func TestCancelQueuedFollowUp(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	gate := filepath.Join(t.TempDir(), "go")
-	parent := r.spawn(t, map[string]any{"prompt": script(map[string]any{"wait_file": gate}), "workspace": ws})
+	parent := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"wait_file": gate}), "workspace": ws})
 	child := r.send(t, map[string]any{"task_id": parent, "prompt": "never sent"})
 	crec := call(t, r.cs, "cancel_task", map[string]any{"task_id": child})
 	assert.Equal(t, "cancelled", crec["status"])
-	assert.Equal(t, []string{"task_created", "task_cancelled", "status_changed"}, typesOf(r.events(t, child)),
+	assert.Equal(t, []string{"task_created", "task_cancelled", "status_changed"}, testrig.TypesOf(r.events(t, child)),
 		"a queued follow-up ends without a process")
 	prec := call(t, r.cs, "get_task", map[string]any{"task_id": parent})
 	assert.NotEqual(t, "cancelled", prec["status"], "the parent is untouched")
@@ -235,7 +236,7 @@ func TestCancelQueuedFollowUp(t *testing.T) {
 	prec = r.wait(t, parent)
 	assert.Equal(t, "succeeded", prec["status"])
 	assert.Empty(t, r.events(t, parent, "task_cancelled"))
-	assert.Equal(t, 1, count(methods(requests(t, ws)), "session/prompt"), "the cancelled follow-up never reached the agent")
+	assert.Equal(t, 1, count(testrig.Methods(testrig.Requests(t, ws)), "session/prompt"), "the cancelled follow-up never reached the agent")
 }
 
 func TestShutdownEndsKeptProcesses(t *testing.T) {
@@ -246,7 +247,7 @@ func TestShutdownEndsKeptProcesses(t *testing.T) {
 		r := newRig(t, rigOptions{})
 		var ids, wss []string
 		for range 2 {
-			ws := workspace(t, nil)
+			ws := testrig.Workspace(t, nil)
 			ids = append(ids, r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws, "keep_alive": true}))
 			wss = append(wss, ws)
 		}
@@ -257,7 +258,7 @@ func TestShutdownEndsKeptProcesses(t *testing.T) {
 		}
 		require.Len(t, pids, 2)
 		require.NoError(t, r.svc.Shutdown(context.Background()))
-		requireGone(t, pids)
+		testrig.RequireGone(t, pids)
 		for _, id := range ids {
 			b, err := r.svc.Task(id)
 			require.NoError(t, err)
@@ -269,13 +270,13 @@ func TestShutdownEndsKeptProcesses(t *testing.T) {
 
 func TestFollowUpPermissionsPerTurn(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	perm := map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "report": true}}
-	parent := r.spawn(t, map[string]any{"prompt": script(perm), "workspace": ws, "keep_alive": true, "allow": []string{"execute"}})
+	parent := r.spawn(t, map[string]any{"prompt": testrig.Script(perm), "workspace": ws, "keep_alive": true, "allow": []string{"execute"}})
 	r.wait(t, parent)
-	child := r.send(t, map[string]any{"task_id": parent, "prompt": script(perm), "keep_alive": true})
+	child := r.send(t, map[string]any{"task_id": parent, "prompt": testrig.Script(perm), "keep_alive": true})
 	r.wait(t, child)
-	grand := r.send(t, map[string]any{"task_id": child, "prompt": script(perm), "allow": []string{"execute"}})
+	grand := r.send(t, map[string]any{"task_id": child, "prompt": testrig.Script(perm), "allow": []string{"execute"}})
 	r.wait(t, grand)
 	decision := func(id string) string {
 		ev := r.events(t, id, "permission")
@@ -285,12 +286,12 @@ func TestFollowUpPermissionsPerTurn(t *testing.T) {
 	assert.Equal(t, "allow_once", decision(parent))
 	assert.NotEqual(t, "allow_once", decision(child), "omitted allow means none: the parent's is not carried over")
 	assert.Equal(t, "allow_once", decision(grand), "each turn has its own")
-	assert.Equal(t, 1, count(methods(requests(t, ws)), "initialize"))
+	assert.Equal(t, 1, count(testrig.Methods(testrig.Requests(t, ws)), "initialize"))
 }
 
 func TestSendTaskRefusals(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	for _, args := range []map[string]any{
 		{"agent": "fake", "prompt": "p", "workspace": ws, "idle_timeout_s": 5},
 		{"agent": "fake", "prompt": "p", "workspace": ws, "keep_alive": true, "idle_timeout_s": 0},
@@ -329,10 +330,10 @@ func TestFollowUpHandsItsWorktreeOn(t *testing.T) {
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
 	parent := r.spawn(t, map[string]any{"workspace": repo, "isolation": "worktree", "keep_alive": true,
-		"prompt": script(writeStep("a.txt", "changed\n"))})
+		"prompt": testrig.Script(writeStep("a.txt", "changed\n"))})
 	prec := r.wait(t, parent)
 	require.Equal(t, "succeeded", prec["status"], "%v", prec["error"])
-	child := r.send(t, map[string]any{"task_id": parent, "prompt": script(writeStep("b.txt", "new\n")), "keep_alive": true})
+	child := r.send(t, map[string]any{"task_id": parent, "prompt": testrig.Script(writeStep("b.txt", "new\n")), "keep_alive": true})
 	crec := r.wait(t, child)
 	require.Equal(t, "succeeded", crec["status"], "%v", crec["error"])
 	assert.Equal(t, prec["worktree"], crec["worktree"], "the follow-up works in its parent's worktree")
@@ -387,25 +388,25 @@ func connectShared(t *testing.T, svc Service) (*mcp.ClientSession, func()) {
 
 func TestKeptProcessOutlivesASharedSession(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	first, end := connectShared(t, r.svc)
-	out := call(t, first, "spawn_task", map[string]any{"agent": "fake", "prompt": script(pidStep()), "workspace": ws, "keep_alive": true})
+	out := call(t, first, "spawn_task", map[string]any{"agent": "fake", "prompt": testrig.Script(pidStep()), "workspace": ws, "keep_alive": true})
 	parent := out["task_id"].(string)
 	r.wait(t, parent)
 	end() // the host that started it goes; the daemon's service stays
 
 	second, end2 := connectShared(t, r.svc)
 	defer end2()
-	child := call(t, second, "send_task", map[string]any{"task_id": parent, "prompt": script(pidStep())})["task_id"].(string)
+	child := call(t, second, "send_task", map[string]any{"task_id": parent, "prompt": testrig.Script(pidStep())})["task_id"].(string)
 	crec := r.wait(t, child)
 	assert.Equal(t, "succeeded", crec["status"], "%v", crec["error"])
 	assert.Equal(t, r.messages(t, parent), r.messages(t, child), "the kept process served another host's follow-up")
-	assert.Equal(t, 1, count(methods(requests(t, ws)), "initialize"))
+	assert.Equal(t, 1, count(testrig.Methods(testrig.Requests(t, ws)), "initialize"))
 }
 
 func TestStdioDisconnectEndsKeptProcesses(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	id := r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws, "keep_alive": true})
 	r.wait(t, id)
 	pids := r.pids(t, id, ws)
@@ -424,5 +425,5 @@ func TestStdioDisconnectEndsKeptProcesses(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "kept process %d outlived the stdio session", pids[0])
 		time.Sleep(10 * time.Millisecond)
 	}
-	requireGone(t, pids)
+	testrig.RequireGone(t, pids)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // wire is a client that writes raw lines to Serve and reads raw lines back.
@@ -92,8 +93,8 @@ func (w *wire) reply(t *testing.T) reply {
 // cancelled every task.
 func TestMalformedLinesKeepTheSession(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
-	id := r.spawn(t, map[string]any{"prompt": script(map[string]any{"message": "up"}, map[string]any{"hang": true}), "workspace": ws})
+	ws := testrig.Workspace(t, nil)
+	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"hang": true}), "workspace": ws})
 	w := newWire(t, r.svc, "2025-11-25")
 
 	huge := `{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"get_task","arguments":{"task_id":"` +
@@ -189,8 +190,8 @@ func TestIDsEchoedAsSent(t *testing.T) {
 // A cancellation names the request by the client's id.
 func TestCancellationByTheClientsID(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
-	id := r.spawn(t, map[string]any{"prompt": script(map[string]any{"hang": true}), "workspace": ws})
+	ws := testrig.Workspace(t, nil)
+	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"hang": true}), "workspace": ws})
 	w := newWire(t, r.svc, "2025-11-25")
 	w.send(t, `{"jsonrpc":"2.0","id":12345678901234567890,"method":"tools/call","params":{"name":"wait_tasks","arguments":{"task_ids":["`+id+`"],"timeout_seconds":30}}}`)
 	w.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":12345678901234567890,"reason":"enough"}}`)
@@ -286,8 +287,8 @@ func TestOutOfRangeIntegers(t *testing.T) {
 // as one of ours, which would name another request.
 func TestStaleCancellationCancelsNothing(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
-	id := r.spawn(t, map[string]any{"prompt": script(map[string]any{"hang": true}), "workspace": ws})
+	ws := testrig.Workspace(t, nil)
+	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"hang": true}), "workspace": ws})
 	w := newWire(t, r.svc, "2025-11-25")
 	// The initialize above was our request 1; this wait is our 2.
 	w.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"wait_tasks","arguments":{"task_ids":["`+id+`"],"timeout_seconds":1}}}`)

@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // handlerBound is what a tool's handler does with one integer argument:
@@ -81,7 +83,7 @@ func TestIntegerBoundsAgree(t *testing.T) {
 	require.Equal(t, wantKeys, keys, "every integer argument of the golden tools/list has its handler bound here")
 
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	seen := r.spawn(t, map[string]any{"prompt": "p", "workspace": ws})
 	r.wait(t, seen)
 	base := func(t *testing.T, tool string) map[string]any {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // gitSetup is git for a rig: the installed git, an environment that reads
@@ -78,7 +80,7 @@ func TestWorktreeTaskRecordAndDiff(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(repo, "dirty.txt"), []byte("x"), 0o644))
 
 	id := r.spawn(t, map[string]any{"workspace": filepath.Join(repo, "sub"), "isolation": "worktree",
-		"prompt": script(writeStep("c.txt", "c\n"), map[string]any{"message": "done"})})
+		"prompt": testrig.Script(writeStep("c.txt", "c\n"), map[string]any{"message": "done"})})
 	rec := r.wait(t, id)
 	require.Equal(t, "succeeded", rec["status"], "%v", rec)
 	assert.Equal(t, filepath.Join(repo, "sub"), rec["workspace"], "the record keeps the workspace asked for")
@@ -104,7 +106,7 @@ func TestWorktreeOverlaps(t *testing.T) {
 	repo := g.repo(t, map[string]string{"shared.txt": "s\n", "other.txt": "o\n"})
 	spawn := func(file string) string {
 		return r.spawn(t, map[string]any{"workspace": repo, "isolation": "worktree",
-			"prompt": script(writeStep(file, "changed\n"))})
+			"prompt": testrig.Script(writeStep(file, "changed\n"))})
 	}
 	a := spawn("shared.txt")
 	r.wait(t, a)
@@ -212,7 +214,7 @@ func TestWorktreeDiffFailureKeepsTheOutcome(t *testing.T) {
 	// The agent breaks its worktree's link to the repository: git can no
 	// longer read it.
 	id := r.spawn(t, map[string]any{"workspace": repo, "isolation": "worktree",
-		"prompt": script(writeStep(".git", "gitdir: /nonexistent\n"))})
+		"prompt": testrig.Script(writeStep(".git", "gitdir: /nonexistent\n"))})
 	rec := r.wait(t, id)
 	assert.Equal(t, "succeeded", rec["status"])
 	assert.Nil(t, rec["error"])
@@ -228,7 +230,7 @@ func TestWorktreeOverlapsOfTasksEndingTogether(t *testing.T) {
 	repo := g.repo(t, map[string]string{"shared.txt": "s\n"})
 	entries := make([]map[string]any, 6)
 	for i := range entries {
-		entries[i] = map[string]any{"prompt": script(writeStep("shared.txt", fmt.Sprintf("task %d\n", i)))}
+		entries[i] = map[string]any{"prompt": testrig.Script(writeStep("shared.txt", fmt.Sprintf("task %d\n", i)))}
 	}
 	out := call(t, r.cs, "spawn_tasks", map[string]any{"tasks": entries,
 		"defaults": map[string]any{"agent": "fake", "workspace": repo, "isolation": "worktree"}})

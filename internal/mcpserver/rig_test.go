@@ -1,35 +1,21 @@
 package mcpserver
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/notify"
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/store"
-	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
-
-// fakeAgentBin is the fake ACP agent, built once for this package's tests
-// without the race detector: agents are separate processes, and a small
-// binary starts in milliseconds.
-var fakeAgentBin string
 
 func TestMain(m *testing.M) {
 	// The test binary is also symm-mcp's pre-exec step for sandboxed
@@ -37,30 +23,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.Subcommand {
 		os.Exit(sandbox.Main(os.Args[2:], os.Stderr))
 	}
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "symm-mcp-fake-agent-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	fakeAgentBin = filepath.Join(dir, "fake-acp-agent")
-	out, err := exec.Command("go", "build", "-o", fakeAgentBin, "../acpsession/fakeagent/cmd/fake-acp-agent").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the fake agent: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
-}
-
-// fakeAdapter launches the fake agent with nothing pinned.
-var fakeAdapter = &agents.Adapter{
-	Name: "fake", Executable: "fake-agent", Options: []string{agents.OptAllow, agents.OptModel, agents.OptEffort},
-	Model:  &modelSetting,
-	Effort: &effortSetting,
+	os.Exit(testrig.Main(m))
 }
 
 // fakeFlagAdapter is the fake agent taking effort as a launch flag, as
@@ -69,14 +32,8 @@ var fakeFlagAdapter = &agents.Adapter{
 	Name: "fake_flag", Executable: "fake-agent-flag", Options: []string{agents.OptEffort}, EffortFlag: "--effort=",
 }
 
-// testTimeouts keep cleanup bounds short; each still exceeds what a healthy
-// fake agent needs.
-var testTimeouts = supervisor.Timeouts{
-	TurnCancel: 3 * time.Second, ExitGrace: 3 * time.Second, Term: 2 * time.Second, Kill: 2 * time.Second, Drain: 2 * time.Second,
-}
-
-// rig is the whole server wired as in production, with the fake agent on
-// PATH under every agent's executable name.
+// rig is the whole server wired as in production (testrig.New), with the
+// fake agent on PATH under every agent's executable name.
 type rig struct {
 	svc     *task.Service
 	cs      *mcp.ClientSession
@@ -98,20 +55,15 @@ type rigOptions struct {
 
 func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
-	bin := t.TempDir()
-	adapters := append(agents.DefaultAdapters(), fakeAdapter, fakeFlagAdapter)
-	for _, a := range adapters {
-		require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
-	}
+	opts := testrig.Options{Adapters: testrig.Adapters(fakeFlagAdapter), Markers: o.markers}
 	if o.git != nil {
-		require.NoError(t, os.Symlink(o.git.bin, filepath.Join(bin, "git")))
+		opts.Links = map[string]string{"git": o.git.bin}
 	}
-	env := append(withoutEnv(os.Environ(), "PATH", fakeagent.ConfigEnv), "PATH="+bin)
-	sup := supervisor.New(supervisor.Config{Env: env, Timeouts: testTimeouts, Subreaper: true})
-	r := &rig{binDir: bin}
+	parts := testrig.New(t, opts)
+	r := &rig{binDir: parts.Bin, markers: parts.Markers}
 	cfg := task.Config{
-		Store: store.New(), Agents: agents.NewRegistry(adapters...), Supervisor: sup,
-		Workspace: t.TempDir(), Getenv: func(k string) string { return lookupEnv(env, k) },
+		Store: store.New(), Agents: parts.Registry(), Supervisor: parts.Sup,
+		Workspace: parts.Workspace, Getenv: parts.Getenv,
 		WorkspaceRoots: o.roots,
 	}
 	if o.git != nil {
@@ -121,79 +73,15 @@ func newRig(t *testing.T, o rigOptions) *rig {
 		self, err := os.Executable()
 		require.NoError(t, err)
 		cfg.Sandbox = *o.sandbox
-		cfg.Sandbox.Self, cfg.Sandbox.Environ = self, env
+		cfg.Sandbox.Self, cfg.Sandbox.Environ = self, parts.Env
 	}
-	if o.markers {
-		uid := os.Geteuid()
-		r.markers = notify.Open(notify.Config{Base: filepath.Join(t.TempDir(), "markers"), UID: &uid})
-		require.True(t, r.markers.Enabled())
-		cfg.Markers = r.markers
+	if parts.Markers != nil {
+		cfg.Markers = parts.Markers
 	}
 	r.svc = task.New(cfg)
-	t.Cleanup(func() {
-		require.NoError(t, r.svc.Shutdown(context.Background()))
-		if r.markers != nil {
-			_ = r.markers.Close()
-		}
-	})
+	t.Cleanup(func() { require.NoError(t, r.svc.Shutdown(context.Background())) })
 	r.cs = connect(t, r.svc)
 	return r
-}
-
-func withoutEnv(env []string, keys ...string) []string {
-	var out []string
-	for _, kv := range env {
-		keep := true
-		for _, k := range keys {
-			if strings.HasPrefix(kv, k+"=") {
-				keep = false
-			}
-		}
-		if keep {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func lookupEnv(env []string, key string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, key+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// workspace makes a workspace whose fake agent reads cfg (fake-agent.json)
-// and logs every request it receives to log.jsonl.
-func workspace(t *testing.T, cfg map[string]any) string {
-	t.Helper()
-	ws := t.TempDir()
-	if cfg == nil {
-		cfg = map[string]any{}
-	}
-	if _, ok := cfg["request_log"]; !ok {
-		cfg["request_log"] = filepath.Join(ws, "log.jsonl")
-	}
-	b, err := json.Marshal(cfg)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(ws, "fake-agent.json"), b, 0o644))
-	return ws
-}
-
-// script encodes a turn script as the prompt.
-func script(steps ...map[string]any) string {
-	return scriptWith(nil, steps...)
-}
-
-func scriptWith(extra map[string]any, steps ...map[string]any) string {
-	s := map[string]any{"steps": steps}
-	for k, v := range extra {
-		s[k] = v
-	}
-	b, _ := json.Marshal(s)
-	return string(b)
 }
 
 // spawn starts a task and returns its id.
@@ -241,67 +129,9 @@ func (r *rig) events(t *testing.T, id string, types ...string) []map[string]any 
 	}
 }
 
-func typesOf(events []map[string]any) []string {
-	var out []string
-	for _, e := range events {
-		out = append(out, e["type"].(string))
-	}
-	return out
-}
-
-// requests reads the fake agent's request log.
-func requests(t *testing.T, ws string) []map[string]any {
-	t.Helper()
-	f, err := os.Open(filepath.Join(ws, "log.jsonl"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	require.NoError(t, err)
-	defer f.Close()
-	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 16<<20)
-	for sc.Scan() {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m))
-		out = append(out, m)
-	}
-	return out
-}
-
-func methods(reqs []map[string]any) []string {
-	var out []string
-	for _, r := range reqs {
-		if m, ok := r["method"].(string); ok {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // pids returns every process the task's agent started: the agent itself
 // and the grandchildren it logged.
 func (r *rig) pids(t *testing.T, id, ws string) []int {
 	t.Helper()
-	var pids []int
-	for _, e := range r.events(t, id, "process_started") {
-		pids = append(pids, int(e["pid"].(float64)))
-	}
-	for _, req := range requests(t, ws) {
-		if fork, ok := req["fork"].(map[string]any); ok {
-			for _, p := range fork["pids"].([]any) {
-				pids = append(pids, int(p.(float64)))
-			}
-		}
-	}
-	return pids
-}
-
-// requireGone fails unless every pid is gone (ESRCH); zombies count as alive.
-func requireGone(t *testing.T, pids []int) {
-	t.Helper()
-	for _, pid := range pids {
-		err := syscall.Kill(pid, 0)
-		require.ErrorIs(t, err, syscall.ESRCH, "process %d is still there", pid)
-	}
+	return testrig.PIDs(t, r.events(t, id, "process_started"), ws)
 }

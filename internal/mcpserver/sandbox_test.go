@@ -11,6 +11,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // sandboxRig is a server whose agents may be confined, with a home of its
@@ -30,7 +31,7 @@ func sandboxRig(t *testing.T, dflt sandbox.Mode) (r *rig, home string) {
 // planted secret: what an agent's tools do when a workspace's own
 // configuration pre-approves them, with no permission request.
 func escapeScript(outside, secret string) string {
-	return script(writeStep("inside.txt", "in"), writeStep(outside, "out"),
+	return testrig.Script(writeStep("inside.txt", "in"), writeStep(outside, "out"),
 		map[string]any{"read_file": secret}, map[string]any{"message": "done"})
 }
 
@@ -96,7 +97,7 @@ func TestSandboxDefaultAndFollowUps(t *testing.T) {
 	secret := filepath.Join(home, ".ssh", "id_test")
 	outside := filepath.Join(t.TempDir(), "escaped.txt")
 
-	ws := workspace(t, map[string]any{"load_session": true})
+	ws := testrig.Workspace(t, map[string]any{"load_session": true})
 	id := r.spawn(t, map[string]any{"workspace": ws, "allow": []string{"edit"}, "prompt": escapeScript(outside, secret)})
 	rec := r.wait(t, id)
 	require.Equal(t, "succeeded", rec["status"], "%v", rec)

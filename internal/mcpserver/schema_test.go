@@ -14,6 +14,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // TestNoBooleanSchemas lists the tools as a client does and fails on any
@@ -148,9 +150,9 @@ func TestUndescribedRawJSONIsRefused(t *testing.T) {
 // describes.
 func TestOutputSchemasHoldWhatIsStored(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	usage := map[string]any{"usage": map[string]any{"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}}
-	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": scriptWith(usage,
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.ScriptWith(usage,
 		map[string]any{"message": "hello"},
 		map[string]any{"raw_update": map[string]any{"sessionUpdate": "usage_update", "used": 10, "size": 100}},
 	)})

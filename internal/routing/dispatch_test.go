@@ -22,6 +22,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // sharedStore is one store written by two services, the way a cluster's
@@ -86,18 +87,18 @@ func newDispatchRig(t *testing.T) *dispatchRig {
 	t.Helper()
 	shared := &sharedStore{Store: store.New()}
 	r := &dispatchRig{shared: shared, dispatcher: &loopDispatcher{hosts: map[string]*Router{}}}
-	adapters := append(agents.DefaultAdapters(), fakeAdapter)
+	adapters := testrig.Adapters()
 	mk := func(host string) (*Router, *notify.Markers) {
-		bin := t.TempDir()
+		var names []string
 		for _, a := range adapters {
-			if host == "b" && a.Executable == "codex-acp" {
-				continue
+			if host != "b" || a.Executable != "codex-acp" {
+				names = append(names, a.Executable)
 			}
-			require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, a.Executable)))
 		}
+		bin := testrig.AgentPATH(t, names...)
 		// The agents see PATH alone: the fake agent needs nothing else.
 		env := []string{"PATH=" + bin}
-		sup := supervisor.New(supervisor.Config{Env: env, Timeouts: agentTimeouts, Subreaper: true})
+		sup := supervisor.New(supervisor.Config{Env: env, Timeouts: testrig.Timeouts(), Subreaper: true})
 		uid := os.Geteuid()
 		m := notify.Open(notify.Config{Base: filepath.Join(t.TempDir(), "markers"), UID: &uid})
 		s := New(Config{Host: host, Hosts: r.dispatcher, Dispatch: r.dispatcher, Markers: m, Local: task.New(task.Config{
@@ -137,14 +138,14 @@ func (r *dispatchRig) waitA(t *testing.T, id string) map[string]any {
 // at once, each marked.
 func TestDispatchSpawnOnOtherHost(t *testing.T) {
 	r := newDispatchRig(t)
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	var wg sync.WaitGroup
 	ids := make([]string, 8)
 	for i := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b, err := r.a.Spawn(context.Background(), task.SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "b"})
+			b, err := r.a.Spawn(context.Background(), task.SpawnRequest{Agent: "fake", Prompt: testrig.Script(map[string]any{"message": "done"}), Workspace: ws, Host: "b"})
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -171,8 +172,8 @@ func TestDispatchSpawnOnOtherHost(t *testing.T) {
 // a failed task, as a local start failure.
 func TestDispatchRefusals(t *testing.T) {
 	r := newDispatchRig(t)
-	ws := agentWorkspace(t, nil)
-	req := task.SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "nowhere"}
+	ws := testrig.Workspace(t, nil)
+	req := task.SpawnRequest{Agent: "fake", Prompt: testrig.Script(map[string]any{"message": "done"}), Workspace: ws, Host: "nowhere"}
 	var te *task.Error
 
 	_, err := r.a.Spawn(context.Background(), req)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // The adapters against their agents' true offers: the fake agent, launched
@@ -122,7 +123,7 @@ func selectOption(id, category, current string, vals ...string) map[string]any {
 func acpCalls(t *testing.T, ws string) []string {
 	t.Helper()
 	var out []string
-	for _, r := range requests(t, ws) {
+	for _, r := range testrig.Requests(t, ws) {
 		m, ok := r["method"].(string)
 		if !ok {
 			continue
@@ -153,6 +154,7 @@ const (
 // agent's offer, the exact ACP calls made before the prompt, in order, and
 // the failure that names a missing pin or an unoffered value.
 func TestAdaptersAgainstRealOffers(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	setup := []string{"initialize", "session/new"}
 	tests := []struct {
@@ -258,7 +260,7 @@ func TestAdaptersAgainstRealOffers(t *testing.T) {
 			if tc.offer != nil {
 				cfg = tc.offer(cfg)
 			}
-			ws := agentWorkspace(t, cfg)
+			ws := testrig.Workspace(t, cfg)
 			req := tc.req
 			req.Agent, req.Prompt, req.Workspace = tc.agent, "p", ws
 			id := r.spawn(t, req)
@@ -322,22 +324,23 @@ func (r *agentRig) describe(t *testing.T, agent, ws string) map[string]any {
 func TestOpencodeConfigurationReachesNoAgent(t *testing.T) {
 	t.Setenv(agents.OpencodeConfigVar, `["not an object"]`)
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, agentOffer(t, "opencode"))
+	ws := testrig.Workspace(t, agentOffer(t, "opencode"))
 	out := r.spawnRecord(t, SpawnRequest{Agent: "opencode", Prompt: "p", Workspace: ws})
 	assert.Equal(t, "failed", out["status"])
 	assert.Contains(t, out["error"], "OPENCODE_CONFIG_CONTENT must hold a JSON object")
 	assert.Equal(t, []string{"task_created", "status_changed", "error", "status_changed"}, types(r.events(t, out["task_id"].(string))))
-	assert.Empty(t, requests(t, ws), "no agent was launched")
+	assert.Empty(t, testrig.Requests(t, ws), "no agent was launched")
 
 	d := r.describe(t, "opencode", ws)
 	assert.Contains(t, d["error"], "OPENCODE_CONFIG_CONTENT must hold a JSON object")
 	assert.Nil(t, d["version"])
-	assert.Empty(t, requests(t, ws), "describe_agent launched nothing either")
+	assert.Empty(t, testrig.Requests(t, ws), "describe_agent launched nothing either")
 }
 
 // TestOpencodeConfigNotAnObjectFailsBeforeLaunch: the same, against the
 // fake supervisor: nothing is started.
 func TestOpencodeConfigNotAnObjectFailsBeforeLaunch(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, func(c *Config) {
 		c.Getenv = func(k string) string {
 			if k == agents.OpencodeConfigVar {
@@ -358,6 +361,7 @@ func TestOpencodeConfigNotAnObjectFailsBeforeLaunch(t *testing.T) {
 // names reports the agent's version, resume support, model and effort
 // offers and whether each pin is available, and creates no task.
 func TestDescribeAgentAgainstRealOffers(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	str := func(s string) *string { return &s }
 	type offerWant struct {
@@ -404,7 +408,7 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 			if tc.model != nil && tc.model.values == nil {
 				tc.model.values = optionValues(offerOption(cfg, "model"))
 			}
-			ws := agentWorkspace(t, cfg)
+			ws := testrig.Workspace(t, cfg)
 			d := r.describe(t, tc.agent, ws)
 			assert.Nil(t, d["error"])
 			assert.Equal(t, tc.agent, d["agent"])
@@ -430,7 +434,7 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 				tc.auth = []any{}
 			}
 			assert.Equal(t, tc.auth, d["auth_methods"])
-			assert.Equal(t, []string{"initialize", "session/new"}, methods(requests(t, ws)), "describe stops after session/new")
+			assert.Equal(t, []string{"initialize", "session/new"}, testrig.Methods(testrig.Requests(t, ws)), "describe stops after session/new")
 		})
 	}
 	list, err := r.svc.ListTasks(ListRequest{})
@@ -438,7 +442,7 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 	assert.Empty(t, list.Tasks, "describe_agent creates no task")
 
 	t.Run("a pin the agent does not offer is unavailable", func(t *testing.T) {
-		ws := agentWorkspace(t, withoutOption(agentOffer(t, "copilot"), "allow_all"))
+		ws := testrig.Workspace(t, withoutOption(agentOffer(t, "copilot"), "allow_all"))
 		d := r.describe(t, "copilot", ws)
 		assert.Nil(t, d["error"])
 		assert.Equal(t, []any{wantPin("mode", "agent", true), wantPin("allow_all", "off", false)}, d["pins"])
@@ -446,7 +450,7 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 	t.Run("the session/new error, such as a login the agent needs", func(t *testing.T) {
 		cfg := agentOffer(t, "codex")
 		cfg["fail_in"] = map[string]any{"session/new": "Authentication required"}
-		ws := agentWorkspace(t, cfg)
+		ws := testrig.Workspace(t, cfg)
 		d := r.describe(t, "codex", ws)
 		assert.Contains(t, d["error"], "Authentication required")
 		assert.Nil(t, d["version"])
@@ -455,7 +459,7 @@ func TestDescribeAgentAgainstRealOffers(t *testing.T) {
 	t.Run("ACP auth_required in session/new names the auth methods", func(t *testing.T) {
 		cfg := agentOffer(t, "codex")
 		cfg["auth_required_in"] = []string{"session/new"}
-		ws := agentWorkspace(t, cfg)
+		ws := testrig.Workspace(t, cfg)
 		d := r.describe(t, "codex", ws)
 		assert.Contains(t, d["error"], `its auth methods: "api-key" (API Key), "chat-gpt" (ChatGPT)`)
 		assert.Len(t, d["auth_methods"], 2)
@@ -483,6 +487,7 @@ func agentExecutable(t *testing.T, agent string) string {
 // TestDescribeAgentMissingExecutable: an agent not on PATH is described by
 // an error naming its executable, and nothing else.
 func TestDescribeAgentMissingExecutable(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	for _, a := range agents.DefaultAdapters() {
 		t.Run(a.Name, func(t *testing.T) {

@@ -12,13 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 func TestStreamArrivesWholeAndInOrder(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	const n = 10000
-	prompt := script(
+	prompt := testrig.Script(
 		map[string]any{"chunks": map[string]any{"n": n, "text": "<{i}>", "tool_call_every": 1000}},
 		map[string]any{"thought": "done"},
 	)
@@ -59,10 +61,11 @@ func TestStreamArrivesWholeAndInOrder(t *testing.T) {
 }
 
 func TestToolCallsAreBounded(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	big := strings.Repeat("é", 50000)
-	prompt := script(
+	prompt := testrig.Script(
 		map[string]any{"tool_call": map[string]any{"toolCallId": "t1", "title": "write", "kind": "edit", "status": "pending",
 			"rawInput": map[string]any{"content": big}, "content": []any{map[string]any{"type": "content", "content": map[string]any{"type": "text", "text": big}}},
 			"locations": []any{map[string]any{"path": "/x"}}}},
@@ -83,11 +86,12 @@ func TestToolCallsAreBounded(t *testing.T) {
 }
 
 func TestStopReasons(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	for _, reason := range []string{"max_tokens", "max_turn_requests", "refusal", "cancelled"} {
 		t.Run(reason, func(t *testing.T) {
-			ws := agentWorkspace(t, nil)
-			id := r.spawn(t, SpawnRequest{Prompt: scriptWith(map[string]any{"stop_reason": reason}, map[string]any{"message": "partial"}), Workspace: ws})
+			ws := testrig.Workspace(t, nil)
+			id := r.spawn(t, SpawnRequest{Prompt: testrig.ScriptWith(map[string]any{"stop_reason": reason}, map[string]any{"message": "partial"}), Workspace: ws})
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			assert.Contains(t, got["error"], reason)
@@ -103,6 +107,7 @@ func TestStopReasons(t *testing.T) {
 }
 
 func TestAgentExitsMidTurn(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	for name, step := range map[string]map[string]any{
 		"exit code": {"exit": map[string]any{"code": 3}},
@@ -110,8 +115,8 @@ func TestAgentExitsMidTurn(t *testing.T) {
 		"SIGKILL":   {"signal": "SIGKILL"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ws := agentWorkspace(t, nil)
-			id := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"message": "before"}, step), Workspace: ws})
+			ws := testrig.Workspace(t, nil)
+			id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"message": "before"}, step), Workspace: ws})
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			assert.Contains(t, got["error"], "before ending its turn")
@@ -125,7 +130,7 @@ func TestAgentExitsMidTurn(t *testing.T) {
 			texts := r.events(t, id, "agent_message")
 			require.NotEmpty(t, texts, "events sent before the crash are kept")
 			assert.Equal(t, "before", texts[0]["text"])
-			requireGone(t, r.pids(t, id, ws))
+			testrig.RequireGone(t, r.pids(t, id, ws))
 		})
 	}
 }
@@ -159,8 +164,12 @@ func TestCancelMidStream(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			ws := agentWorkspace(t, c.cfg)
-			id := r.spawn(t, SpawnRequest{Prompt: script(c.steps...), Workspace: ws})
+			// The cases wait on the supervisor's timeouts, not on the
+			// CPU: at once, beside each other only (the test itself is
+			// serial, for its bound).
+			t.Parallel()
+			ws := testrig.Workspace(t, c.cfg)
+			id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(c.steps...), Workspace: ws})
 			r.waitForEvent(t, id, "agent_message")
 			start := time.Now()
 			out := r.cancel(t, id)
@@ -174,12 +183,13 @@ func TestCancelMidStream(t *testing.T) {
 			cancelled := r.events(t, id, "task_cancelled")
 			require.Len(t, cancelled, 1)
 			assert.Equal(t, "cancel_task", cancelled[0]["source"])
-			requireGone(t, r.pids(t, id, ws))
+			testrig.RequireGone(t, r.pids(t, id, ws))
 		})
 	}
 }
 
 func TestMissingExecutable(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	require.NoError(t, os.Remove(filepath.Join(r.bin, "codex-acp")))
 	out := r.spawnRecord(t, SpawnRequest{Agent: "codex", Prompt: "p"})
@@ -190,21 +200,23 @@ func TestMissingExecutable(t *testing.T) {
 }
 
 func TestSetupTimeoutsNameTheRequest(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{requestTimeout: 300 * time.Millisecond})
 	for _, method := range []string{"initialize", "new_session"} {
 		t.Run(method, func(t *testing.T) {
-			ws := agentWorkspace(t, map[string]any{"hang_in": method})
+			ws := testrig.Workspace(t, map[string]any{"hang_in": method})
 			id := r.spawn(t, SpawnRequest{Prompt: "p", Workspace: ws})
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			assert.Contains(t, got["error"], "did not answer "+method)
-			assert.NotContains(t, methods(requests(t, ws)), "session/prompt", "the task fails before the prompt")
-			requireGone(t, r.pids(t, id, ws))
+			assert.NotContains(t, testrig.Methods(testrig.Requests(t, ws)), "session/prompt", "the task fails before the prompt")
+			testrig.RequireGone(t, r.pids(t, id, ws))
 		})
 	}
 }
 
 func TestSettingsAreCheckedBeforeThePrompt(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	models := map[string]any{"id": "model", "name": "Model", "type": "select", "currentValue": "a",
 		"options": []any{map[string]any{"value": "a", "name": "A"}, map[string]any{"value": "b", "name": "B"}}}
@@ -221,20 +233,20 @@ func TestSettingsAreCheckedBeforeThePrompt(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ws := agentWorkspace(t, c.cfg)
+			ws := testrig.Workspace(t, c.cfg)
 			id := r.spawn(t, SpawnRequest{Agent: c.agent, Prompt: "p", Workspace: ws, Model: c.model})
 			got := r.wait(t, id)
 			assert.Equal(t, "failed", got["status"])
 			assert.Contains(t, got["error"], c.want)
 			assert.NotContains(t, got["error"], "(the agent", "the cleanup's exit is not blamed on the agent")
-			assert.NotContains(t, methods(requests(t, ws)), "session/prompt")
+			assert.NotContains(t, testrig.Methods(testrig.Requests(t, ws)), "session/prompt")
 		})
 	}
 	t.Run("model applied", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"config_options": []any{models}})
+		ws := testrig.Workspace(t, map[string]any{"config_options": []any{models}})
 		id := r.spawn(t, SpawnRequest{Prompt: "p", Workspace: ws, Model: "b"})
 		assert.Equal(t, "succeeded", r.wait(t, id)["status"])
-		assert.Equal(t, []string{"initialize", "session/new", "session/set_config_option", "session/prompt"}, methods(requests(t, ws)))
+		assert.Equal(t, []string{"initialize", "session/new", "session/set_config_option", "session/prompt"}, testrig.Methods(testrig.Requests(t, ws)))
 		var confirmed []string
 		for _, e := range r.events(t, id, "agent_update") {
 			if e["update_type"] == "set_config_option_response" {
@@ -248,11 +260,12 @@ func TestSettingsAreCheckedBeforeThePrompt(t *testing.T) {
 }
 
 func TestUnknownUpdatesAndNotifications(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{
+	ws := testrig.Workspace(t, map[string]any{
 		"updates_before_new_session_response": []any{map[string]any{"sessionUpdate": "available_commands_update", "availableCommands": []any{}}},
 	})
-	prompt := scriptWith(map[string]any{"after_response": []any{map[string]any{"raw_update": map[string]any{"sessionUpdate": "session_info_update", "title": "t"}}}},
+	prompt := testrig.ScriptWith(map[string]any{"after_response": []any{map[string]any{"raw_update": map[string]any{"sessionUpdate": "session_info_update", "title": "t"}}}},
 		map[string]any{"raw_update": map[string]any{"sessionUpdate": "brand_new_thing", "x": map[string]any{"y": 1}}},
 		map[string]any{"notify": map[string]any{"method": "_vendor/status", "params": map[string]any{"ok": true}}},
 		map[string]any{"raw_update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]any{"type": "text", "text": "other"}}, "session_id": "someone-else"},
@@ -274,10 +287,11 @@ func TestUnknownUpdatesAndNotifications(t *testing.T) {
 }
 
 func TestStderrIsRecorded(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	long := strings.Repeat("x", 1<<20+1)
-	id := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"stderr": "one line"}, map[string]any{"stderr": long}), Workspace: ws})
+	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"stderr": "one line"}, map[string]any{"stderr": long}), Workspace: ws})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 	lines := r.events(t, id, "stderr")
 	require.Len(t, lines, 3)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // fakeAuthMethods are what the fake agent lists in initialize, one of each
@@ -36,6 +38,7 @@ var modelSelect = []any{
 // ACP's auth_required, the task fails with an error naming the agent's
 // auth methods, and its error event lists them.
 func TestAuthRequiredFailsTheTask(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	tests := []struct {
 		name    string
@@ -66,7 +69,7 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 			for k, v := range tc.cfg {
 				cfg[k] = v
 			}
-			ws := agentWorkspace(t, cfg)
+			ws := testrig.Workspace(t, cfg)
 			req := tc.req
 			req.Prompt, req.Workspace = "hello", ws
 			id := r.spawn(t, req)
@@ -86,13 +89,13 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 			require.Len(t, errs, 1)
 			assert.Equal(t, msg, errs[0]["message"])
 			assert.Equal(t, want, errs[0]["auth_methods"])
-			assert.Equal(t, tc.sent, methods(requests(t, ws)))
-			requireGone(t, r.pids(t, id, ws))
+			assert.Equal(t, tc.sent, testrig.Methods(testrig.Requests(t, ws)))
+			testrig.RequireGone(t, r.pids(t, id, ws))
 		})
 	}
 
 	t.Run("an agent that lists none", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"auth_required_in": []string{"new_session"}})
+		ws := testrig.Workspace(t, map[string]any{"auth_required_in": []string{"new_session"}})
 		id := r.spawn(t, SpawnRequest{Prompt: "hello", Workspace: ws})
 		got := r.wait(t, id)
 		assert.Equal(t, "failed", got["status"])
@@ -103,7 +106,7 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 	})
 
 	t.Run("another error carries no auth methods", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"auth_methods": fakeAuthMethods, "fail_in": map[string]string{"session/new": "Authentication required"}})
+		ws := testrig.Workspace(t, map[string]any{"auth_methods": fakeAuthMethods, "fail_in": map[string]string{"session/new": "Authentication required"}})
 		id := r.spawn(t, SpawnRequest{Prompt: "hello", Workspace: ws})
 		got := r.wait(t, id)
 		assert.Equal(t, "failed", got["status"])
@@ -118,29 +121,30 @@ func TestAuthRequiredFailsTheTask(t *testing.T) {
 // from initialize, also when the agent then refuses session/new because it
 // wants them used, and an empty list when it lists none.
 func TestDescribeAgentShowsAuthMethods(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	t.Run("listed", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"auth_methods": fakeAuthMethods})
+		ws := testrig.Workspace(t, map[string]any{"auth_methods": fakeAuthMethods})
 		d := r.describe(t, "fake", ws)
 		assert.Nil(t, d["error"])
 		assert.Equal(t, wantAuthMethods, d["auth_methods"])
 	})
 	t.Run("listed and required", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"auth_methods": fakeAuthMethods, "auth_required_in": []string{"new_session"}})
+		ws := testrig.Workspace(t, map[string]any{"auth_methods": fakeAuthMethods, "auth_required_in": []string{"new_session"}})
 		d := r.describe(t, "fake", ws)
 		assert.Contains(t, d["error"], `agent requires authentication (ACP auth_required in answer to new_session); its auth methods: "login" (Log in)`)
 		assert.Equal(t, wantAuthMethods, d["auth_methods"])
 		assert.Nil(t, d["version"])
 	})
 	t.Run("none", func(t *testing.T) {
-		ws := agentWorkspace(t, nil)
+		ws := testrig.Workspace(t, nil)
 		d := r.describe(t, "fake", ws)
 		assert.Nil(t, d["error"])
 		assert.Equal(t, []any{}, d["auth_methods"])
 	})
 	t.Run("not on PATH", func(t *testing.T) {
 		require.NoError(t, os.Remove(filepath.Join(r.bin, "cursor-agent")))
-		d := r.describe(t, "cursor", agentWorkspace(t, nil))
+		d := r.describe(t, "cursor", testrig.Workspace(t, nil))
 		assert.NotNil(t, d["error"])
 		assert.Equal(t, []any{}, d["auth_methods"])
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // What an agent sends and what a caller gives is bounded in the records
@@ -44,8 +45,9 @@ func (r *agentRig) rawEvents(t *testing.T, id string) []json.RawMessage {
 // at most 1 MiB; a larger field becomes a preview with truncated and
 // length, and every page can be read and paged past.
 func TestOversizeUpdatesAreCapped(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
+	ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
 		{"plan": []map[string]any{{"content": huge, "priority": "high", "status": "pending"}}},
 		{"raw_update": map[string]any{"sessionUpdate": "mystery_update", "blob": huge}},
 		{"raw_update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]any{"type": "image", "mimeType": "image/png", "data": huge}}},
@@ -101,8 +103,9 @@ func TestOversizeUpdatesAreCapped(t *testing.T) {
 // and every task record carries its first 500 characters with its length
 // and SHA-256; a small prompt is returned as it is, with no new field.
 func TestLargePromptIsPreviewed(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{{"message": "read it"}}}})
+	ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{{"message": "read it"}}}})
 	prompt := "ab" + huge
 	sum := sha256.Sum256([]byte(prompt))
 	want := map[string]any{
@@ -137,7 +140,7 @@ func TestLargePromptIsPreviewed(t *testing.T) {
 	}
 
 	var got []string
-	for _, req := range requests(t, ws) {
+	for _, req := range testrig.Requests(t, ws) {
 		if req["method"] != "session/prompt" {
 			continue
 		}
@@ -167,6 +170,7 @@ func TestLargePromptIsPreviewed(t *testing.T) {
 // 1,000 characters (its error event keeps more), an outsized session id
 // is refused.
 func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	small := func(t *testing.T, id string) map[string]any {
 		t.Helper()
@@ -176,7 +180,7 @@ func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
 		return decode(t, raw)
 	}
 	t.Run("usage", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
+		ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
 			{"raw_update": map[string]any{"sessionUpdate": "usage_update", "used": 1, "size": 2, "blob": huge}},
 		}}})
 		id := r.spawn(t, SpawnRequest{Prompt: "go", Workspace: ws})
@@ -186,7 +190,7 @@ func TestAgentReportsIntoRecordsAreBounded(t *testing.T) {
 		assert.Equal(t, map[string]any{"used": 1.0, "size": 2.0}, u["context"], "only the figures are kept")
 	})
 	t.Run("error", func(t *testing.T) {
-		ws := agentWorkspace(t, map[string]any{"fail_in": map[string]any{"session/prompt": huge}})
+		ws := testrig.Workspace(t, map[string]any{"fail_in": map[string]any{"session/prompt": huge}})
 		id := r.spawn(t, SpawnRequest{Prompt: "go", Workspace: ws})
 		require.Equal(t, "failed", r.wait(t, id)["status"])
 		msg := small(t, id)["error"].(string)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // TestFinishedTaskLetsGoOfItsSession: once a task's process is gone its
@@ -19,8 +20,9 @@ import (
 // holds the whole connection, the SDK's 1 MiB line buffer among it); a
 // kept process keeps it until it exits.
 func TestFinishedTaskLetsGoOfItsSession(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	id := r.spawn(t, SpawnRequest{Agent: "fake", Prompt: "p", Workspace: agentWorkspace(t, nil)})
+	id := r.spawn(t, SpawnRequest{Agent: "fake", Prompt: "p", Workspace: testrig.Workspace(t, nil)})
 	r.wait(t, id)
 	run, err := r.svc.lookup(id)
 	require.NoError(t, err)
@@ -39,7 +41,7 @@ func TestFinishedTaskLetsGoOfItsSession(t *testing.T) {
 	assert.Nil(t, sess, "the finished task let go of its session")
 	assert.True(t, noResume, "and kept that the fake agent cannot resume")
 
-	kept := r.spawn(t, SpawnRequest{Agent: "fake", Prompt: "p", Workspace: agentWorkspace(t, nil), KeepAlive: true})
+	kept := r.spawn(t, SpawnRequest{Agent: "fake", Prompt: "p", Workspace: testrig.Workspace(t, nil), KeepAlive: true})
 	r.wait(t, kept)
 	run, err = r.svc.lookup(kept)
 	require.NoError(t, err)
@@ -82,9 +84,10 @@ func pidOf(t *testing.T, r *agentRig, id string) string {
 // on it; without a keep-alive of its own the process then leaves at stdin
 // EOF, and its exit is the follow-up's, not the parent's.
 func TestKeptProcessTakesASentTurn(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
-	parent := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"pid": true}), Workspace: ws, KeepAlive: true})
+	ws := testrig.Workspace(t, nil)
+	parent := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"pid": true}), Workspace: ws, KeepAlive: true})
 	assert.Equal(t, "succeeded", r.wait(t, parent)["status"])
 	run, err := r.svc.lookup(parent)
 	require.NoError(t, err)
@@ -93,7 +96,7 @@ func TestKeptProcessTakesASentTurn(t *testing.T) {
 	assert.Nil(t, live)
 	assert.Same(t, run, kept)
 
-	child := r.send(t, SendRequest{TaskID: parent, Prompt: script(map[string]any{"pid": true})})
+	child := r.send(t, SendRequest{TaskID: parent, Prompt: testrig.Script(map[string]any{"pid": true})})
 	crec := r.wait(t, child)
 	assert.Equal(t, "succeeded", crec["status"], "%v", crec["error"])
 	assert.Equal(t, pidOf(t, r, parent), pidOf(t, r, child), "the follow-up ran on the kept process")
@@ -106,7 +109,7 @@ func TestKeptProcessTakesASentTurn(t *testing.T) {
 	assert.Nil(t, proc)
 	assert.Nil(t, live)
 	assert.Nil(t, kept)
-	requireGone(t, r.pids(t, parent, ws))
+	testrig.RequireGone(t, r.pids(t, parent, ws))
 
 	_, err = r.svc.Send(context.Background(), SendRequest{TaskID: child, Prompt: "p"})
 	var te *Error
@@ -118,10 +121,11 @@ func TestKeptProcessTakesASentTurn(t *testing.T) {
 // keep-alive, the kept process's conversation ends and the agent leaves at
 // stdin EOF, by itself: its exit is recorded on the kept task.
 func TestKeepAliveEndsTheKeptProcess(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	idle := 1
-	id := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"pid": true}), Workspace: ws, KeepAlive: true, IdleTimeoutS: &idle})
+	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"pid": true}), Workspace: ws, KeepAlive: true, IdleTimeoutS: &idle})
 	r.wait(t, id)
 	deadline := time.Now().Add(30 * time.Second)
 	rec := r.task(t, id)
@@ -139,17 +143,18 @@ func TestKeepAliveEndsTheKeptProcess(t *testing.T) {
 	proc, _, kept, _ := owned(run.chain)
 	assert.Nil(t, proc)
 	assert.Nil(t, kept)
-	requireGone(t, r.pids(t, id, ws))
+	testrig.RequireGone(t, r.pids(t, id, ws))
 }
 
 // TestQueuedFollowUpTakesTheProcess: a follow-up queued behind a turn
 // runs on its process when the turn ends, keep-alive or not.
 func TestQueuedFollowUpTakesTheProcess(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	gate := filepath.Join(t.TempDir(), "go")
-	parent := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"wait_file": gate}), Workspace: ws})
-	child := r.send(t, SendRequest{TaskID: parent, Prompt: script(map[string]any{"message": "child"})})
+	parent := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"wait_file": gate}), Workspace: ws})
+	child := r.send(t, SendRequest{TaskID: parent, Prompt: testrig.Script(map[string]any{"message": "child"})})
 	assert.Equal(t, "created", r.task(t, child)["status"], "queued behind the running turn")
 	run, err := r.svc.lookup(parent)
 	require.NoError(t, err)
@@ -158,33 +163,26 @@ func TestQueuedFollowUpTakesTheProcess(t *testing.T) {
 	assert.Equal(t, 1, queued)
 	require.NoError(t, os.WriteFile(gate, nil, 0o644))
 	r.wait(t, parent)
-	assert.Contains(t, typesOf(r.events(t, parent)), "turn_ended", "the parent's process went on to the follow-up")
+	assert.Contains(t, testrig.TypesOf(r.events(t, parent)), "turn_ended", "the parent's process went on to the follow-up")
 	crec := r.wait(t, child)
 	assert.Equal(t, "succeeded", crec["status"], "%v", crec["error"])
-	assert.Equal(t, 1, count(methods(requests(t, ws)), "initialize"), "one process")
-	assert.Contains(t, typesOf(r.events(t, child)), "process_exited")
-	requireGone(t, r.pids(t, parent, ws))
+	assert.Equal(t, 1, count(testrig.Methods(testrig.Requests(t, ws)), "initialize"), "one process")
+	assert.Contains(t, testrig.TypesOf(r.events(t, child)), "process_exited")
+	testrig.RequireGone(t, r.pids(t, parent, ws))
 }
 
 // TestCancelEndsTheKeptProcess: cancel_task on the finished task that
 // holds the kept process stops the process, and returns once it ended.
 func TestCancelEndsTheKeptProcess(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
-	id := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"pid": true}), Workspace: ws, KeepAlive: true})
+	ws := testrig.Workspace(t, nil)
+	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"pid": true}), Workspace: ws, KeepAlive: true})
 	r.wait(t, id)
 	rec := r.cancel(t, id)
 	assert.Equal(t, "succeeded", rec["status"], "a finished task is unchanged")
 	assert.NotNil(t, r.task(t, id)["kept_process"], "cancel_task returned once the kept process ended")
-	requireGone(t, r.pids(t, id, ws))
-}
-
-func typesOf(events []map[string]any) []string {
-	out := make([]string, len(events))
-	for i, e := range events {
-		out[i], _ = e["type"].(string)
-	}
-	return out
+	testrig.RequireGone(t, r.pids(t, id, ws))
 }
 
 func count(xs []string, x string) int {

@@ -20,6 +20,7 @@ import (
 // does not run), refuses to cancel a live one of another host, and stops
 // the agent of a task of its own that another host ended.
 func TestServiceOnASharedLedger(t *testing.T) {
+	t.Parallel()
 	st := store.New()
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	_, err := st.Create(ledger.NewTask{ID: "theirs", Agent: "opencode", Workspace: "/w", Prompt: "p", Host: "b"}, t0)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // TestUpdatesBeforeTheSessionAreAllRecorded: an agent that streams 12,000
@@ -13,12 +15,13 @@ import (
 // recorded, in order, after session_started and before the turn's own.
 // (They were held up to 10,000, and the rest dropped without a count.)
 func TestUpdatesBeforeTheSessionAreAllRecorded(t *testing.T) {
+	t.Parallel()
 	const n = 12_000
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{
+	ws := testrig.Workspace(t, map[string]any{
 		"new_session_steps": []any{map[string]any{"flood": map[string]any{"n": n, "tool_call_update_every": 1}}},
 	})
-	id := r.spawn(t, SpawnRequest{Prompt: script(map[string]any{"message": "in turn"}), Workspace: ws})
+	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"message": "in turn"}), Workspace: ws})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 
 	events := r.events(t, id)

@@ -15,6 +15,7 @@ import (
 // error's text. Outcomes and codes come from types (errors.Is, errors.As);
 // an error's words are for people, and change without notice.
 func TestNoOutcomeFromErrorText(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +46,7 @@ func TestNoOutcomeFromErrorText(t *testing.T) {
 // TestTextDecisionsFinds holds the checker to what it must see: the forms
 // this package used before outcomes were typed, and their neighbours.
 func TestTextDecisionsFinds(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		body  string

@@ -11,12 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // The fault matrix: agents that misbehave in every way we know of. Each case
 // checks the task's final status and error, that what the agent sent before
 // the fault is in the log, and that no process of the agent's group is left.
 func TestFaultMatrix(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	// Only the agents that hang get a short request timeout.
 	hangs := newAgentRig(t, agentRigOptions{requestTimeout: 500 * time.Millisecond})
@@ -72,12 +74,12 @@ func TestFaultMatrix(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := c.cfg
-			ws := agentWorkspace(t, cfg)
+			ws := testrig.Workspace(t, cfg)
 			r := r
 			if cfg["hang_in"] != nil {
 				r = hangs
 			}
-			id := r.spawn(t, SpawnRequest{Prompt: script(c.steps...), Workspace: ws, Allow: c.allow})
+			id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(c.steps...), Workspace: ws, Allow: c.allow})
 			got := r.wait(t, id)
 			assert.Equal(t, c.status, got["status"], "error: %v", got["error"])
 			errs := r.events(t, id, "error")
@@ -97,17 +99,18 @@ func TestFaultMatrix(t *testing.T) {
 			}
 			types := types(r.events(t, id))
 			assert.Equal(t, []string{"process_exited", "status_changed"}, types[len(types)-2:])
-			requireGone(t, r.pids(t, id, ws))
+			testrig.RequireGone(t, r.pids(t, id, ws))
 		})
 	}
 }
 
 func TestFaultNotExecutable(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	path := filepath.Join(r.bin, "fake-agent")
 	require.NoError(t, os.Remove(path))
 	require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\nexit 0\n"), 0o644))
-	out := r.spawnRecord(t, SpawnRequest{Prompt: "p", Workspace: agentWorkspace(t, nil)})
+	out := r.spawnRecord(t, SpawnRequest{Prompt: "p", Workspace: testrig.Workspace(t, nil)})
 	assert.Equal(t, "failed", out["status"])
 	assert.Contains(t, out["error"], "fake-agent")
 	types := types(r.events(t, out["task_id"].(string)))
@@ -116,11 +119,12 @@ func TestFaultNotExecutable(t *testing.T) {
 }
 
 func TestFaultExitsAtOnce(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	path := filepath.Join(r.bin, "fake-agent")
 	require.NoError(t, os.Remove(path))
 	require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\necho 'no such model' >&2\nexit 3\n"), 0o755))
-	id := r.spawn(t, SpawnRequest{Prompt: "p", Workspace: agentWorkspace(t, nil)})
+	id := r.spawn(t, SpawnRequest{Prompt: "p", Workspace: testrig.Workspace(t, nil)})
 	got := r.wait(t, id)
 	assert.Equal(t, "failed", got["status"])
 	assert.Equal(t, 3.0, got["exit_code"])
@@ -131,8 +135,9 @@ func TestFaultExitsAtOnce(t *testing.T) {
 }
 
 func TestFaultPermissionCancelledThenTurnKeptOpen(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	steps := []map[string]any{
 		{"message": "kept"},
 		{"await_cancel": true},
@@ -140,7 +145,7 @@ func TestFaultPermissionCancelledThenTurnKeptOpen(t *testing.T) {
 			"options": []any{map[string]any{"id": "y", "name": "y", "kind": "allow_once"}, map[string]any{"id": "n", "name": "n", "kind": "reject_once"}}}},
 		{"hang": true},
 	}
-	id := r.spawn(t, SpawnRequest{Prompt: script(steps...), Workspace: ws, Allow: []string{"read"}})
+	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(steps...), Workspace: ws, Allow: []string{"read"}})
 	r.waitForEvent(t, id, "agent_message")
 	out := r.cancel(t, id)
 	assert.Equal(t, "cancelled", out["status"])
@@ -148,12 +153,12 @@ func TestFaultPermissionCancelledThenTurnKeptOpen(t *testing.T) {
 	require.Len(t, perms, 1)
 	assert.Equal(t, "cancelled", perms[0]["decision"], "after a cancel every request is answered cancelled")
 	assert.Nil(t, perms[0]["option_id"])
-	requireGone(t, r.pids(t, id, ws))
+	testrig.RequireGone(t, r.pids(t, id, ws))
 }
 
 func TestFaultNoGrowthOver500Tasks(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"request_log": ""})
+	ws := testrig.Workspace(t, map[string]any{"request_log": ""})
 	run := func() {
 		id := r.spawn(t, SpawnRequest{Prompt: "hello", Workspace: ws})
 		require.Equal(t, "succeeded", r.wait(t, id)["status"])
@@ -169,9 +174,10 @@ func TestFaultNoGrowthOver500Tasks(t *testing.T) {
 }
 
 func TestFaultStderrFlood(t *testing.T) {
+	t.Parallel()
 	const capBytes = 4 << 20
 	r := newAgentRig(t, agentRigOptions{stderrCap: capBytes})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	// As much as the race-instrumented server takes in well within 20 s on
 	// two shared cores; 256 MiB without the detector.
 	flood := 256 << 20
@@ -179,7 +185,7 @@ func TestFaultStderrFlood(t *testing.T) {
 		flood = 64 << 20
 	}
 	start := time.Now()
-	id := r.spawn(t, SpawnRequest{Prompt: script(
+	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(
 		map[string]any{"message": "before"},
 		map[string]any{"stderr_flood": map[string]any{"bytes": flood}},
 		map[string]any{"message": "after"},
@@ -206,7 +212,7 @@ func TestFaultStderrFlood(t *testing.T) {
 		text.WriteString(e["text"].(string))
 	}
 	assert.Equal(t, "beforeafter", text.String(), "nothing but stderr is ever dropped")
-	requireGone(t, r.pids(t, id, ws))
+	testrig.RequireGone(t, r.pids(t, id, ws))
 	t.Logf("%d MiB of stderr in %v (%.0f MB/s); kept %d lines, dropped %.0f", flood>>20, elapsed.Round(time.Millisecond),
 		float64(flood)/elapsed.Seconds()/1e6, len(kept), lines)
 }

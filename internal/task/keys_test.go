@@ -76,6 +76,7 @@ func (k *memKeys) Release(_ context.Context, key, id string) {
 // key through the key claims: one task, one agent, every call answered
 // with it; the key with other arguments is the error of one machine.
 func TestSpawnIdempotencyKeyClaimedAcrossServices(t *testing.T) {
+	t.Parallel()
 	keys, st, ws := newMemKeys(), store.New(), t.TempDir()
 	sups := []*tasktest.Supervisor{tasktest.New(), tasktest.New()}
 	var svcs []*Service

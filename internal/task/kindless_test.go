@@ -5,14 +5,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // A permission request without a kind counts as "other", and is judged by
 // the kind its tool call announced too: allowing "other" does not allow an
 // announced "execute".
 func TestKindlessRequestIsJudgedByTheAnnouncedKind(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
+	ws := testrig.Workspace(t, nil)
 	options := []any{
 		map[string]any{"id": "y", "name": "Yes", "kind": "allow_once"},
 		map[string]any{"id": "n", "name": "No", "kind": "reject_once"},
@@ -24,7 +27,7 @@ func TestKindlessRequestIsJudgedByTheAnnouncedKind(t *testing.T) {
 		{"permission": map[string]any{"tool_call_id": "patch", "title": "apply_patch", "options": options}},
 		{"permission": map[string]any{"tool_call_id": "unannounced", "title": "?", "options": options}},
 	}
-	id := r.spawn(t, SpawnRequest{Prompt: script(steps...), Workspace: ws, Allow: []string{"other"}})
+	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(steps...), Workspace: ws, Allow: []string{"other"}})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 	perms := r.events(t, id, "permission")
 	require.Len(t, perms, 3)

@@ -151,6 +151,7 @@ func sessionSink(run *tasktest.Run) acpsession.Sink { return run.Sink.(acpsessio
 // Every record the service cannot write fails its task, with the record
 // and the ledger's reason in the task's error.
 func TestLostRecordFailsTheTask(t *testing.T) {
+	t.Parallel()
 	const why = ": " + "injected ledger fault"
 	tests := []struct {
 		name   string
@@ -245,6 +246,7 @@ func TestLostRecordFailsTheTask(t *testing.T) {
 // Records lost while the agent's process starts: Spawn stops the run as
 // soon as Start returned, and spawn_task returns the failed task.
 func TestLostRecordAtStartFailsTheTask(t *testing.T) {
+	t.Parallel()
 	const why = ": " + "injected ledger fault"
 	for _, tt := range []struct {
 		name   string
@@ -275,6 +277,7 @@ func TestLostRecordAtStartFailsTheTask(t *testing.T) {
 // A stop requested before the process started, whose task_cancelled cannot
 // be recorded: the task fails with that, rather than ending cancelled.
 func TestLostCancelBeforeStartFailsTheTask(t *testing.T) {
+	t.Parallel()
 	l := newFaultyLedger("task_cancelled")
 	r, logs := newFaultyRig(t, l, nil)
 	cancelled := make(chan []byte, 1)
@@ -299,6 +302,7 @@ func TestLostCancelBeforeStartFailsTheTask(t *testing.T) {
 // logged: the error event of a task that fails anyway (its record's error
 // still says why), and its terminal status.
 func TestLostRecordOfAFailingTaskIsLogged(t *testing.T) {
+	t.Parallel()
 	t.Run("error event of a run", func(t *testing.T) {
 		r, logs := newFaultyRig(t, newFaultyLedger("error"), nil)
 		id, run := r.running(t)

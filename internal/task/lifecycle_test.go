@@ -39,6 +39,7 @@ func (r *rig) cancel(t *testing.T, id string) map[string]any {
 }
 
 func TestOutcomes(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name      string
 		exit      supervisor.Exit
@@ -74,6 +75,7 @@ func TestOutcomes(t *testing.T) {
 }
 
 func TestStartFailure(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	r.sup.StartErr = fmt.Errorf(`executable "codex-acp" not found in the absolute entries of PATH`)
 	id, out := r.spawn(t)
@@ -83,6 +85,7 @@ func TestStartFailure(t *testing.T) {
 }
 
 func TestCancelRunningTask(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	id, _ := r.running(t)
 	out := r.cancel(t, id)
@@ -97,6 +100,7 @@ func TestCancelRunningTask(t *testing.T) {
 }
 
 func TestShutdownCancelsAndRefuses(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	id, _ := r.running(t)
 	require.NoError(t, r.svc.Shutdown(context.Background()))
@@ -114,6 +118,7 @@ func TestShutdownCancelsAndRefuses(t *testing.T) {
 // permission decision the session makes before it hears of the stop is
 // recorded, and answered, as cancelled.
 func TestNoApprovalAfterTheStop(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	b, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: "codex", Prompt: "review it", Workspace: r.ws, Allow: []string{"read"}})
 	require.NoError(t, err)
@@ -173,6 +178,7 @@ func TestNoApprovalAfterTheStop(t *testing.T) {
 // Shutdown, while its start is not yet under way: it ends cancelled from
 // starting, with no process events and no error.
 func TestStopBeforeTheProcessStarts(t *testing.T) {
+	t.Parallel()
 	for _, by := range []string{"cancel_task", "shutdown"} {
 		t.Run(by, func(t *testing.T) {
 			r := newRig(t, nil)

@@ -10,16 +10,19 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // TestFIFOAtNotifyPathDoesNotHangCancel: a FIFO planted at a task's
 // notify_path (by its agent, say) neither blocks cancel_task nor takes
 // the marker's place: the marker is a regular file when the reply comes.
 func TestFIFOAtNotifyPathDoesNotHangCancel(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{markers: true})
 	out := r.spawnRecord(t, SpawnRequest{
-		Prompt:    script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}),
-		Workspace: agentWorkspace(t, nil),
+		Prompt:    testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}),
+		Workspace: testrig.Workspace(t, nil),
 	})
 	id, p := out["task_id"].(string), out["notify_path"].(string)
 	r.waitForEvent(t, id, "agent_message")

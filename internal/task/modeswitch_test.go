@@ -7,13 +7,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/permission"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // A request whose options name the agent's modes changes the mode, whatever
 // kind it claims: it is never granted, even with every kind allowed.
 func TestModeSwitchUnderAnotherKindIsNotGranted(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{
+	ws := testrig.Workspace(t, map[string]any{
 		"modes": map[string]any{"current": "plan", "available": []any{
 			map[string]any{"id": "plan", "name": "Plan"}, map[string]any{"id": "default", "name": "Default"}}},
 	})
@@ -25,7 +27,7 @@ func TestModeSwitchUnderAnotherKindIsNotGranted(t *testing.T) {
 			map[string]any{"id": "ok", "name": "Yes", "kind": "allow_once"},
 			map[string]any{"id": "no", "name": "No", "kind": "reject_once"}}}},
 	}
-	id := r.spawn(t, SpawnRequest{Prompt: script(steps...), Workspace: ws, Allow: permission.Kinds})
+	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(steps...), Workspace: ws, Allow: permission.Kinds})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 	perms := r.events(t, id, "permission")
 	require.Len(t, perms, 2)

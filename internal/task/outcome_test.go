@@ -13,6 +13,7 @@ import (
 )
 
 func TestOutcome(t *testing.T) {
+	t.Parallel()
 	code := func(c int) *int { return &c }
 	closed := fmt.Errorf("prompt: %w", acpsession.ErrConnectionClosed)
 	setup := errors.New("session/new: the agent answered with an error")

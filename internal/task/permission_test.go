@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/internal/permission"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // permOption is one option the fake agent offers. Names are sent too, and
@@ -139,7 +140,7 @@ func permStep(a permAsk, opts []permOption) map[string]any {
 func permissionLog(t *testing.T, ws string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, l := range requests(t, ws) {
+	for _, l := range testrig.Requests(t, ws) {
 		if p, ok := l["permission"].(map[string]any); ok {
 			out = append(out, p)
 		}
@@ -164,6 +165,7 @@ func withoutEnvelope(e map[string]any) map[string]any {
 // checks every permission event field by field against the README's rule,
 // what the agent received, and the rule's properties on what was decided.
 func TestPermissionMatrix(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	type matrixTask struct {
 		name, ws, id string
@@ -174,14 +176,14 @@ func TestPermissionMatrix(t *testing.T) {
 	var tasks []*matrixTask
 	for _, al := range permAllows {
 		for _, set := range permOptionSets {
-			mt := &matrixTask{name: al.name + "/" + set.name, ws: agentWorkspace(t, nil), allow: al.allow, asks: permAsks()}
+			mt := &matrixTask{name: al.name + "/" + set.name, ws: testrig.Workspace(t, nil), allow: al.allow, asks: permAsks()}
 			var steps []map[string]any
 			for i, a := range mt.asks {
 				opts := rotate(set.opts, i)
 				mt.opts = append(mt.opts, opts)
 				steps = append(steps, permStep(a, opts))
 			}
-			mt.id = r.spawn(t, SpawnRequest{Prompt: script(steps...), Workspace: mt.ws, Allow: al.allow})
+			mt.id = r.spawn(t, SpawnRequest{Prompt: testrig.Script(steps...), Workspace: mt.ws, Allow: al.allow})
 			tasks = append(tasks, mt)
 		}
 	}
@@ -250,11 +252,12 @@ func TestPermissionMatrix(t *testing.T) {
 // cancelled and leave no event, though allow lists their kind and the
 // one-time allow is offered; the request in the turn is decided.
 func TestPermissionOutsideTheTurn(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{
+	ws := testrig.Workspace(t, map[string]any{
 		"new_session_steps": []any{map[string]any{"permission": map[string]any{"tool_call_id": "before-turn", "kind": "read"}}},
 	})
-	prompt := script(
+	prompt := testrig.Script(
 		map[string]any{"permission": map[string]any{"tool_call_id": "other-session", "kind": "read"}, "session_id": "someone-else"},
 		map[string]any{"permission": map[string]any{"tool_call_id": "in-turn", "kind": "read"}},
 	)

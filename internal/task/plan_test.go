@@ -14,6 +14,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 type fixedHosts []string
@@ -56,6 +57,7 @@ func refused(t *testing.T, err error, want planWant) bool {
 // applied, agent resolved, keep-alive, digest), or the typed refusal a
 // caller sees, before anything is made.
 func TestPlanSpawn(t *testing.T) {
+	t.Parallel()
 	def := t.TempDir()
 	other := t.TempDir()
 	svc := New(Config{Store: store.New(), Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: def, Hosts: fixedHosts{"m"}})
@@ -110,6 +112,7 @@ func TestPlanSpawn(t *testing.T) {
 // The digest is of the arguments with their defaults applied: a retry
 // that spells a default out is the same call; another keep-alive is not.
 func TestPlanSpawnDigestOfDefaults(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	svc := New(Config{Store: store.New(), Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: ws})
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
@@ -131,6 +134,7 @@ func TestPlanSpawnDigestOfDefaults(t *testing.T) {
 // planSend, table first: a follow-up is checked against its parent, as
 // a spawn is, before anything is made.
 func TestPlanSend(t *testing.T) {
+	t.Parallel()
 	sup := tasktest.New()
 	svc := New(Config{Store: store.New(), Agents: agents.Default(), Supervisor: sup, Workspace: t.TempDir()})
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
@@ -171,6 +175,7 @@ func TestPlanSend(t *testing.T) {
 // Without a cluster (plain mode, or one daemon), describe_agent of the one
 // host list_hosts names probes here, of another is refused.
 func TestDescribeOnOneHost(t *testing.T) {
+	t.Parallel()
 	st := store.New()
 	svc := New(Config{Store: st, Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir(),
 		Hosts: fixedHosts{"box"}})
@@ -188,10 +193,11 @@ func TestDescribeOnOneHost(t *testing.T) {
 
 // Without a cluster, host may name only the one host list_hosts names.
 func TestSpawnHostWithoutCluster(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	r.svc.cfg.Hosts = fixedHosts{"m"}
-	ws := agentWorkspace(t, nil)
-	b, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: script(map[string]any{"message": "done"}), Workspace: ws, Host: "m"})
+	ws := testrig.Workspace(t, nil)
+	b, err := r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: testrig.Script(map[string]any{"message": "done"}), Workspace: ws, Host: "m"})
 	require.NoError(t, err)
 	assert.Equal(t, "succeeded", r.wait(t, decode(t, b)["task_id"].(string))["status"])
 	_, err = r.svc.Spawn(context.Background(), SpawnRequest{Agent: "fake", Prompt: "p", Workspace: ws, Host: "x"})

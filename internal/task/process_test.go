@@ -3,11 +3,8 @@ package task
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -18,36 +15,18 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
-// fakeAgentBin is the fake ACP agent, built once for this package's tests
-// (without the race detector: it is a separate process).
-var fakeAgentBin string
-
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "symm-mcp-task-fake-agent-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	fakeAgentBin = filepath.Join(dir, "fake-agent")
-	out, err := exec.Command("go", "build", "-o", fakeAgentBin, "../acpsession/fakeagent/cmd/fake-acp-agent").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the fake agent: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testrig.Main(m))
 }
 
 // A record lost while a real agent runs: the task fails with it, and the
 // run is stopped from within the sink call that lost it (the supervisor's
 // stderr reader, the ACP session's reader), its processes gone.
 func TestLostRecordStopsARealAgent(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		fail   string
@@ -62,8 +41,7 @@ func TestLostRecordStopsARealAgent(t *testing.T) {
 			acpsession.EventToolCall + " event could not be recorded: injected ledger fault"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			bin := t.TempDir()
-			require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, "fake-agent")))
+			bin := testrig.AgentPATH(t, "fake-agent")
 			sup := supervisor.New(supervisor.Config{
 				Env: []string{"PATH=" + bin},
 				Timeouts: supervisor.Timeouts{TurnCancel: 200 * time.Millisecond, ExitGrace: time.Second,

@@ -21,6 +21,7 @@ import (
 // the session, keeps the finished one, and serves all three: resolve,
 // wait and cancel find them.
 func TestRecoverEndsTasksLiveAtTheStop(t *testing.T) {
+	t.Parallel()
 	st := store.New()
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	mk := func(id string, path ...ledger.Status) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // resumeOptions offers a model select (and an effort select) so that a
@@ -39,7 +41,7 @@ func firstSession(t *testing.T, r *agentRig, ws string, req SpawnRequest) (strin
 // later process in the same workspace received.
 func logSince(t *testing.T, ws string, n int) []map[string]any {
 	t.Helper()
-	all := requests(t, ws)
+	all := testrig.Requests(t, ws)
 	require.GreaterOrEqual(t, len(all), n)
 	return all[n:]
 }
@@ -55,12 +57,13 @@ func rewriteFake(t *testing.T, ws string, cfg map[string]any) {
 }
 
 func TestResumeLoadsTheSessionInANewProcess(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"load_session": true})
+	ws := testrig.Workspace(t, map[string]any{"load_session": true})
 	// The agent keeps this prompt and its reply, "ok: remember the word
 	// pelican", as the session's history.
 	first, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "remember the word pelican"})
-	before := len(requests(t, ws))
+	before := len(testrig.Requests(t, ws))
 
 	out := r.spawnRecord(t, SpawnRequest{Prompt: "what was the word?", Workspace: ws, SessionID: sid})
 	assert.Equal(t, sid, out["session_id"], "Spawn's record carries the session id at once")
@@ -84,7 +87,7 @@ func TestResumeLoadsTheSessionInANewProcess(t *testing.T) {
 
 	// The new process loaded the session and replayed its history...
 	log := logSince(t, ws, before)
-	assert.Equal(t, []string{"initialize", "session/load", "session/prompt"}, methods(log))
+	assert.Equal(t, []string{"initialize", "session/load", "session/prompt"}, testrig.Methods(log))
 	var load map[string]any
 	for _, l := range log {
 		if m, _ := l["method"].(string); m == "session/load" {
@@ -107,10 +110,11 @@ func TestResumeLoadsTheSessionInANewProcess(t *testing.T) {
 	}
 	assert.Equal(t, []string{"ok: what was the word?"}, reply)
 	assert.Empty(t, r.events(t, second, "agent_update"), "no replayed user_message_chunk either")
-	requireGone(t, r.pids(t, second, ws))
+	testrig.RequireGone(t, r.pids(t, second, ws))
 }
 
 func TestResumeFailures(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{requestTimeout: 500 * time.Millisecond})
 	mayNotExist := func(id string) string {
 		return fmt.Sprintf("session %q could not be loaded: it may not exist for this agent or workspace", id)
@@ -127,7 +131,7 @@ func TestResumeFailures(t *testing.T) {
 			name: "agent cannot load sessions",
 			setup: func(t *testing.T) (string, string) {
 				// The session exists, but this agent does not advertise loading.
-				ws := agentWorkspace(t, map[string]any{"load_session": true})
+				ws := testrig.Workspace(t, map[string]any{"load_session": true})
 				_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "hello"})
 				rewriteFake(t, ws, map[string]any{})
 				return ws, sid
@@ -137,14 +141,14 @@ func TestResumeFailures(t *testing.T) {
 		{
 			name: "unknown id",
 			setup: func(t *testing.T) (string, string) {
-				return agentWorkspace(t, map[string]any{"load_session": true}), "fake-00000000deadbeef"
+				return testrig.Workspace(t, map[string]any{"load_session": true}), "fake-00000000deadbeef"
 			},
 			want: mayNotExist("fake-00000000deadbeef"), loads: true,
 		},
 		{
 			name: "rejected id",
 			setup: func(t *testing.T) (string, string) {
-				ws := agentWorkspace(t, map[string]any{"load_session": true})
+				ws := testrig.Workspace(t, map[string]any{"load_session": true})
 				_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "hello"})
 				rewriteFake(t, ws, map[string]any{"load_session": true, "reject_load": true})
 				return ws, sid
@@ -155,16 +159,16 @@ func TestResumeFailures(t *testing.T) {
 			name: "session of another workspace",
 			setup: func(t *testing.T) (string, string) {
 				state := t.TempDir()
-				ws := agentWorkspace(t, map[string]any{"load_session": true, "state_dir": state})
+				ws := testrig.Workspace(t, map[string]any{"load_session": true, "state_dir": state})
 				_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "hello"})
-				return agentWorkspace(t, map[string]any{"load_session": true, "state_dir": state}), sid
+				return testrig.Workspace(t, map[string]any{"load_session": true, "state_dir": state}), sid
 			},
 			loads: true,
 		},
 		{
 			name: "load_session times out",
 			setup: func(t *testing.T) (string, string) {
-				ws := agentWorkspace(t, map[string]any{"load_session": true})
+				ws := testrig.Workspace(t, map[string]any{"load_session": true})
 				_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "hello"})
 				rewriteFake(t, ws, map[string]any{"load_session": true, "hang_in": "load_session"})
 				return ws, sid
@@ -179,7 +183,7 @@ func TestResumeFailures(t *testing.T) {
 			if want == "" {
 				want = mayNotExist(sid)
 			}
-			before := len(requests(t, ws))
+			before := len(testrig.Requests(t, ws))
 			out := r.spawnRecord(t, SpawnRequest{Prompt: "again", Workspace: ws, SessionID: sid})
 			assert.Equal(t, sid, out["session_id"])
 			id := out["task_id"].(string)
@@ -199,9 +203,9 @@ func TestResumeFailures(t *testing.T) {
 			}
 			// A timed-out request may be followed by the SDK's $/cancel_request,
 			// if the agent is still there to log it.
-			sent := slices.DeleteFunc(methods(logSince(t, ws, before)), func(m string) bool { return m == "$/cancel_request" })
+			sent := slices.DeleteFunc(testrig.Methods(logSince(t, ws, before)), func(m string) bool { return m == "$/cancel_request" })
 			assert.Equal(t, wantMethods, sent, "the task fails before the prompt")
-			requireGone(t, r.pids(t, id, ws))
+			testrig.RequireGone(t, r.pids(t, id, ws))
 		})
 	}
 }
@@ -210,8 +214,9 @@ func TestResumeFailures(t *testing.T) {
 // task that created the session are not sent again when a later task
 // resumes it; the later task's own choices are.
 func TestResumeAppliesOnlyThisCallsChoices(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"load_session": true, "config_options": resumeOptions})
+	ws := testrig.Workspace(t, map[string]any{"load_session": true, "config_options": resumeOptions})
 	_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "first", Model: "b", Effort: "high"})
 	setOptions := func(log []map[string]any) []map[string]any {
 		var out []map[string]any
@@ -223,7 +228,7 @@ func TestResumeAppliesOnlyThisCallsChoices(t *testing.T) {
 		}
 		return out
 	}
-	require.Equal(t, []map[string]any{{"configId": "model", "value": "b"}, {"configId": "effort", "value": "high"}}, setOptions(requests(t, ws)),
+	require.Equal(t, []map[string]any{{"configId": "model", "value": "b"}, {"configId": "effort", "value": "high"}}, setOptions(testrig.Requests(t, ws)),
 		"the first task applied its choices")
 
 	for _, tc := range []struct {
@@ -235,14 +240,14 @@ func TestResumeAppliesOnlyThisCallsChoices(t *testing.T) {
 		{"effort only", "low", []map[string]any{{"configId": "effort", "value": "low"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(requests(t, ws))
+			before := len(testrig.Requests(t, ws))
 			id := r.spawn(t, SpawnRequest{Prompt: "again", Workspace: ws, SessionID: sid, Effort: tc.effort})
 			got := r.wait(t, id)
 			require.Equal(t, "succeeded", got["status"], got["error"])
 			assert.Nil(t, got["model"])
 			log := logSince(t, ws, before)
 			assert.Equal(t, tc.want, setOptions(log))
-			assert.Contains(t, methods(log), "session/load")
+			assert.Contains(t, testrig.Methods(log), "session/load")
 		})
 	}
 }

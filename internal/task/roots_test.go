@@ -18,6 +18,7 @@ import (
 // resolved, repeats dropped; anything else is refused (a usage error in
 // cmd).
 func TestResolveRoots(t *testing.T) {
+	t.Parallel()
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	require.NoError(t, err)
 	link := filepath.Join(t.TempDir(), "link")
@@ -43,6 +44,7 @@ func TestResolveRoots(t *testing.T) {
 // within compares whole path elements: /tmp/rootevil is not below
 // /tmp/root.
 func TestWithinRoot(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		p    string
 		want bool
@@ -63,6 +65,7 @@ func TestWithinRoot(t *testing.T) {
 // A spawn another host handed to this one is checked against this host's
 // roots, as a local spawn is: refused, nothing recorded, nothing started.
 func TestSpawnHandedOutsideRoots(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.EvalSymlinks(t.TempDir())
 	require.NoError(t, err)
 	r := newRig(t, func(c *Config) { c.WorkspaceRoots = []string{root} })
@@ -83,6 +86,7 @@ func TestSpawnHandedOutsideRoots(t *testing.T) {
 // A worktree made from another repository than the one checked (its .git
 // changed in between) is refused.
 func TestSameRepository(t *testing.T) {
+	t.Parallel()
 	wt := &worktree.Worktree{Repository: "/r/.git"}
 	assert.NoError(t, sameRepository(nil, "/r/.git"))
 	assert.NoError(t, sameRepository(wt, ""))

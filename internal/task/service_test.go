@@ -107,6 +107,7 @@ func decode(t *testing.T, b []byte) map[string]any {
 // The store's refusal reaches the caller as invalid_transition, its reason
 // taken from the *ledger.TransitionError rather than cut out of its text.
 func TestResolveRefusedIsInvalidTransition(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	id, _ := r.running(t)
 	_, err := r.svc.Resolve(id, ledger.Accepted, "")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // The session methods an agent may offer beyond new and prompt (resume,
@@ -23,6 +24,7 @@ import (
 // the session up with session/resume when the agent offers it (no history
 // comes back), else with session/load; session_started says which.
 func TestResumeUsesSessionResumeWhenOffered(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	tests := []struct {
 		name   string
@@ -36,13 +38,13 @@ func TestResumeUsesSessionResumeWhenOffered(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := agentWorkspace(t, tc.cfg)
+			ws := testrig.Workspace(t, tc.cfg)
 			first, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "remember pelican"})
 			started := r.events(t, first, "session_started")
 			require.Len(t, started, 1)
 			assert.Nil(t, started[0]["resumed_by"], "a new session")
 			assert.Equal(t, false, started[0]["resumed"])
-			before := len(requests(t, ws))
+			before := len(testrig.Requests(t, ws))
 
 			second := r.spawn(t, SpawnRequest{Prompt: "and now?", Workspace: ws, SessionID: sid})
 			got := r.wait(t, second)
@@ -53,7 +55,7 @@ func TestResumeUsesSessionResumeWhenOffered(t *testing.T) {
 			assert.Equal(t, true, started[0]["resumed"])
 			assert.Equal(t, sid, started[0]["session_id"])
 
-			ms := methods(logSince(t, ws, before))
+			ms := testrig.Methods(logSince(t, ws, before))
 			assert.Contains(t, ms, tc.method)
 			for _, other := range []string{"session/resume", "session/load", "session/new"} {
 				if other != tc.method {
@@ -69,13 +71,14 @@ func TestResumeUsesSessionResumeWhenOffered(t *testing.T) {
 }
 
 func TestResumeOfAnUnknownSessionNamesTheID(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"resume_session": true})
+	ws := testrig.Workspace(t, map[string]any{"resume_session": true})
 	id := r.spawn(t, SpawnRequest{Prompt: "p", Workspace: ws, SessionID: "fake-nope"})
 	got := r.wait(t, id)
 	require.Equal(t, "failed", got["status"])
 	assert.Contains(t, got["error"], `session "fake-nope" could not be resumed: it may not exist for this agent or workspace`)
-	assert.NotContains(t, methods(requests(t, ws)), "session/prompt")
+	assert.NotContains(t, testrig.Methods(testrig.Requests(t, ws)), "session/prompt")
 }
 
 // waitForRequest waits until the fake agent in ws logged a request of
@@ -84,7 +87,7 @@ func (r *agentRig) waitForRequest(t *testing.T, id, ws, method string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if slices.Contains(methods(requests(t, ws)), method) {
+		if slices.Contains(testrig.Methods(testrig.Requests(t, ws)), method) {
 			return
 		}
 		// Pace the polling on the task's own changes, bounded.
@@ -98,6 +101,7 @@ func (r *agentRig) waitForRequest(t *testing.T, id, ws, method string) {
 // turn, before the process ends, and the answer is a session_closed event;
 // a failure or no answer is recorded and is no failure of the task.
 func TestSessionClose(t *testing.T) {
+	t.Parallel()
 	keep := &agents.Adapter{Name: "fake_keep_open", Executable: "fake-agent-keep-open", Options: []string{agents.OptAllow}, KeepSessionOpen: true}
 	// A request timeout far past the test's wait: an unanswered close must
 	// end the task on session/close's own bound, not on this one.
@@ -120,13 +124,13 @@ func TestSessionClose(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := agentWorkspace(t, tc.cfg)
+			ws := testrig.Workspace(t, tc.cfg)
 			id := r.spawn(t, SpawnRequest{Prompt: "hi", Workspace: ws, Agent: tc.agent})
 			got := r.wait(t, id)
 			require.Equal(t, "succeeded", got["status"], got["error"])
 			assert.Nil(t, got["error"], "a close is never the task's failure")
 
-			ms := methods(requests(t, ws))
+			ms := testrig.Methods(testrig.Requests(t, ws))
 			if tc.close {
 				require.Contains(t, ms, "session/close")
 				assert.Greater(t, slices.Index(ms, "session/close"), slices.Index(ms, "session/prompt"), "after the turn")
@@ -158,8 +162,9 @@ func TestSessionClose(t *testing.T) {
 // session_id; closing a session (which frees the agent's resources) must
 // not break it.
 func TestClosedSessionStillResumes(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"close_session": true, "resume_session": true})
+	ws := testrig.Workspace(t, map[string]any{"close_session": true, "resume_session": true})
 	first, sid := firstSession(t, r, ws, SpawnRequest{Prompt: "one"})
 	require.Len(t, r.events(t, first, "session_closed"), 1)
 	second := r.spawn(t, SpawnRequest{Prompt: "two", Workspace: ws, SessionID: sid})
@@ -172,18 +177,19 @@ func TestClosedSessionStillResumes(t *testing.T) {
 // outstanding cancels that request's context, and the agent hears of it
 // ($/cancel_request) before its process is ended.
 func TestStopDuringSetupCancelsTheRequest(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	// The agent ignores SIGTERM, so it reads its stdin to the end before
 	// it exits: whatever was written to it before the end is logged.
-	ws := agentWorkspace(t, map[string]any{"hang_in": "session/new", "ignore_sigterm": true})
+	ws := testrig.Workspace(t, map[string]any{"hang_in": "session/new", "ignore_sigterm": true})
 	id := r.spawn(t, SpawnRequest{Prompt: "p", Workspace: ws})
 	r.waitForRequest(t, id, ws, "session/new")
 	got := r.cancel(t, id)
 	require.Equal(t, "cancelled", got["status"], got["error"])
-	ms := methods(requests(t, ws))
+	ms := testrig.Methods(testrig.Requests(t, ws))
 	require.Contains(t, ms, "$/cancel_request")
 	assert.Greater(t, slices.Index(ms, "$/cancel_request"), slices.Index(ms, "session/new"))
-	for _, req := range requests(t, ws) {
+	for _, req := range testrig.Requests(t, ws) {
 		if req["method"] == "$/cancel_request" {
 			assert.Contains(t, req["params"], "requestId")
 		}
@@ -194,6 +200,7 @@ func TestStopDuringSetupCancelsTheRequest(t *testing.T) {
 // reports the session methods the agent offers, can_resume for load or
 // resume, and closes its probe session when close is offered.
 func TestDescribeShowsSessionCapabilitiesAndClosesItsProbe(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	tests := []struct {
 		name      string
@@ -212,14 +219,14 @@ func TestDescribeShowsSessionCapabilitiesAndClosesItsProbe(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := agentWorkspace(t, tc.cfg)
+			ws := testrig.Workspace(t, tc.cfg)
 			b, err := r.svc.Describe(context.Background(), "fake", ws, "")
 			require.NoError(t, err)
 			d := decode(t, b)
 			require.Nil(t, d["error"])
 			assert.Equal(t, tc.caps, d["session_capabilities"])
 			assert.Equal(t, tc.canResume, d["can_resume"])
-			ms := methods(requests(t, ws))
+			ms := testrig.Methods(testrig.Requests(t, ws))
 			if tc.caps["close"] == true {
 				assert.Equal(t, []string{"initialize", "session/new", "session/close"}, ms, "the probe's session is closed")
 			} else {
@@ -234,6 +241,7 @@ func TestDescribeShowsSessionCapabilitiesAndClosesItsProbe(t *testing.T) {
 // which path a resume takes and whether symm-mcp closes the session.
 // internal/e2e checks the same against the agents themselves.
 func TestRealAgentsSessionPaths(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	want := map[string]struct {
 		resumedBy string
@@ -259,15 +267,15 @@ func TestRealAgentsSessionPaths(t *testing.T) {
 			require.NoError(t, err)
 			var m map[string]any
 			require.NoError(t, json.Unmarshal(b, &m))
-			ws := agentWorkspace(t, m)
+			ws := testrig.Workspace(t, m)
 
 			_, sid := firstSession(t, r, ws, SpawnRequest{Agent: agent, Prompt: "one"})
-			before := len(requests(t, ws))
+			before := len(testrig.Requests(t, ws))
 			second := r.spawn(t, SpawnRequest{Agent: agent, Prompt: "two", Workspace: ws, SessionID: sid})
 			got := r.wait(t, second)
 			require.Equal(t, "succeeded", got["status"], got["error"])
 			assert.Equal(t, w.resumedBy, r.events(t, second, "session_started")[0]["resumed_by"])
-			assert.Equal(t, w.close, slices.Contains(methods(logSince(t, ws, before)), "session/close"))
+			assert.Equal(t, w.close, slices.Contains(testrig.Methods(logSince(t, ws, before)), "session/close"))
 			assert.Len(t, r.events(t, second, "session_closed"), map[bool]int{true: 1}[w.close])
 		})
 	}

@@ -37,6 +37,7 @@ func requireCode(t *testing.T, err error, code Code) string {
 // combine, a cursor pages on under a filter to a null cursor, and a status
 // or resolution no task can have is invalid_request naming it.
 func TestListTasksFilters(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	ctx := context.Background()
 	var runA *tasktest.Run
@@ -119,6 +120,7 @@ func TestListTasksFilters(t *testing.T) {
 // defaults applied, returns the first task and starts nothing; the key
 // with other arguments is invalid_request; the bound is in characters.
 func TestSpawnIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	ctx := context.Background()
 	first, err := r.svc.Spawn(ctx, SpawnRequest{Agent: "codex", Prompt: "review it", IdempotencyKey: "k-1"})
@@ -159,6 +161,7 @@ func TestSpawnIdempotencyKey(t *testing.T) {
 // TestSpawnIdempotencyKeyConcurrent: calls racing with one key create one
 // task and start one agent, and every call returns that task.
 func TestSpawnIdempotencyKeyConcurrent(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	const n = 8
 	got := make([]string, n)

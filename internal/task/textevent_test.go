@@ -19,6 +19,7 @@ import (
 // writes for {"text": ...}: every kind of escape, a text split at
 // MaxTextEvent on a character boundary, and thoughts beside messages.
 func TestTextEventsEncodedAsBefore(t *testing.T) {
+	t.Parallel()
 	const tricky = "quote \" backslash \\ slash / tab \t newline \n cr \r nul \x00 bell \x07 del \x7f " +
 		"<html> & </html> line sep \u2028 para sep \u2029 é ü 日本 🙂 \ufffd end"
 	st := store.New()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // usageUpdate is a usage_update step: the session's context window and
@@ -32,6 +34,7 @@ const noUsage = `{"input_tokens":null,"output_tokens":null,"thought_tokens":null
 // the prompt response and its context window and cost from usage_update,
 // each the latest reported (never summed); every report is a usage event.
 func TestUsageFromBothSources(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	tests := []struct {
 		name    string
@@ -41,7 +44,7 @@ func TestUsageFromBothSources(t *testing.T) {
 	}{
 		{
 			name: "both",
-			prompt: scriptWith(promptUsage, map[string]any{"message": "hi"},
+			prompt: testrig.ScriptWith(promptUsage, map[string]any{"message": "hi"},
 				usageUpdate(1000, 200000, 0.12), usageUpdate(1500, 200000, 0.2)),
 			usage: `{"input_tokens":100,"output_tokens":20,"thought_tokens":5,"cached_read_tokens":50,
 				"cached_write_tokens":10,"total_tokens":185,"cost":{"amount":0.2,"currency":"USD"},"context":{"used":1500,"size":200000}}`,
@@ -50,14 +53,14 @@ func TestUsageFromBothSources(t *testing.T) {
 		{
 			// What acpx misses: agents that report only on the prompt response.
 			name:   "prompt response only",
-			prompt: scriptWith(map[string]any{"usage": map[string]any{"inputTokens": 7, "outputTokens": 3, "totalTokens": 10}}, map[string]any{"message": "hi"}),
+			prompt: testrig.ScriptWith(map[string]any{"usage": map[string]any{"inputTokens": 7, "outputTokens": 3, "totalTokens": 10}}, map[string]any{"message": "hi"}),
 			usage: `{"input_tokens":7,"output_tokens":3,"thought_tokens":null,"cached_read_tokens":null,
 				"cached_write_tokens":null,"total_tokens":10,"cost":null,"context":null}`,
 			sources: []string{"prompt_response"},
 		},
 		{
 			name:   "usage_update only, without a cost",
-			prompt: script(map[string]any{"raw_update": map[string]any{"sessionUpdate": "usage_update", "used": 42, "size": 1000}}),
+			prompt: testrig.Script(map[string]any{"raw_update": map[string]any{"sessionUpdate": "usage_update", "used": 42, "size": 1000}}),
 			usage: `{"input_tokens":null,"output_tokens":null,"thought_tokens":null,"cached_read_tokens":null,
 				"cached_write_tokens":null,"total_tokens":null,"cost":null,"context":{"used":42,"size":1000}}`,
 			sources: []string{"usage_update"},
@@ -70,7 +73,7 @@ func TestUsageFromBothSources(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := agentWorkspace(t, nil)
+			ws := testrig.Workspace(t, nil)
 			id := r.spawn(t, SpawnRequest{Prompt: tc.prompt, Workspace: ws})
 			got := r.wait(t, id)
 			require.Equal(t, "succeeded", got["status"], got["error"])
@@ -104,9 +107,10 @@ func TestUsageFromBothSources(t *testing.T) {
 }
 
 func TestUsageEventFields(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, nil)
-	id := r.spawn(t, SpawnRequest{Workspace: ws, Prompt: scriptWith(promptUsage, usageUpdate(10, 100, 0.5))})
+	ws := testrig.Workspace(t, nil)
+	id := r.spawn(t, SpawnRequest{Workspace: ws, Prompt: testrig.ScriptWith(promptUsage, usageUpdate(10, 100, 0.5))})
 	require.Equal(t, "succeeded", r.wait(t, id)["status"])
 	ev := r.events(t, id, "usage")
 	require.Len(t, ev, 2)
@@ -125,18 +129,19 @@ func TestUsageEventFields(t *testing.T) {
 // turn's), and a resumed session's cost (cumulative for the session) once,
 // from its latest task.
 func TestUsageTotal(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
-	ws := agentWorkspace(t, map[string]any{"load_session": true})
+	ws := testrig.Workspace(t, map[string]any{"load_session": true})
 	turn := func(input, total int, cost float64) string {
-		return scriptWith(map[string]any{"usage": map[string]any{"inputTokens": input, "outputTokens": 1, "totalTokens": total}},
+		return testrig.ScriptWith(map[string]any{"usage": map[string]any{"inputTokens": input, "outputTokens": 1, "totalTokens": total}},
 			usageUpdate(total, 1000, cost))
 	}
 	_, sid := firstSession(t, r, ws, SpawnRequest{Prompt: turn(100, 120, 1)})
 	second := r.spawn(t, SpawnRequest{Prompt: turn(300, 350, 2.5), Workspace: ws, SessionID: sid})
 	require.Equal(t, "succeeded", r.wait(t, second)["status"])
-	other := r.spawn(t, SpawnRequest{Prompt: turn(5, 6, 0.25), Workspace: agentWorkspace(t, nil)})
+	other := r.spawn(t, SpawnRequest{Prompt: turn(5, 6, 0.25), Workspace: testrig.Workspace(t, nil)})
 	require.Equal(t, "succeeded", r.wait(t, other)["status"])
-	quiet := r.spawn(t, SpawnRequest{Prompt: "plain", Workspace: agentWorkspace(t, nil)})
+	quiet := r.spawn(t, SpawnRequest{Prompt: "plain", Workspace: testrig.Workspace(t, nil)})
 	require.Equal(t, "succeeded", r.wait(t, quiet)["status"])
 
 	page, err := r.svc.ListTasks(ListRequest{})
@@ -157,6 +162,7 @@ func TestUsageTotal(t *testing.T) {
 // task's title, at most 200 characters, in the record and the summaries;
 // null clears it.
 func TestTitleFromSessionInfo(t *testing.T) {
+	t.Parallel()
 	r := newAgentRig(t, agentRigOptions{})
 	info := func(title any) map[string]any {
 		return map[string]any{"raw_update": map[string]any{"sessionUpdate": "session_info_update", "title": title}}
@@ -176,7 +182,7 @@ func TestTitleFromSessionInfo(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			id := r.spawn(t, SpawnRequest{Prompt: script(tc.steps...), Workspace: agentWorkspace(t, nil)})
+			id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(tc.steps...), Workspace: testrig.Workspace(t, nil)})
 			got := r.wait(t, id)
 			require.Equal(t, "succeeded", got["status"], got["error"])
 			assert.Equal(t, tc.want, got["title"])

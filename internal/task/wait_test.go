@@ -11,6 +11,7 @@ import (
 // TestWaitEndsWhenTheClientGoesAway: a wait ends with its context (the
 // MCP request's, cancelled when the client goes away), not at its timeout.
 func TestWaitEndsWhenTheClientGoesAway(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	id, _ := r.running(t)
 	ctx, cancel := context.WithCancel(context.Background())

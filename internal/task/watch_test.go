@@ -27,6 +27,7 @@ func closed(c <-chan struct{}) bool {
 // recorded change (an event, its status, its record) and by nothing else;
 // a watcher takes a new one after each.
 func TestChanges(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	id, run := r.running(t)
 	sink := run.Sink.(acpsession.Sink)
@@ -77,6 +78,7 @@ func ptrInt64(v int64) *int64 { return &v }
 // TestActivity: what a task does, from its latest events, for progress
 // messages.
 func TestActivity(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, nil)
 	id, run := r.running(t)
 	sink := run.Sink.(acpsession.Sink)

@@ -3,12 +3,9 @@ package webview_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,30 +18,12 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 	"github.com/symm-mcp/symm-mcp/internal/webview"
 )
 
-// fakeAgentBin is the fake ACP agent, built once for the tests whose
-// tasks ask a permission question of a real agent process.
-var fakeAgentBin string
-
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "symm-webview-fake-agent-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	fakeAgentBin = filepath.Join(dir, "fake-acp-agent")
-	if out, err := exec.Command("go", "build", "-o", fakeAgentBin, "../acpsession/fakeagent/cmd/fake-acp-agent").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the fake agent: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testrig.Main(m))
 }
 
 // hostAsker stands for the spawning MCP session: it holds each question
@@ -78,12 +57,9 @@ type agentRig struct {
 
 func newAgentRig(t *testing.T) *agentRig {
 	t.Helper()
-	bin := t.TempDir()
 	fake := &agents.Adapter{Name: "fake", Executable: "fake-agent", Options: []string{agents.OptAllow}}
-	require.NoError(t, os.Symlink(fakeAgentBin, filepath.Join(bin, fake.Executable)))
-	sup := supervisor.New(supervisor.Config{Env: []string{"PATH=" + bin}, Timeouts: supervisor.Timeouts{
-		TurnCancel: 3 * time.Second, ExitGrace: 3 * time.Second, Term: 2 * time.Second, Kill: 2 * time.Second, Drain: 2 * time.Second,
-	}})
+	bin := testrig.AgentPATH(t, fake.Executable)
+	sup := supervisor.New(supervisor.Config{Env: []string{"PATH=" + bin}, Timeouts: testrig.Timeouts()})
 	hub := webview.NewHub()
 	r := &rig{ws: t.TempDir()}
 	r.svc = task.New(task.Config{Store: hub.Watch(store.New()), Agents: agents.NewRegistry(fake), Supervisor: sup, Workspace: r.ws,
