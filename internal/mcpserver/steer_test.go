@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // send_task steer=true (issue 34 item 1), through MCP with the fake agent
@@ -31,7 +33,7 @@ func (r *rig) awaitMessage(t *testing.T, id, want string) {
 func steerRequests(t *testing.T, ws string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, req := range requests(t, ws) {
+	for _, req := range testrig.Requests(t, ws) {
 		if req["method"] == "_session/steering" {
 			out = append(out, req["params"].(map[string]any))
 		}
@@ -43,8 +45,8 @@ func msgStep(text string) map[string]any { return map[string]any{"message": text
 
 func TestSteerIntoRunningTurn(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{"steering": map[string]any{}})
-	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(
+	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
 		msgStep("working"), map[string]any{"await_steer": true}, msgStep(" and done"),
 	)})
 	r.awaitMessage(t, id, "working")
@@ -62,7 +64,7 @@ func TestSteerIntoRunningTurn(t *testing.T) {
 	// The steer event stands where the agent took it: after what the turn
 	// said before, before the answer to it.
 	evs := r.events(t, id, "steer", "agent_message")
-	types := typesOf(evs)
+	types := testrig.TypesOf(evs)
 	i := slices.Index(types, "steer")
 	require.GreaterOrEqual(t, i, 1, "%v", types)
 	assert.Equal(t, 1, count(types, "steer"))
@@ -74,16 +76,16 @@ func TestSteerIntoRunningTurn(t *testing.T) {
 	steers := steerRequests(t, ws)
 	require.Len(t, steers, 1)
 	assert.Equal(t, map[string]any{"steering": map[string]any{"idleBehavior": "promptRequired"}}, steers[0]["_meta"])
-	assert.Equal(t, 1, count(methods(requests(t, ws)), "session/prompt"), "no second prompt")
+	assert.Equal(t, 1, count(testrig.Methods(testrig.Requests(t, ws)), "session/prompt"), "no second prompt")
 }
 
 // steerFallsBack spawns a turn that runs until a file exists, steers into
 // it and checks the steer became a queued follow-up that ran after it.
 func steerFallsBack(t *testing.T, cfg map[string]any, wantSteerRequests int) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, cfg)
+	ws := testrig.Workspace(t, cfg)
 	gate := filepath.Join(t.TempDir(), "go")
-	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
 		msgStep("working"), map[string]any{"wait_file": gate}, msgStep(" done"),
 	)})
 	r.awaitMessage(t, id, "working")
@@ -128,8 +130,8 @@ func TestSteerQueuedOnError(t *testing.T) {
 
 func TestSteerWithoutRunningTurn(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{"steering": map[string]any{}})
-	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(msgStep("first")), "keep_alive": true})
+	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(msgStep("first")), "keep_alive": true})
 	assert.Equal(t, "succeeded", r.wait(t, id)["status"])
 
 	out := call(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "next", "steer": true, "keep_alive": true})
@@ -148,8 +150,8 @@ func TestSteerWithoutRunningTurn(t *testing.T) {
 
 func TestSteerWithInterruptInvalid(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{"steering": map[string]any{}})
-	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": script(msgStep("first"))})
+	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
+	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(msgStep("first"))})
 	r.wait(t, id)
 	msg := callErr(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "x", "steer": true, "interrupt": true})
 	assert.True(t, strings.HasPrefix(msg, "invalid_request: steer and interrupt"), msg)
@@ -164,10 +166,10 @@ func TestSteerWithInterruptInvalid(t *testing.T) {
 // process serves the next follow-up.
 func TestSteeredTurnTail(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	ws := workspace(t, map[string]any{"steering": map[string]any{}})
+	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
 	gate := filepath.Join(t.TempDir(), "tail")
 	tailDone := filepath.Join(ws, "tail-done")
-	id := r.spawn(t, map[string]any{"workspace": ws, "keep_alive": true, "prompt": scriptWith(
+	id := r.spawn(t, map[string]any{"workspace": ws, "keep_alive": true, "prompt": testrig.ScriptWith(
 		map[string]any{"after_response": []map[string]any{
 			{"wait_file": gate},
 			msgStep("tail"),
@@ -200,8 +202,8 @@ func TestSteeredTurnTail(t *testing.T) {
 	assert.Equal(t, "succeeded", rec["status"])
 	assert.Nil(t, rec["error"])
 	after := r.events(t, id)
-	assert.Equal(t, typesOf(before), typesOf(after)[:len(before)], "the ended task's log is as it ended")
-	assert.Equal(t, []string{"follow_up"}, typesOf(after)[len(before):], "but for the follow-up it was sent")
+	assert.Equal(t, testrig.TypesOf(before), testrig.TypesOf(after)[:len(before)], "the ended task's log is as it ended")
+	assert.Equal(t, []string{"follow_up"}, testrig.TypesOf(after)[len(before):], "but for the follow-up it was sent")
 }
 
 func TestSteerQueuedBehindTurnOfAgentThatCloses(t *testing.T) {
