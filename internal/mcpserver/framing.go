@@ -324,6 +324,7 @@ func (f *framing) request(theirs json.RawMessage, method string, params json.Raw
 	if err != nil {
 		return message{id: theirs, code: codeInvalidRequest, reason: "invalid request: " + err.Error()}
 	}
+	params = liftTaskFields(method, params)
 	ours := f.track(theirs)
 	out := make([]byte, 0, len(params)+len(name)+64)
 	out = append(out, `{"jsonrpc":"2.0","id":`...)
@@ -390,6 +391,9 @@ func (f *framing) classify(line []byte) message {
 			return message{} // names no request in flight: nothing to cancel
 		}
 		e.Params = params
+	}
+	if hasID {
+		e.Params = liftTaskFields(method, e.Params)
 	}
 	out := make([]byte, 0, len(line)+32)
 	out = append(out, `{"jsonrpc":"2.0"`...)
@@ -667,4 +671,57 @@ func findID(p []byte) json.RawMessage {
 		}
 	}
 	return nullID
+}
+
+// liftTaskFields copies into params._meta what the SDK's decoding would
+// drop of the 2025-11-25 tasks form (mcptasks.go): a tools/call's
+// params.task (liftedTaskKey) and an initialize's capabilities.tasks
+// (liftedCapsKey). Anything else, and params it cannot read, pass as they
+// came; the SDK's decoding stays the judge of them.
+func liftTaskFields(method string, params json.RawMessage) json.RawMessage {
+	var key, probe string
+	switch method {
+	case "tools/call":
+		key, probe = liftedTaskKey, `"task"`
+	case "initialize":
+		key, probe = liftedCapsKey, `"tasks"`
+	default:
+		return params
+	}
+	if !bytes.Contains(params, []byte(probe)) {
+		return params // the common case: one look, no decoding
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(params, &m) != nil {
+		return params
+	}
+	v := m["task"]
+	if method == "initialize" {
+		var caps map[string]json.RawMessage
+		if json.Unmarshal(m["capabilities"], &caps) != nil {
+			return params
+		}
+		v = caps["tasks"]
+	}
+	if len(v) == 0 || v[0] != '{' {
+		return params
+	}
+	var meta map[string]json.RawMessage
+	if raw := m["_meta"]; len(raw) > 0 && json.Unmarshal(raw, &meta) != nil {
+		return params
+	}
+	if meta == nil {
+		meta = make(map[string]json.RawMessage, 1)
+	}
+	meta[key] = v
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return params
+	}
+	m["_meta"] = b
+	out, err := json.Marshal(m)
+	if err != nil {
+		return params
+	}
+	return out
 }

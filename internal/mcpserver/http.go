@@ -45,7 +45,7 @@ func httpHandler(svc Service, version, token string, log *slog.Logger, sessionId
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv, _ := newServer(svc, version, o)
+	srv, _, _ := newServer(svc, version, o)
 	register(srv, svc, o)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: sessionIdle})
 	bearer := auth.RequireBearerToken(tokenVerifier(token), &auth.RequireBearerTokenOptions{

@@ -1,0 +1,271 @@
+package mcpserver
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Native MCP tasks (mcptasks.go), driven by raw clients of each form over
+// Serve, the real task service and the fake agent.
+
+// rawWire is a raw client on a fresh Serve session that has not
+// initialized yet.
+func rawWire(t *testing.T, r *rig) *wire {
+	t.Helper()
+	in, out := servePipes(t, r.svc)
+	return &wire{in: in, out: bufio.NewReaderSize(out, 1<<20)}
+}
+
+// call sends a request and returns the reply with its id, skipping the
+// notifications and requests the server sends meanwhile.
+func (w *wire) call(t *testing.T, id int, method string, params any) reply {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	require.NoError(t, err)
+	w.send(t, string(b))
+	want, _ := json.Marshal(id)
+	for {
+		l := w.line(t)
+		var r reply
+		var probe struct {
+			Method string `json:"method"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &r), "%s", l)
+		require.NoError(t, json.Unmarshal([]byte(l), &probe))
+		if probe.Method == "" && string(r.ID) == string(want) {
+			return r
+		}
+	}
+}
+
+func decode(t *testing.T, raw json.RawMessage) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(raw, &m), "%s", raw)
+	return m
+}
+
+func dig(m map[string]any, path ...string) any {
+	var v any = m
+	for _, k := range path {
+		o, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = o[k]
+	}
+	return v
+}
+
+func init2025(t *testing.T, w *wire, caps map[string]any) map[string]any {
+	t.Helper()
+	res := w.call(t, 0, "initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": map[string]any{"name": "raw", "version": "1"}})
+	require.Nil(t, res.Error)
+	w.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return decode(t, res.Result)
+}
+
+// toolExecution is each tool's execution member in tools/list.
+func toolExecution(t *testing.T, w *wire, id int) map[string]any {
+	t.Helper()
+	res := w.call(t, id, "tools/list", map[string]any{})
+	require.Nil(t, res.Error)
+	out := map[string]any{}
+	for _, tool := range decode(t, res.Result)["tools"].([]any) {
+		m := tool.(map[string]any)
+		out[m["name"].(string)] = m["execution"]
+	}
+	return out
+}
+
+// TestTasks2025 is the 2025-11-25 form, as VS Code speaks it: offered to a
+// client that declared capabilities.tasks, a spawn runs as a task until
+// its symm task ends, tasks/result waits for it, tasks/cancel is
+// cancel_task.
+func TestTasks2025(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	w := rawWire(t, r)
+	initRes := init2025(t, w, map[string]any{"tasks": map[string]any{"cancel": map[string]any{}}})
+	assert.Equal(t, map[string]any{"list": map[string]any{}, "cancel": map[string]any{}, "requests": map[string]any{"tools": map[string]any{"call": map[string]any{}}}},
+		dig(initRes, "capabilities", "tasks"))
+	assert.Nil(t, dig(initRes, "capabilities", "extensions"), "the 2026-07-28 extension is not declared to a 2025-11-25 client that did not declare it")
+	exec := toolExecution(t, w, 1)
+	assert.Equal(t, map[string]any{"taskSupport": "optional"}, exec["spawn_task"])
+	assert.Equal(t, map[string]any{"taskSupport": "optional"}, exec["wait_tasks"])
+	assert.Nil(t, exec["get_task"])
+
+	// A spawn as a task: working at once, its result once the symm task ended.
+	ws := workspace(t, nil)
+	res := w.call(t, 2, "tools/call", map[string]any{"name": "spawn_task", "task": map[string]any{"ttl": 60000},
+		"arguments": map[string]any{"agent": "fake", "prompt": script(map[string]any{"message": "done"}), "workspace": ws}})
+	require.Nil(t, res.Error)
+	created := decode(t, res.Result)
+	taskID, _ := dig(created, "task", "taskId").(string)
+	require.NotEmpty(t, taskID, "%s", res.Result)
+	assert.Equal(t, "working", dig(created, "task", "status"))
+	assert.Contains(t, dig(created, "task"), "ttl", "ttl is null (kept while the server runs), and present")
+
+	res = w.call(t, 3, "tasks/result", map[string]any{"taskId": taskID})
+	require.Nil(t, res.Error)
+	final := decode(t, res.Result)
+	assert.Equal(t, "succeeded", dig(final, "structuredContent", "status"))
+	assert.Equal(t, taskID, dig(final, "_meta", relatedTaskKey, "taskId"))
+	symmID := dig(final, "structuredContent", "task_id").(string)
+
+	res = w.call(t, 4, "tasks/get", map[string]any{"taskId": taskID})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "completed", decode(t, res.Result)["status"])
+
+	// A spawn that runs until cancelled: tasks/cancel cancels the symm task.
+	res = w.call(t, 5, "tools/call", map[string]any{"name": "spawn_task", "task": map[string]any{},
+		"arguments": map[string]any{"agent": "fake", "prompt": script(map[string]any{"wait_for_cancel": true}), "workspace": ws}})
+	require.Nil(t, res.Error)
+	liveID := dig(decode(t, res.Result), "task", "taskId").(string)
+	res = w.call(t, 6, "tasks/get", map[string]any{"taskId": liveID})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "working", decode(t, res.Result)["status"])
+	res = w.call(t, 7, "tasks/cancel", map[string]any{"taskId": liveID})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "cancelled", decode(t, res.Result)["status"])
+	res = w.call(t, 8, "tasks/result", map[string]any{"taskId": liveID})
+	require.Nil(t, res.Error, "tasks/result of a cancelled spawn answers with the symm task's record")
+	assert.Equal(t, "cancelled", dig(decode(t, res.Result), "structuredContent", "status"))
+	res = w.call(t, 9, "tasks/cancel", map[string]any{"taskId": liveID})
+	require.NotNil(t, res.Error, "a task already cancelled cannot be cancelled")
+	assert.Equal(t, -32602, res.Error.Code)
+
+	res = w.call(t, 10, "tasks/list", map[string]any{})
+	require.Nil(t, res.Error)
+	var ids []any
+	for _, tk := range decode(t, res.Result)["tasks"].([]any) {
+		ids = append(ids, tk.(map[string]any)["taskId"])
+	}
+	assert.Equal(t, []any{liveID, taskID}, ids, "newest first")
+
+	res = w.call(t, 11, "tasks/get", map[string]any{"taskId": "no-such-task"})
+	require.NotNil(t, res.Error)
+	assert.Equal(t, -32602, res.Error.Code)
+
+	// The spawned task is an ordinary task to every other tool.
+	got := call(t, r.cs, "get_task", map[string]any{"task_id": symmID})
+	assert.Equal(t, "succeeded", got["status"])
+}
+
+// TestTasksUndeclaredUnaffected: a 2025-11-25 client that declared no
+// tasks capability sees nothing new, and a task field on its call is
+// ignored: the call is answered as before.
+func TestTasksUndeclaredUnaffected(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	w := rawWire(t, r)
+	initRes := init2025(t, w, map[string]any{})
+	assert.Nil(t, dig(initRes, "capabilities", "tasks"))
+	assert.Nil(t, dig(initRes, "capabilities", "extensions"))
+	exec := toolExecution(t, w, 1)
+	assert.Nil(t, exec["spawn_task"])
+	res := w.call(t, 2, "tools/call", map[string]any{"name": "spawn_task", "task": map[string]any{},
+		"arguments": map[string]any{"agent": "fake", "prompt": script(map[string]any{"message": "done"}), "workspace": workspace(t, nil)}})
+	require.Nil(t, res.Error)
+	out := decode(t, res.Result)
+	assert.Nil(t, out["task"])
+	assert.NotEmpty(t, dig(out, "structuredContent", "task_id"))
+}
+
+// meta2026 is a 2026-07-28 request's _meta; tasks declares the extension.
+func meta2026(tasks bool) map[string]any {
+	caps := map[string]any{"elicitation": map[string]any{"form": map[string]any{}}}
+	if tasks {
+		caps["extensions"] = map[string]any{tasksExtension: map[string]any{}}
+	}
+	return map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw", "version": "1"},
+		"io.modelcontextprotocol/clientCapabilities": caps,
+	}
+}
+
+// TestTasks2026 is the 2026-07-28 extension: a request that declares it
+// gets a CreateTaskResult for spawn_task; the task is input_required while
+// a permission decision is open, with the question inlined, tasks/update
+// answers it, and the completed task carries the tool's normal result.
+func TestTasks2026(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	w := rawWire(t, r)
+
+	res := w.call(t, 1, "server/discover", map[string]any{"_meta": meta2026(true)})
+	require.Nil(t, res.Error)
+	assert.Equal(t, map[string]any{}, dig(decode(t, res.Result), "capabilities", "extensions", tasksExtension))
+	res = w.call(t, 2, "server/discover", map[string]any{"_meta": meta2026(false)})
+	require.Nil(t, res.Error)
+	assert.Nil(t, dig(decode(t, res.Result), "capabilities", "extensions"), "declared only to a client that declares it")
+
+	ws := workspace(t, nil)
+	res = w.call(t, 3, "tools/call", map[string]any{"_meta": meta2026(true), "name": "spawn_task", "arguments": map[string]any{
+		"agent": "fake", "prompt": script(askStep("edit"), map[string]any{"message": "done"}), "workspace": ws, "ask": []string{"edit"}}})
+	require.Nil(t, res.Error)
+	created := decode(t, res.Result)
+	assert.Equal(t, "task", created["resultType"])
+	assert.Equal(t, "working", created["status"])
+	assert.Contains(t, created, "ttlMs")
+	taskID := created["taskId"].(string)
+
+	// Without the extension on the request, tasks/get is refused.
+	res = w.call(t, 4, "tasks/get", map[string]any{"_meta": meta2026(false), "taskId": taskID})
+	require.NotNil(t, res.Error)
+	assert.Equal(t, codeMissingCapability, res.Error.Code)
+
+	// The service says when the question opened (no polling); then the
+	// task shows it.
+	symmID := onlyTask(t, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	wr, err := r.svc.Wait(ctx, []string{symmID}, 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "needs_decision", wr.Reason)
+	res = w.call(t, 5, "tasks/get", map[string]any{"_meta": meta2026(true), "taskId": taskID})
+	require.Nil(t, res.Error)
+	got := decode(t, res.Result)
+	require.Equal(t, "input_required", got["status"], "%v", got)
+	assert.Equal(t, "complete", got["resultType"])
+	reqs := got["inputRequests"].(map[string]any)
+	require.Len(t, reqs, 1)
+	var key string
+	for k, v := range reqs {
+		key = k
+		assert.Equal(t, "elicitation/create", dig(v.(map[string]any), "method"))
+	}
+
+	res = w.call(t, 6, "tasks/update", map[string]any{"_meta": meta2026(true), "taskId": taskID,
+		"inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"decision": "allow_once"}}}})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "complete", decode(t, res.Result)["resultType"])
+
+	for wr.Reason != "terminal" {
+		wr, err = r.svc.Wait(ctx, []string{symmID}, 30*time.Second)
+		require.NoError(t, err)
+	}
+	res = w.call(t, 7, "tasks/get", map[string]any{"_meta": meta2026(true), "taskId": taskID})
+	require.Nil(t, res.Error)
+	got = decode(t, res.Result)
+	require.Equal(t, "completed", got["status"], "%v", got)
+	assert.Equal(t, "succeeded", dig(got, "result", "structuredContent", "status"))
+	assert.Equal(t, symmID, dig(got, "result", "structuredContent", "task_id"))
+	perm := r.events(t, symmID, "permission")
+	require.Len(t, perm, 1)
+	assert.Equal(t, "allow_once", perm[0]["decision"])
+	assert.Equal(t, "human", perm[0]["decided_by"])
+}
+
+// onlyTask is the id of the one task the service holds.
+func onlyTask(t *testing.T, r *rig) string {
+	t.Helper()
+	list := call(t, r.cs, "list_tasks", map[string]any{})
+	tasks := list["tasks"].([]any)
+	require.Len(t, tasks, 1)
+	return tasks[0].(map[string]any)["task_id"].(string)
+}
