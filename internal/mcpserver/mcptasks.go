@@ -369,19 +369,40 @@ func (r *mcpTasks) create(ctx context.Context, next mcp.MethodHandler, call *mcp
 		var wctx context.Context
 		wctx, t.cancelWait = context.WithCancel(context.WithoutCancel(ctx))
 		stop := context.AfterFunc(r.ctx, t.cancelWait)
+		bg := call
+		if form == form2026 {
+			// The extension has no progress on tasks: the wait reports none.
+			bg = withoutProgress(call)
+		}
 		r.wg.Go(func() {
 			defer stop()
 			defer t.cancelWait()
-			r.runWait(wctx, next, call, t)
+			r.runWait(wctx, next, bg, t)
 		})
 	}
 	r.add(t)
 	v := r.view(t)
 	if form == form2025 {
-		return &createTaskResult2025{Task: v.task2025()}, nil
+		out := &createTaskResult2025{Task: v.task2025()}
+		// What a host may hand its model at once (2025-11-25, provisional).
+		msg := call.Params.Name + " runs as MCP task " + t.id
+		if t.spawn && len(t.ids) == 1 {
+			msg += " following symm task " + t.ids[0]
+		}
+		out.Meta = mcp.Meta{"io.modelcontextprotocol/model-immediate-response": msg}
+		return out, nil
 	}
 	out := v.task2026("task")
 	return &out, nil
+}
+
+// withoutProgress is call without its progress token.
+func withoutProgress(call *mcp.CallToolRequest) *mcp.CallToolRequest {
+	c, p := *call, *call.Params
+	p.Meta = maps.Clone(p.Meta)
+	delete(p.Meta, "progressToken")
+	c.Params = &p
+	return &c
 }
 
 // spawnedID is the task_id of a successful spawn_task result, or "".
@@ -438,18 +459,25 @@ func (r *mcpTasks) add(t *mcpTask) {
 
 // forgetOldestFinished drops the oldest task that is over (a cancelled
 // one, a finished wait, a spawn of no task), or else the oldest spawn,
-// whose symm task the ledger keeps. Under mu.
+// whose symm task the ledger keeps, or else the oldest. Under mu.
 func (r *mcpTasks) forgetOldestFinished() {
-	drop := 0
+	over, spawn := -1, -1
 	for i, id := range r.order {
 		t := r.tasks[id]
 		if t.cancelled || (t.spawn && len(t.ids) == 0) || (t.finished != nil && closed(t.finished)) {
-			drop = i
+			over = i
 			break
 		}
-		if t.spawn && drop == 0 {
-			drop = i
+		if t.spawn && spawn < 0 {
+			spawn = i
 		}
+	}
+	drop := 0
+	switch {
+	case over >= 0:
+		drop = over
+	case spawn >= 0:
+		drop = spawn
 	}
 	delete(r.tasks, r.order[drop])
 	r.order = slices.Delete(r.order, drop, drop+1)

@@ -269,3 +269,109 @@ func onlyTask(t *testing.T, r *rig) string {
 	require.Len(t, tasks, 1)
 	return tasks[0].(map[string]any)["task_id"].(string)
 }
+
+// TestTaskWaits: wait_tasks as a task in both forms. A 2025-11-25 wait
+// ends with the wait's normal reply (tasks/result); a 2026-07-28 wait is
+// cancelled by tasks/cancel, which ends the call and not the symm task.
+func TestTaskWaits(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	ws := workspace(t, nil)
+	quick := r.spawn(t, map[string]any{"prompt": script(map[string]any{"message": "done"}), "workspace": ws})
+	live := r.spawn(t, map[string]any{"prompt": script(map[string]any{"wait_for_cancel": true}), "workspace": ws})
+
+	w := rawWire(t, r)
+	init2025(t, w, map[string]any{"tasks": map[string]any{}})
+	res := w.call(t, 1, "tools/call", map[string]any{"name": "wait_tasks", "task": map[string]any{},
+		"arguments": map[string]any{"task_ids": []string{quick}, "timeout_seconds": 60}})
+	require.Nil(t, res.Error)
+	created := decode(t, res.Result)
+	id := dig(created, "task", "taskId").(string)
+	assert.Contains(t, dig(created, "_meta", "io.modelcontextprotocol/model-immediate-response"), id)
+	res = w.call(t, 2, "tasks/result", map[string]any{"taskId": id})
+	require.Nil(t, res.Error)
+	out := decode(t, res.Result)
+	assert.Equal(t, "terminal", dig(out, "structuredContent", "reason"))
+	assert.Equal(t, quick, dig(out, "structuredContent", "completed").([]any)[0].(map[string]any)["task_id"])
+
+	w26 := rawWire(t, r)
+	res = w26.call(t, 1, "tools/call", map[string]any{"_meta": meta2026(true), "name": "wait_tasks",
+		"arguments": map[string]any{"task_ids": []string{live}, "timeout_seconds": 300}})
+	require.Nil(t, res.Error)
+	created = decode(t, res.Result)
+	require.Equal(t, "task", created["resultType"])
+	id = created["taskId"].(string)
+	res = w26.call(t, 2, "tasks/get", map[string]any{"_meta": meta2026(true), "taskId": id})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "working", decode(t, res.Result)["status"])
+	res = w26.call(t, 3, "tasks/cancel", map[string]any{"_meta": meta2026(true), "taskId": id})
+	require.Nil(t, res.Error)
+	assert.Equal(t, map[string]any{"resultType": "complete", "_meta": dig(decode(t, res.Result), "_meta")}, decode(t, res.Result))
+	res = w26.call(t, 4, "tasks/get", map[string]any{"_meta": meta2026(true), "taskId": id})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "cancelled", decode(t, res.Result)["status"])
+	// Cancelling the wait is not cancelling what it waited for.
+	assert.Equal(t, "running", call(t, r.cs, "get_task", map[string]any{"task_id": live})["status"])
+	res = w26.call(t, 5, "tasks/cancel", map[string]any{"_meta": meta2026(true), "taskId": id})
+	require.Nil(t, res.Error, "2026-07-28: a cancel of a task that is over is acknowledged")
+}
+
+// TestTasksHostile: what a client sends the tasks methods is hostile
+// input: malformed params are refused, a task field that is not an object
+// asks for nothing, and tasks/update cannot answer a question of a task
+// it does not name.
+func TestTasksHostile(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	w := rawWire(t, r)
+	init2025(t, w, map[string]any{"tasks": map[string]any{}})
+	for i, params := range []string{`{"taskId":5}`, `{"taskId":"x"}`, `[]`, `{}`} {
+		w.send(t, `{"jsonrpc":"2.0","id":"h`+string(rune('0'+i))+`","method":"tasks/get","params":`+params+`}`)
+		var rep reply
+		require.NoError(t, json.Unmarshal([]byte(w.line(t)), &rep))
+		require.NotNil(t, rep.Error, "%s", params)
+	}
+	ws := workspace(t, nil)
+	res := w.call(t, 1, "tools/call", map[string]any{"name": "spawn_task", "task": 5,
+		"arguments": map[string]any{"agent": "fake", "prompt": script(map[string]any{"message": "done"}), "workspace": ws}})
+	require.Nil(t, res.Error)
+	assert.NotEmpty(t, dig(decode(t, res.Result), "structuredContent", "task_id"), "a task that is not an object is no task")
+	res = w.call(t, 2, "tools/call", map[string]any{"name": "spawn_task", "task": map[string]any{}, "_meta": "not an object",
+		"arguments": map[string]any{"agent": "fake", "prompt": script(map[string]any{"message": "done"}), "workspace": ws}})
+	require.NotNil(t, res.Error, "the SDK still judges the params")
+
+	// Two asking spawns; an answer through the other task's id is ignored.
+	w26 := rawWire(t, r)
+	spawn := func(id int) string {
+		res := w26.call(t, id, "tools/call", map[string]any{"_meta": meta2026(true), "name": "spawn_task", "arguments": map[string]any{
+			"agent": "fake", "prompt": script(askStep("edit")), "workspace": workspace(t, nil), "ask": []string{"edit"}}})
+		require.Nil(t, res.Error)
+		return decode(t, res.Result)["taskId"].(string)
+	}
+	asking, other := spawn(10), spawn(11)
+	// Wait (no sleeping) until both questions are open.
+	var live []string
+	for _, tk := range call(t, r.cs, "list_tasks", map[string]any{"status": []string{"created", "starting", "running"}})["tasks"].([]any) {
+		live = append(live, tk.(map[string]any)["task_id"].(string))
+	}
+	require.Len(t, live, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for len(r.svc.Decisions(live)) < 2 {
+		wr, err := r.svc.Wait(ctx, live, 30*time.Second)
+		require.NoError(t, err)
+		require.NotEqual(t, "terminal", wr.Reason)
+	}
+	res = w26.call(t, 12, "tasks/get", map[string]any{"_meta": meta2026(true), "taskId": asking})
+	require.Nil(t, res.Error)
+	reqs := decode(t, res.Result)["inputRequests"].(map[string]any)
+	require.Len(t, reqs, 1, "a task shows its own question only")
+	var key string
+	for k := range reqs {
+		key = k
+	}
+	res = w26.call(t, 13, "tasks/update", map[string]any{"_meta": meta2026(true), "taskId": other,
+		"inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"decision": "allow_once"}}}})
+	require.Nil(t, res.Error)
+	res = w26.call(t, 14, "tasks/get", map[string]any{"_meta": meta2026(true), "taskId": asking})
+	require.Nil(t, res.Error)
+	assert.Contains(t, decode(t, res.Result)["inputRequests"], key, "still open: the answer named another task")
+}
