@@ -346,7 +346,7 @@ func (r *mcpTasks) create(ctx context.Context, next mcp.MethodHandler, call *mcp
 	now := r.clock.Now()
 	t := &mcpTask{id: rand.Text(), form: form, session: call.Session, created: now, updated: now}
 	if call.Params.Name == "spawn_task" {
-		res, err := next(ctx, "tools/call", call)
+		res, err := next(context.WithValue(ctx, relatedTaskCtx{}, t.id), "tools/call", call)
 		if err != nil {
 			return nil, err
 		}
@@ -404,6 +404,9 @@ func withoutProgress(call *mcp.CallToolRequest) *mcp.CallToolRequest {
 	c.Params = &p
 	return &c
 }
+
+// relatedTaskCtx holds, in a spawn's context, the MCP task it runs as.
+type relatedTaskCtx struct{}
 
 // spawnedID is the task_id of a successful spawn_task result, or "".
 func spawnedID(res *mcp.CallToolResult) string {

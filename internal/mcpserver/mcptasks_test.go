@@ -375,3 +375,39 @@ func TestTasksHostile(t *testing.T) {
 	require.Nil(t, res.Error)
 	assert.Contains(t, decode(t, res.Result)["inputRequests"], key, "still open: the answer named another task")
 }
+
+// TestTasks2025Asks: a 2025-11-25 spawn that asks is input_required while
+// the question is open; the question comes as elicitation/create with the
+// related-task _meta, and the answer lets the task end.
+func TestTasks2025Asks(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	w := rawWire(t, r)
+	init2025(t, w, map[string]any{"tasks": map[string]any{}, "elicitation": map[string]any{"form": map[string]any{}}})
+	res := w.call(t, 1, "tools/call", map[string]any{"name": "spawn_task", "task": map[string]any{}, "arguments": map[string]any{
+		"agent": "fake", "prompt": script(askStep("edit"), map[string]any{"message": "done"}), "workspace": workspace(t, nil), "ask": []string{"edit"}}})
+	require.Nil(t, res.Error)
+	taskID := dig(decode(t, res.Result), "task", "taskId").(string)
+
+	// The question, as the server sends it.
+	var ask struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params map[string]any  `json:"params"`
+	}
+	for ask.Method != "elicitation/create" {
+		require.NoError(t, json.Unmarshal([]byte(w.line(t)), &ask))
+	}
+	assert.Equal(t, taskID, dig(ask.Params, "_meta", relatedTaskKey, "taskId"))
+	res = w.call(t, 2, "tasks/get", map[string]any{"taskId": taskID})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "input_required", decode(t, res.Result)["status"])
+
+	w.send(t, `{"jsonrpc":"2.0","id":`+string(ask.ID)+`,"result":{"action":"accept","content":{"decision":"allow_once"}}}`)
+	res = w.call(t, 3, "tasks/result", map[string]any{"taskId": taskID})
+	require.Nil(t, res.Error)
+	final := decode(t, res.Result)
+	assert.Equal(t, "succeeded", dig(final, "structuredContent", "status"))
+	perm := r.events(t, dig(final, "structuredContent", "task_id").(string), "permission")
+	require.Len(t, perm, 1)
+	assert.Equal(t, "allow_once", perm[0]["decision"])
+}
