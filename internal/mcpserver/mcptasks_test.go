@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/leakcheck"
 )
 
 // Native MCP tasks (mcptasks.go), driven by raw clients of each form over
@@ -410,4 +413,40 @@ func TestTasks2025Asks(t *testing.T) {
 	perm := r.events(t, dig(final, "structuredContent", "task_id").(string), "permission")
 	require.Len(t, perm, 1)
 	assert.Equal(t, "allow_once", perm[0]["decision"])
+}
+
+// TestTaskWaitEndsWithTheSession: a wait running as an MCP task belongs
+// to its session: when the client goes away the wait ends with it (no
+// goroutine or descriptor left), and the task it waited on goes on.
+func TestTaskWaitEndsWithTheSession(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	live := r.spawn(t, map[string]any{"prompt": script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": workspace(t, nil)})
+	waitForEvent(t, r, live, "agent_message")
+	base := leakcheck.Take()
+
+	inR, inW, err := os.Pipe()
+	require.NoError(t, err)
+	outR, outW, err := os.Pipe()
+	require.NoError(t, err)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = ServeShared(context.Background(), r.svc, "test", inR, outW) // its end stops no task
+		_ = outW.Close()
+	}()
+	w := &wire{in: inW, out: bufio.NewReaderSize(outR, 1<<20)}
+	res := w.call(t, 1, "tools/call", map[string]any{"_meta": meta2026(true), "name": "wait_tasks",
+		"arguments": map[string]any{"task_ids": []string{live}, "timeout_seconds": 300}})
+	require.Nil(t, res.Error)
+	require.Equal(t, "task", decode(t, res.Result)["resultType"])
+
+	require.NoError(t, inW.Close())
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not end while its MCP task waited")
+	}
+	require.NoError(t, outR.Close())
+	base.Check(t, 10*time.Second, 0, 0)
+	assert.Equal(t, "running", call(t, r.cs, "get_task", map[string]any{"task_id": live})["status"])
 }
