@@ -1,9 +1,12 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -51,7 +54,59 @@ func httpHandler(svc Service, version, token string, log *slog.Logger, sessionId
 	bearer := auth.RequireBearerToken(tokenVerifier(token), &auth.RequireBearerTokenOptions{
 		AllowMissingExpiration: true, // the token lives in the state directory until it is removed
 	})
-	return http.NewCrossOriginProtection().Handler(bearer(h))
+	return http.NewCrossOriginProtection().Handler(bearer(liftHTTP(h)))
+}
+
+// liftHTTP is the framing layer's liftTaskFields for the HTTP listener: a
+// POSTed request's 2025-11-25 task fields copied into _meta before the
+// SDK decodes them away (mcptasks.go). It reads no more of a body than
+// the SDK would take; a body past that, a batch, or anything it cannot
+// read goes on as it came, for the SDK to judge.
+func liftHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+		if err != nil {
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if int64(len(body)) > mcp.DefaultMaxRequestBodyBytes {
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+			next.ServeHTTP(w, r)
+			return
+		}
+		body = liftRequest(body)
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// liftRequest is one JSON-RPC request with its task fields lifted.
+func liftRequest(body []byte) []byte {
+	if !bytes.Contains(body, []byte(`"tools/call"`)) && !bytes.Contains(body, []byte(`"initialize"`)) {
+		return body
+	}
+	var m map[string]json.RawMessage
+	var method string
+	if json.Unmarshal(body, &m) != nil || json.Unmarshal(m["method"], &method) != nil || len(m["params"]) == 0 {
+		return body
+	}
+	params := liftTaskFields(method, m["params"])
+	if bytes.Equal(params, m["params"]) {
+		return body
+	}
+	m["params"] = params
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return out
 }
 
 // tokenVerifier accepts exactly token, compared in constant time.

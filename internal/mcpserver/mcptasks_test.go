@@ -2,12 +2,17 @@ package mcpserver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -449,4 +454,112 @@ func TestTaskWaitEndsWithTheSession(t *testing.T) {
 	require.NoError(t, outR.Close())
 	base.Check(t, 10*time.Second, 0, 0)
 	assert.Equal(t, "running", call(t, r.cs, "get_task", map[string]any{"task_id": live})["status"])
+}
+
+// httpClient is a raw client of the HTTP listener: one POST a message,
+// the reply read from the JSON or event-stream response.
+type httpClient struct {
+	url, token, session, version string
+}
+
+func (c *httpClient) post(t *testing.T, msg map[string]any) (reply, *http.Response) {
+	t.Helper()
+	b, err := json.Marshal(msg)
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, c.url, bytes.NewReader(b))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.session != "" {
+		req.Header.Set("Mcp-Session-Id", c.session)
+		req.Header.Set("Mcp-Protocol-Version", c.version)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var rep reply
+	if _, ok := msg["id"]; !ok {
+		require.Equal(t, http.StatusAccepted, resp.StatusCode)
+		return rep, resp
+	}
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			line = data
+		}
+		if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &rep) == nil && rep.ID != nil {
+			return rep, resp
+		}
+	}
+	t.Fatalf("no reply to %v", msg)
+	return rep, resp
+}
+
+// TestTasks2025OverHTTP: the 2025-11-25 form over the --http listener,
+// its task fields lifted there as the stdio framing lifts them.
+func TestTasks2025OverHTTP(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	const token = "test-token"
+	ts := httptest.NewServer(httpHandler(r.svc, "test", token, nil, 0, options{}))
+	t.Cleanup(ts.Close)
+	c := &httpClient{url: ts.URL, token: token, version: "2025-11-25"}
+	res, resp := c.post(t, map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{
+		"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tasks": map[string]any{}}, "clientInfo": map[string]any{"name": "raw", "version": "1"}}})
+	require.Nil(t, res.Error)
+	assert.NotNil(t, dig(decode(t, res.Result), "capabilities", "tasks", "requests", "tools", "call"))
+	c.session = resp.Header.Get("Mcp-Session-Id")
+	require.NotEmpty(t, c.session)
+	c.post(t, map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+	res, _ = c.post(t, map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": map[string]any{"name": "spawn_task", "task": map[string]any{},
+		"arguments": map[string]any{"agent": "fake", "prompt": script(map[string]any{"message": "done"}), "workspace": workspace(t, nil)}}})
+	require.Nil(t, res.Error)
+	taskID, _ := dig(decode(t, res.Result), "task", "taskId").(string)
+	require.NotEmpty(t, taskID, "%s", res.Result)
+	res, _ = c.post(t, map[string]any{"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": map[string]any{"taskId": taskID}})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "succeeded", dig(decode(t, res.Result), "structuredContent", "status"))
+}
+
+// TestLiftHTTPBounds: the HTTP lifting reads no more than the SDK would
+// take: a body over the bound still gets the SDK's 413, whole.
+func TestLiftHTTPBounds(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	const token = "test-token"
+	ts := httptest.NewServer(httpHandler(r.svc, "test", token, nil, 0, options{}))
+	t.Cleanup(ts.Close)
+	big := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"spawn_task","task":{},"arguments":{"prompt":"` +
+		strings.Repeat("a", mcp.DefaultMaxRequestBodyBytes) + `"}}}`
+	req, err := http.NewRequest(http.MethodPost, ts.URL, strings.NewReader(big))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+}
+
+// TestTasksExtensionAtInitialize: a client of a 2025 protocol that
+// declares the 2026-07-28 extension at initialize is offered it there, and
+// its calls of the two tools run as tasks of that form.
+func TestTasksExtensionAtInitialize(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	w := rawWire(t, r)
+	initRes := init2025(t, w, map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}})
+	assert.Equal(t, map[string]any{}, dig(initRes, "capabilities", "extensions", tasksExtension))
+	assert.Nil(t, dig(initRes, "capabilities", "tasks"), "the 2025-11-25 form was not declared")
+	res := w.call(t, 1, "tools/call", map[string]any{"name": "spawn_task",
+		"arguments": map[string]any{"agent": "fake", "prompt": script(map[string]any{"message": "done"}), "workspace": workspace(t, nil)}})
+	require.Nil(t, res.Error)
+	created := decode(t, res.Result)
+	assert.Equal(t, "task", created["resultType"])
+	res = w.call(t, 2, "tasks/get", map[string]any{"taskId": created["taskId"]})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "complete", decode(t, res.Result)["resultType"])
 }
