@@ -163,10 +163,18 @@ func (r *mcpTasks) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return res, err
 		case "tools/call":
 			call, ok := req.(*mcp.CallToolRequest)
-			if !ok || !taskTools[call.Params.Name] {
+			if !ok {
 				return next(ctx, method, req)
 			}
-			if form := requestedForm(call); form != 0 {
+			form := requestedForm(call)
+			if !taskTools[call.Params.Name] {
+				if form == form2025 {
+					// 2025-11-25: a tool without taskSupport is never a task.
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: call.Params.Name + " does not run as a task (execution.taskSupport)"}
+				}
+				return next(ctx, method, req)
+			}
+			if form != 0 {
 				return r.create(ctx, next, call, form)
 			}
 		}

@@ -160,6 +160,14 @@ func TestTasks2025(t *testing.T) {
 	require.NotNil(t, res.Error)
 	assert.Equal(t, -32602, res.Error.Code)
 
+	// A tool without taskSupport is refused as a task, and called plainly
+	// it answers as ever.
+	res = w.call(t, 12, "tools/call", map[string]any{"name": "get_task", "task": map[string]any{}, "arguments": map[string]any{"task_id": symmID}})
+	require.NotNil(t, res.Error)
+	assert.Equal(t, -32601, res.Error.Code)
+	res = w.call(t, 13, "tools/call", map[string]any{"name": "get_task", "arguments": map[string]any{"task_id": symmID}})
+	require.Nil(t, res.Error)
+
 	// The spawned task is an ordinary task to every other tool.
 	got := call(t, r.cs, "get_task", map[string]any{"task_id": symmID})
 	assert.Equal(t, "succeeded", got["status"])
