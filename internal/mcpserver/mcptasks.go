@@ -106,9 +106,10 @@ type mcpTasks struct {
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
 
-	mu    sync.Mutex
-	tasks map[string]*mcpTask
-	order []string // ids in creation order, for the bound
+	mu     sync.Mutex
+	closed bool // no background wait starts once close began
+	tasks  map[string]*mcpTask
+	order  []string // ids in creation order, for the bound
 }
 
 func newMCPTasks(svc Service, c clock) *mcpTasks {
@@ -118,8 +119,22 @@ func newMCPTasks(svc Service, c clock) *mcpTasks {
 
 // close ends every background wait and waits for them.
 func (r *mcpTasks) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	r.stop()
 	r.wg.Wait()
+}
+
+// start runs f on a goroutine close waits for, unless close began.
+func (r *mcpTasks) start(f func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Go(f)
+	return true
 }
 
 // install adds the middleware and the tasks/* methods to s.
@@ -382,11 +397,16 @@ func (r *mcpTasks) create(ctx context.Context, next mcp.MethodHandler, call *mcp
 			// The extension has no progress on tasks: the wait reports none.
 			bg = withoutProgress(call)
 		}
-		r.wg.Go(func() {
+		started := r.start(func() {
 			defer stop()
 			defer t.cancelWait()
 			r.runWait(wctx, next, bg, t)
 		})
+		if !started {
+			stop()
+			t.cancelWait()
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the server is shutting down"}
+		}
 	}
 	r.add(t)
 	v := r.view(t)
