@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/symm-mcp/symm-mcp/internal/jsonscan"
 )
 
 // The framing layer sits between the client's byte stream and the MCP SDK's
@@ -679,49 +681,74 @@ func findID(p []byte) json.RawMessage {
 // (liftedCapsKey). Anything else, and params it cannot read, pass as they
 // came; the SDK's decoding stays the judge of them.
 func liftTaskFields(method string, params json.RawMessage) json.RawMessage {
-	var key, probe string
 	switch method {
 	case "tools/call":
-		key, probe = liftedTaskKey, `"task"`
-	case "initialize":
-		key, probe = liftedCapsKey, `"tasks"`
-	default:
-		return params
-	}
-	if !bytes.Contains(params, []byte(probe)) {
-		return params // the common case: one look, no decoding
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(params, &m) != nil {
-		return params
-	}
-	v := m["task"]
-	if method == "initialize" {
-		var caps map[string]json.RawMessage
-		if json.Unmarshal(m["capabilities"], &caps) != nil {
+		if !bytes.Contains(params, []byte(`"task"`)) {
+			return params // the common case: one look, no decoding
+		}
+		// The arguments may be megabytes: read in place, not decoded.
+		var task, meta json.RawMessage
+		sc := jsonscan.Scanner{Buf: params}
+		m := sc.Members()
+		for m.Next() {
+			raw, ok := sc.Raw()
+			if !ok {
+				return params
+			}
+			switch string(jsonscan.Text(m.Key, m.KeyClass)) {
+			case "task":
+				task = raw
+			case "_meta":
+				meta = raw
+			}
+		}
+		if m.Bad {
 			return params
 		}
-		v = caps["tasks"]
+		return withMeta(params, meta, liftedTaskKey, task)
+	case "initialize":
+		if !bytes.Contains(params, []byte(`"tasks"`)) {
+			return params
+		}
+		var p struct {
+			Capabilities struct {
+				Tasks json.RawMessage `json:"tasks"`
+			} `json:"capabilities"`
+			Meta json.RawMessage `json:"_meta"`
+		}
+		if json.Unmarshal(params, &p) != nil {
+			return params
+		}
+		return withMeta(params, p.Meta, liftedCapsKey, p.Capabilities.Tasks)
 	}
+	return params
+}
+
+// withMeta is params (an object) with key: v added to its _meta, written
+// as its last member: of two members of one name a decoder keeps the
+// last, so the rest of params is left as it came, however large. A v that
+// is not an object, or a _meta that is not one, changes nothing.
+func withMeta(params, meta json.RawMessage, key string, v json.RawMessage) json.RawMessage {
 	if len(v) == 0 || v[0] != '{' {
 		return params
 	}
-	var meta map[string]json.RawMessage
-	if raw := m["_meta"]; len(raw) > 0 && json.Unmarshal(raw, &meta) != nil {
+	m := map[string]json.RawMessage{}
+	if len(meta) > 0 && !bytes.Equal(meta, []byte("null")) && json.Unmarshal(meta, &m) != nil {
 		return params
 	}
-	if meta == nil {
-		meta = make(map[string]json.RawMessage, 1)
-	}
-	meta[key] = v
-	b, err := json.Marshal(meta)
-	if err != nil {
+	m[key] = v
+	b, err := json.Marshal(m)
+	end := bytes.LastIndexByte(params, '}')
+	if err != nil || end < 0 {
 		return params
 	}
-	m["_meta"] = b
-	out, err := json.Marshal(m)
-	if err != nil {
-		return params
+	body := bytes.TrimSpace(params[:end])
+	out := make([]byte, 0, len(body)+len(b)+16)
+	out = append(out, body...)
+	if len(body) > 1 { // not the empty object
+		out = append(out, ',')
 	}
-	return out
+	out = append(out, `"_meta":`...)
+	out = append(out, b...)
+	return append(out, '}')
 }

@@ -131,7 +131,7 @@ func TestTasks2025(t *testing.T) {
 	assert.Equal(t, "completed", decode(t, res.Result)["status"])
 
 	// A spawn that runs until cancelled: tasks/cancel cancels the symm task.
-	res = w.call(t, 5, "tools/call", map[string]any{"name": "spawn_task", "task": map[string]any{},
+	res = w.call(t, 5, "tools/call", map[string]any{"name": "spawn_task", "task": map[string]any{}, "_meta": map[string]any{"progressToken": "p5"},
 		"arguments": map[string]any{"agent": "fake", "prompt": script(map[string]any{"wait_for_cancel": true}), "workspace": ws}})
 	require.Nil(t, res.Error)
 	liveID := dig(decode(t, res.Result), "task", "taskId").(string)
@@ -570,4 +570,60 @@ func TestTasksExtensionAtInitialize(t *testing.T) {
 	res = w.call(t, 2, "tasks/get", map[string]any{"taskId": created["taskId"]})
 	require.Nil(t, res.Error)
 	assert.Equal(t, "complete", decode(t, res.Result)["resultType"])
+}
+
+// BenchmarkLiftTaskFields is what the lifting costs a large tools/call:
+// a scan when it carries no task field, a decoding and an encoding of its
+// params when it does.
+func BenchmarkLiftTaskFields(b *testing.B) {
+	prompt := strings.Repeat("review the change and list concrete flaws; ", 9<<20/44)
+	for _, tc := range []struct {
+		name string
+		task any
+	}{{"plain", nil}, {"task", map[string]any{"ttl": 60000}}} {
+		p := map[string]any{"name": "spawn_task", "arguments": map[string]any{"agent": "fake", "prompt": prompt}}
+		if tc.task != nil {
+			p["task"] = tc.task
+		}
+		params, _ := json.Marshal(p)
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(params)))
+			for b.Loop() {
+				_ = liftTaskFields("tools/call", params)
+			}
+		})
+	}
+}
+
+// TestLiftTaskFields: the lifted key is in the _meta a decoder keeps, the
+// rest as it came; anything not lifted passes byte for byte.
+func TestLiftTaskFields(t *testing.T) {
+	for _, tc := range []struct {
+		method, params string
+		key            string // "" when nothing is lifted
+		meta           map[string]any
+	}{
+		{"tools/call", `{"name":"x","task":{"ttl":1}}`, liftedTaskKey, map[string]any{liftedTaskKey: map[string]any{"ttl": 1.0}}},
+		{"tools/call", ` { "task" : {} , "_meta" : {"progressToken":7} } `, liftedTaskKey, map[string]any{"progressToken": 7.0, liftedTaskKey: map[string]any{}}},
+		{"tools/call", `{"task":{},"_meta":null}`, liftedTaskKey, map[string]any{liftedTaskKey: map[string]any{}}},
+		{"tools/call", `{"task":5}`, "", nil},
+		{"tools/call", `{"task":null}`, "", nil},
+		{"tools/call", `{"task":{},"_meta":"x"}`, "", nil},
+		{"tools/call", `{"arguments":{"task":{}}}`, "", nil},
+		{"tools/call", `{"task":{}`, "", nil},
+		{"tools/list", `{"task":{}}`, "", nil},
+		{"initialize", `{"capabilities":{"tasks":{"list":{}}}}`, liftedCapsKey, map[string]any{liftedCapsKey: map[string]any{"list": map[string]any{}}}},
+		{"initialize", `{"capabilities":{"extensions":{"tasks":{}}}}`, "", nil},
+	} {
+		out := liftTaskFields(tc.method, json.RawMessage(tc.params))
+		if tc.key == "" {
+			assert.Equal(t, tc.params, string(out), "%s %s", tc.method, tc.params)
+			continue
+		}
+		var got struct {
+			Meta map[string]any `json:"_meta"`
+		}
+		require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+		assert.Equal(t, tc.meta, got.Meta, "%s", out)
+	}
 }
