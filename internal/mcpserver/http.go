@@ -13,6 +13,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/symm-mcp/symm-mcp/internal/jsonscan"
 )
 
 // HTTPHandler serves the tools over the SDK's Streamable HTTP handler, each
@@ -87,26 +89,43 @@ func liftHTTP(next http.Handler) http.Handler {
 	})
 }
 
-// liftRequest is one JSON-RPC request with its task fields lifted.
+// liftRequest is one JSON-RPC request with its task fields lifted, its
+// params spliced in place (read with jsonscan: a body may be megabytes).
 func liftRequest(body []byte) []byte {
 	if !bytes.Contains(body, []byte(`"tools/call"`)) && !bytes.Contains(body, []byte(`"initialize"`)) {
 		return body
 	}
-	var m map[string]json.RawMessage
 	var method string
-	if json.Unmarshal(body, &m) != nil || json.Unmarshal(m["method"], &method) != nil || len(m["params"]) == 0 {
+	var params []byte
+	end := 0
+	sc := jsonscan.Scanner{Buf: body}
+	m := sc.Members()
+	for m.Next() {
+		raw, ok := sc.Raw()
+		if !ok {
+			return body
+		}
+		switch string(jsonscan.Text(m.Key, m.KeyClass)) {
+		case "method":
+			if json.Unmarshal(raw, &method) != nil {
+				return body
+			}
+		case "params":
+			params, end = raw, sc.Pos
+		}
+	}
+	if m.Bad || params == nil {
 		return body
 	}
-	params := liftTaskFields(method, m["params"])
-	if bytes.Equal(params, m["params"]) {
+	lifted := liftTaskFields(method, params)
+	if bytes.Equal(lifted, params) {
 		return body
 	}
-	m["params"] = params
-	out, err := json.Marshal(m)
-	if err != nil {
-		return body
-	}
-	return out
+	start := end - len(params)
+	out := make([]byte, 0, len(body)+len(lifted)-len(params))
+	out = append(out, body[:start]...)
+	out = append(out, lifted...)
+	return append(out, body[end:]...)
 }
 
 // tokenVerifier accepts exactly token, compared in constant time.

@@ -627,3 +627,19 @@ func TestLiftTaskFields(t *testing.T) {
 		assert.Equal(t, tc.meta, got.Meta, "%s", out)
 	}
 }
+
+// TestLiftRequest: the HTTP lifting changes only the params of a request
+// that carries task fields; its id and the rest stay byte for byte.
+func TestLiftRequest(t *testing.T) {
+	body := `{"jsonrpc":"2.0","id":12345678901234567890,"method":"tools/call","params":{"name":"spawn_task","task":{}},"x":1}`
+	out := string(liftRequest([]byte(body)))
+	assert.Equal(t, `{"jsonrpc":"2.0","id":12345678901234567890,"method":"tools/call","params":{"name":"spawn_task","task":{},"_meta":{"`+liftedTaskKey+`":{}}},"x":1}`, out)
+	for _, same := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_task"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"task":{}}}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"task":{}}}]`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"task":{}}`,
+	} {
+		assert.Equal(t, same, string(liftRequest([]byte(same))))
+	}
+}
