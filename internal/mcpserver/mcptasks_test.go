@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -491,7 +492,10 @@ func (c *httpClient) post(t *testing.T, msg map[string]any) (reply, *http.Respon
 		require.Equal(t, http.StatusAccepted, resp.StatusCode)
 		return rep, resp
 	}
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%s: %s", resp.Status, b)
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -642,4 +646,33 @@ func TestLiftRequest(t *testing.T) {
 	} {
 		assert.Equal(t, same, string(liftRequest([]byte(same))))
 	}
+}
+
+// TestTasksExtensionOverHTTP: the HTTP listener speaks protocols up to
+// 2025-11-25, so there a client declares the 2026-07-28 extension at
+// initialize; its spawns run as tasks of that form.
+func TestTasksExtensionOverHTTP(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	const token = "test-token"
+	ts := httptest.NewServer(httpHandler(r.svc, "test", token, nil, 0, options{}))
+	t.Cleanup(ts.Close)
+	c := &httpClient{url: ts.URL, token: token, version: "2025-11-25"}
+	res, resp := c.post(t, map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{"protocolVersion": "2025-11-25",
+		"capabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}, "clientInfo": map[string]any{"name": "raw", "version": "1"}}})
+	require.Nil(t, res.Error)
+	assert.Equal(t, map[string]any{}, dig(decode(t, res.Result), "capabilities", "extensions", tasksExtension))
+	c.session = resp.Header.Get("Mcp-Session-Id")
+	c.post(t, map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+	res, _ = c.post(t, map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": map[string]any{"name": "spawn_task",
+		"arguments": map[string]any{"agent": "fake", "prompt": script(map[string]any{"wait_for_cancel": true}), "workspace": workspace(t, nil)}}})
+	require.Nil(t, res.Error)
+	created := decode(t, res.Result)
+	require.Equal(t, "task", created["resultType"], "%v", created)
+	res, _ = c.post(t, map[string]any{"jsonrpc": "2.0", "id": 3, "method": "tasks/cancel", "params": map[string]any{"taskId": created["taskId"]}})
+	require.Nil(t, res.Error)
+	res, _ = c.post(t, map[string]any{"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": map[string]any{"taskId": created["taskId"]}})
+	require.Nil(t, res.Error)
+	assert.Equal(t, "cancelled", decode(t, res.Result)["status"])
+	assert.Equal(t, "cancelled", call(t, r.cs, "get_task", map[string]any{"task_id": onlyTask(t, r)})["status"])
 }
