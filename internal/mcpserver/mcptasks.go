@@ -72,8 +72,9 @@ const (
 	form2026
 )
 
-// mcpTask is one MCP task. Its fields after mu are guarded by the
-// registry's mu.
+// mcpTask is one MCP task. The fields before the blank line are set
+// before it is registered and never change; those after it are guarded
+// by the registry's mu.
 type mcpTask struct {
 	id      string
 	form    taskForm
@@ -98,13 +99,16 @@ type mcpTask struct {
 }
 
 // mcpTasks holds a server's MCP tasks and owns the goroutines of their
-// background waits.
+// background waits. Its mu is a leaf: nothing under it calls the service
+// or writes to a client.
 type mcpTasks struct {
 	svc   Service
 	clock clock
 	ctx   context.Context // ends with close: every background wait ends
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
+
+	limit int // maxMCPTasks; smaller in tests
 
 	mu     sync.Mutex
 	closed bool // no background wait starts once close began
@@ -114,7 +118,7 @@ type mcpTasks struct {
 
 func newMCPTasks(svc Service, c clock) *mcpTasks {
 	ctx, stop := context.WithCancel(context.Background())
-	return &mcpTasks{svc: svc, clock: c, ctx: ctx, stop: stop, tasks: make(map[string]*mcpTask)}
+	return &mcpTasks{svc: svc, clock: c, ctx: ctx, stop: stop, limit: maxMCPTasks, tasks: make(map[string]*mcpTask)}
 }
 
 // close ends every background wait and waits for them.
@@ -481,7 +485,7 @@ func (r *mcpTasks) runWait(ctx context.Context, next mcp.MethodHandler, call *mc
 func (r *mcpTasks) add(t *mcpTask) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.order) >= maxMCPTasks {
+	if len(r.order) >= r.limit {
 		r.forgetOldestFinished()
 	}
 	r.tasks[t.id] = t

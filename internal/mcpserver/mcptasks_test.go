@@ -676,3 +676,22 @@ func TestTasksExtensionOverHTTP(t *testing.T) {
 	assert.Equal(t, "cancelled", decode(t, res.Result)["status"])
 	assert.Equal(t, "cancelled", call(t, r.cs, "get_task", map[string]any{"task_id": onlyTask(t, r)})["status"])
 }
+
+// TestMCPTasksBound: past its bound the registry forgets the oldest task
+// that is over, else the oldest spawn (its symm task is in the ledger),
+// never a newer one first.
+func TestMCPTasksBound(t *testing.T) {
+	r := newMCPTasks(nil, realClock{})
+	r.limit = 3
+	running := make(chan struct{})
+	done := make(chan struct{})
+	close(done)
+	r.add(&mcpTask{id: "wait-running", finished: running})
+	r.add(&mcpTask{id: "spawn", spawn: true, ids: []string{"x"}})
+	r.add(&mcpTask{id: "wait-done", finished: done})
+	r.add(&mcpTask{id: "new1", spawn: true, ids: []string{"y"}})
+	assert.Equal(t, []string{"wait-running", "spawn", "new1"}, r.order, "the finished wait went first")
+	r.add(&mcpTask{id: "new2", spawn: true, ids: []string{"z"}})
+	assert.Equal(t, []string{"wait-running", "new1", "new2"}, r.order, "then the oldest spawn")
+	assert.Len(t, r.tasks, 3)
+}
