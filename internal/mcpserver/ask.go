@@ -32,6 +32,9 @@ type elicitor struct {
 	deferred bool
 	// gone is closed when the session ends (nil: not known, as over HTTP).
 	gone <-chan struct{}
+	// related is the MCP task the spawn runs as, if any (mcptasks.go):
+	// its questions carry it, as the 2025-11-25 tasks form requires.
+	related string
 }
 
 var _ permission.Asker = (*elicitor)(nil)
@@ -48,7 +51,8 @@ func (h handlers) asker(ctx context.Context) permission.Asker {
 	if caps == nil || caps.Elicitation == nil || (caps.Elicitation.Form == nil && caps.Elicitation.URL != nil) {
 		return nil
 	}
-	return &elicitor{ss: req.Session, deferred: req.ProtocolVersion() >= multiRoundTrip, gone: h.opts.gone}
+	related, _ := ctx.Value(relatedTaskCtx{}).(string)
+	return &elicitor{ss: req.Session, deferred: req.ProtocolVersion() >= multiRoundTrip, gone: h.opts.gone, related: related}
 }
 
 // Ask sends the question as elicitation/create, or, for a 2026-07-28
@@ -74,7 +78,11 @@ func (e *elicitor) Ask(ctx context.Context, q permission.Question) (permission.A
 			return permission.Answer{}, permission.ErrSessionGone
 		}
 	}
-	res, err := e.ss.Elicit(ctx, elicitParams(q))
+	params := elicitParams(q)
+	if e.related != "" {
+		params.Meta = mcp.Meta{relatedTaskKey: map[string]any{"taskId": e.related}}
+	}
+	res, err := e.ss.Elicit(ctx, params)
 	switch {
 	case err == nil:
 		return answerOf(res), nil

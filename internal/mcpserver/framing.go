@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/symm-mcp/symm-mcp/internal/jsonscan"
 )
 
 // The framing layer sits between the client's byte stream and the MCP SDK's
@@ -342,6 +344,7 @@ func (f *framing) request(theirs json.RawMessage, method string, params json.Raw
 	if err != nil {
 		return message{id: theirs, code: codeInvalidRequest, reason: "invalid request: " + err.Error()}
 	}
+	params = liftTaskFields(method, params)
 	ours := f.track(theirs, method)
 	out := make([]byte, 0, len(params)+len(name)+64)
 	out = append(out, `{"jsonrpc":"2.0","id":`...)
@@ -408,6 +411,9 @@ func (f *framing) classify(line []byte) message {
 			return message{} // names no request in flight: nothing to cancel
 		}
 		e.Params = params
+	}
+	if hasID {
+		e.Params = liftTaskFields(method, e.Params)
 	}
 	out := make([]byte, 0, len(line)+32)
 	out = append(out, `{"jsonrpc":"2.0"`...)
@@ -711,4 +717,82 @@ func findID(p []byte) json.RawMessage {
 		}
 	}
 	return nullID
+}
+
+// liftTaskFields copies into params._meta what the SDK's decoding would
+// drop of the 2025-11-25 tasks form (mcptasks.go): a tools/call's
+// params.task (liftedTaskKey) and an initialize's capabilities.tasks
+// (liftedCapsKey). Anything else, and params it cannot read, pass as they
+// came; the SDK's decoding stays the judge of them.
+func liftTaskFields(method string, params json.RawMessage) json.RawMessage {
+	switch method {
+	case "tools/call":
+		if !bytes.Contains(params, []byte(`"task"`)) {
+			return params // the common case: one look, no decoding
+		}
+		// The arguments may be megabytes: read in place, not decoded.
+		var task, meta json.RawMessage
+		sc := jsonscan.Scanner{Buf: params}
+		m := sc.Members()
+		for m.Next() {
+			raw, ok := sc.Raw()
+			if !ok {
+				return params
+			}
+			switch string(jsonscan.Text(m.Key, m.KeyClass)) {
+			case "task":
+				task = raw
+			case "_meta":
+				meta = raw
+			}
+		}
+		if m.Bad {
+			return params
+		}
+		return withMeta(params, meta, liftedTaskKey, task)
+	case "initialize":
+		if !bytes.Contains(params, []byte(`"tasks"`)) {
+			return params
+		}
+		var p struct {
+			Capabilities struct {
+				Tasks json.RawMessage `json:"tasks"`
+			} `json:"capabilities"`
+			Meta json.RawMessage `json:"_meta"`
+		}
+		if json.Unmarshal(params, &p) != nil {
+			return params
+		}
+		return withMeta(params, p.Meta, liftedCapsKey, p.Capabilities.Tasks)
+	}
+	return params
+}
+
+// withMeta is params (an object) with key: v added to its _meta, written
+// as its last member: of two members of one name a decoder keeps the
+// last, so the rest of params is left as it came, however large. A v that
+// is not an object, or a _meta that is not one, changes nothing.
+func withMeta(params, meta json.RawMessage, key string, v json.RawMessage) json.RawMessage {
+	if len(v) == 0 || v[0] != '{' {
+		return params
+	}
+	m := map[string]json.RawMessage{}
+	if len(meta) > 0 && !bytes.Equal(meta, []byte("null")) && json.Unmarshal(meta, &m) != nil {
+		return params
+	}
+	m[key] = v
+	b, err := json.Marshal(m)
+	end := bytes.LastIndexByte(params, '}')
+	if err != nil || end < 0 {
+		return params
+	}
+	body := bytes.TrimSpace(params[:end])
+	out := make([]byte, 0, len(body)+len(b)+16)
+	out = append(out, body...)
+	if len(body) > 1 { // not the empty object
+		out = append(out, ',')
+	}
+	out = append(out, `"_meta":`...)
+	out = append(out, b...)
+	return append(out, '}')
 }

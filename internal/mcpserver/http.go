@@ -1,15 +1,20 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/symm-mcp/symm-mcp/internal/jsonscan"
 )
 
 // HTTPHandler serves the tools over the SDK's Streamable HTTP handler, each
@@ -45,13 +50,82 @@ func httpHandler(svc Service, version, token string, log *slog.Logger, sessionId
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv, _ := newServer(svc, version, o)
+	srv, _, _ := newServer(svc, version, o)
 	register(srv, svc, o)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: sessionIdle})
 	bearer := auth.RequireBearerToken(tokenVerifier(token), &auth.RequireBearerTokenOptions{
 		AllowMissingExpiration: true, // the token lives in the state directory until it is removed
 	})
-	return http.NewCrossOriginProtection().Handler(bearer(h))
+	return http.NewCrossOriginProtection().Handler(bearer(liftHTTP(h)))
+}
+
+// liftHTTP is the framing layer's liftTaskFields for the HTTP listener: a
+// POSTed request's 2025-11-25 task fields copied into _meta before the
+// SDK decodes them away (mcptasks.go). It reads no more of a body than
+// the SDK would take; a body past that, a batch, or anything it cannot
+// read goes on as it came, for the SDK to judge.
+func liftHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+		if err != nil {
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if int64(len(body)) > mcp.DefaultMaxRequestBodyBytes {
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+			next.ServeHTTP(w, r)
+			return
+		}
+		body = liftRequest(body)
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// liftRequest is one JSON-RPC request with its task fields lifted, its
+// params spliced in place (read with jsonscan: a body may be megabytes).
+func liftRequest(body []byte) []byte {
+	if !bytes.Contains(body, []byte(`"tools/call"`)) && !bytes.Contains(body, []byte(`"initialize"`)) {
+		return body
+	}
+	var method string
+	var params []byte
+	end := 0
+	sc := jsonscan.Scanner{Buf: body}
+	m := sc.Members()
+	for m.Next() {
+		raw, ok := sc.Raw()
+		if !ok {
+			return body
+		}
+		switch string(jsonscan.Text(m.Key, m.KeyClass)) {
+		case "method":
+			if json.Unmarshal(raw, &method) != nil {
+				return body
+			}
+		case "params":
+			params, end = raw, sc.Pos
+		}
+	}
+	if m.Bad || params == nil {
+		return body
+	}
+	lifted := liftTaskFields(method, params)
+	if bytes.Equal(lifted, params) {
+		return body
+	}
+	start := end - len(params)
+	out := make([]byte, 0, len(body)+len(lifted)-len(params))
+	out = append(out, body[:start]...)
+	out = append(out, lifted...)
+	return append(out, body[end:]...)
 }
 
 // tokenVerifier accepts exactly token, compared in constant time.

@@ -1,7 +1,8 @@
 // Package mcpserver is symm-mcp's MCP layer: twelve tools that translate
 // arguments into TaskService calls and stored JSON into replies, and the
 // task resources, which read what the tools return. It holds no state but
-// its sessions' resource subscriptions, which end with them. Waits report
+// its sessions' resource subscriptions and the MCP tasks its clients run
+// spawn_task and wait_tasks as (mcptasks.go), which end with them. Waits report
 // progress to a client that asked for it. Domain failures are tool errors
 // whose text is "<code>: <message>"; arguments that do not fit a tool's
 // input schema are rejected by the MCP SDK before a handler runs.
@@ -63,15 +64,16 @@ check agent_message and tool_call events. Ignore event types you do not know.`
 // New returns an MCP server with the twelve tools and the task resources,
 // calling svc. Its resource subscriptions end with their sessions.
 func New(svc Service, version string) *mcp.Server {
-	s, _ := newServer(svc, version, options{})
+	s, _, _ := newServer(svc, version, options{})
 	register(s, svc, options{})
 	return s
 }
 
-// newServer returns a server with the resources in place and the tools
-// still to register, and the hub of its resource subscriptions, which
-// its owner closes once the server's sessions ended.
-func newServer(svc Service, version string, o options) (*mcp.Server, *subscriptions) {
+// newServer returns a server with the resources and MCP tasks in place
+// and the tools still to register, the hub of its resource subscriptions
+// and its MCP tasks, which its owner closes once the server's sessions
+// ended.
+func newServer(svc Service, version string, o options) (*mcp.Server, *subscriptions, *mcpTasks) {
 	o = o.withDefaults()
 	caps := capabilities()
 	subs := newSubscriptions(svc, o.clock)
@@ -86,8 +88,12 @@ func newServer(svc Service, version string, o options) (*mcp.Server, *subscripti
 		o.hub(subs)
 	}
 	s.AddReceivingMiddleware(refuseUndeclared(caps), publishOutputSchemas, listResources(svc))
+	// Outside the three above: it sees the tool list with its output
+	// schemas, and answers a task-augmented call before the SDK would.
+	tasks := newMCPTasks(svc, o.clock)
+	tasks.install(s)
 	addResources(s, svc)
-	return s, subs
+	return s, subs, tasks
 }
 
 // register adds the twelve tools. Their output schemas are generated and
@@ -286,10 +292,11 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 		f.trace = opts.trace
 	}
 
-	s, subs := newServer(svc, version, opts)
-	// The session's subscriptions end with it: after every goroutine
-	// below (the SDK's session among them) is done.
+	s, subs, tasks := newServer(svc, version, opts)
+	// The session's subscriptions and MCP tasks end with it: after every
+	// goroutine below (the SDK's session among them) is done.
 	defer subs.close()
+	defer tasks.close()
 	begin, ready := make(chan struct{}), make(chan struct{})
 	startRegistering := sync.OnceFunc(func() { close(begin) })
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -307,7 +314,7 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 				}
 			}
 			res, err := next(ctx, method, req)
-			if r, ok := res.(*mcp.InitializeResult); ok && err == nil {
+			if r, ok := initializeResultOf(res); ok && err == nil {
 				// Batches are allowed or not by the version agreed on.
 				f.version.Store(&r.ProtocolVersion)
 			}
