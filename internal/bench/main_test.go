@@ -26,6 +26,7 @@ var (
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
 	acpxCLI   = flag.String("acpx", "", "acpx "+acpxVersion+"'s CLI script (node_modules/acpx/dist/cli.js), the peer the large turn is set beside")
 	natsBin   = flag.String("natscluster", "bin/natscluster", "the loopback NATS cluster helper (internal/jetstream/testdata/natscluster) the cluster rows run on")
+	baseline  = flag.String("baseline", "", "a baseline server binary (make bench builds BASELINE, a commit, default b42b97a): every row is measured for it too, in the same run, and set beside today's")
 	launcher  = flag.String("launcher", "npm/symm-mcp/bin/symm-mcp.js", "the npm package's launcher script, whose start-up the launcher row times (run with node)")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 		debug.SetGCPercent(400)
 		cfg := fullScale()
 		cfg.server, cfg.agent, cfg.acpx, cfg.reps, cfg.scale = *serverBin, *agentBin, *acpxCLI, *reps, *scale
-		cfg.natscluster, cfg.launcher = *natsBin, *launcher
+		cfg.natscluster, cfg.launcher, cfg.baseline = *natsBin, *launcher, *baseline
 		switch *misses {
 		case "fail":
 		case "report":
@@ -61,6 +62,9 @@ func TestMain(m *testing.M) {
 			// under 3 minutes, bench-scale under 10, on a loaded machine
 			// too; the table says how long the measurements took.
 			bound = map[bool]time.Duration{false: 4 * time.Minute, true: 10 * time.Minute}[cfg.scale]
+			if cfg.baseline != "" {
+				bound *= 2 // every measurement runs for both binaries
+			}
 		}
 		os.Exit(run(cfg, bound, os.Stdout, os.Stderr))
 	}
@@ -70,6 +74,9 @@ func TestMain(m *testing.M) {
 // config sizes one harness run.
 type config struct {
 	server, agent string
+	// baseline is another build of the server (-baseline; "": none),
+	// measured beside it in the same run (baseline_test.go).
+	baseline      string
 	acpx          string // the peer's CLI script, run with node
 	natscluster   string // the NATS cluster helper's binary
 	launcher      string // the npm launcher script (npm/symm-mcp/bin/symm-mcp.js)
@@ -133,38 +140,32 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 	}
 	defer e.cleanup()
 
-	var t table
-	steps := []struct {
-		name string
-		fn   func(context.Context, *env, *table) error
-	}{
-		{"start", measureStart},
-		{"launcher", measureLauncher},
-		{"spawn", measureSpawn},
-		{"turn", measureTurn},
-		{"peer", measurePeer},
-		{"reads", measureReads},
-		{"wake", measureWake},
-		{"streams", measureStreams},
-		{"pages", measurePages},
-		{"tasks", measureTasks},
-		{"shared", measureShared},
-		{"durable", measureDurable},
-		{"restart", measureRestart},
-		{"worktree", measureWorktree},
-		{"fleet", measureFleet},
-		{"followup", measureFollowUp},
-		{"cluster", measureCluster},
+	t := table{baseline: e.base != nil}
+	steps := []step{
+		{"start", measureStart, true},
+		{"launcher", measureLauncher, false},
+		{"spawn", measureSpawn, false},
+		{"turn", measureTurn, true},
+		{"peer", measurePeer, true},
+		{"reads", measureReads, false},
+		{"wake", measureWake, false},
+		{"streams", measureStreams, false},
+		{"pages", measurePages, false},
+		{"tasks", measureTasks, false},
+		{"shared", measureShared, false},
+		{"durable", measureDurable, false},
+		{"restart", measureRestart, false},
+		{"worktree", measureWorktree, false},
+		{"fleet", measureFleet, false},
+		{"followup", measureFollowUp, false},
+		{"cluster", measureCluster, false},
 	}
 	if cfg.scale {
-		steps = []struct {
-			name string
-			fn   func(context.Context, *env, *table) error
-		}{
-			{"limits", measureLimits},
-			{"live", measureLive},
-			{"spawns", measureSpawnRate},
-			{"finished", measureFinished},
+		steps = []step{
+			{"limits", measureLimits, false},
+			{"live", measureLive, false},
+			{"spawns", measureSpawnRate, false},
+			{"finished", measureFinished, false},
 		}
 	}
 	failed := false
@@ -175,7 +176,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		}
 		began := time.Now()
 		logf("measuring %s (load average %s) ...", s.name, loadAverage())
-		if err := s.fn(ctx, e, &t); errors.Is(err, errScaleLimits) {
+		if err := runStep(ctx, e, &t, s, logf); errors.Is(err, errScaleLimits) {
 			logf("%s: %v", s.name, err)
 			failed = true
 			break
