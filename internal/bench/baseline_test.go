@@ -192,3 +192,45 @@ func TestMergeBaseline(t *testing.T) {
 	mergeBaseline(today[:1], nil, fmt.Errorf("spawn_tasks: unknown tool\nmore"))
 	assert.Equal(t, "cannot run: spawn_tasks: unknown tool", today[0].base)
 }
+
+// TestRunStep: an unpaired measurement runs for the baseline too and its
+// rows get the baseline's figures; one the baseline cannot run says so on
+// each row, and the run goes on; a paired one is run once, and today's
+// error is the step's.
+func TestRunStep(t *testing.T) {
+	today := &env{}
+	today.base = &env{}
+	logf := func(string, ...any) {}
+	fn := func(_ context.Context, e *env, tb *table) error {
+		if e == today {
+			tb.info("figure", "2.0 ms", "")
+			return nil
+		}
+		tb.info("figure", "1.0 ms", "")
+		return nil
+	}
+	var tb table
+	assert.NoError(t, runStep(t.Context(), today, &tb, step{name: "x", fn: fn}, logf))
+	if assert.Len(t, tb.rows, 1) {
+		assert.Equal(t, "1.0 ms", tb.rows[0].base)
+		assert.Equal(t, "2.00×", tb.rows[0].vs)
+	}
+
+	old := func(_ context.Context, e *env, tb *table) error {
+		if e == today {
+			tb.info("figure", "2.0 ms", "")
+			return nil
+		}
+		return fmt.Errorf("spawn_tasks: unknown tool")
+	}
+	tb = table{}
+	assert.NoError(t, runStep(t.Context(), today, &tb, step{name: "x", fn: old}, logf))
+	if assert.Len(t, tb.rows, 1) {
+		assert.Equal(t, "cannot run: spawn_tasks: unknown tool", tb.rows[0].base)
+	}
+
+	calls := 0
+	paired := func(context.Context, *env, *table) error { calls++; return fmt.Errorf("broken") }
+	assert.EqualError(t, runStep(t.Context(), today, &tb, step{name: "x", fn: paired, paired: true}, logf), "broken")
+	assert.Equal(t, 1, calls)
+}

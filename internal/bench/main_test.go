@@ -76,10 +76,10 @@ type config struct {
 	server, agent string
 	// baseline is another build of the server (-baseline; "": none),
 	// measured beside it in the same run (baseline_test.go).
-	baseline      string
-	acpx          string // the peer's CLI script, run with node
-	natscluster   string // the NATS cluster helper's binary
-	launcher      string // the npm launcher script (npm/symm-mcp/bin/symm-mcp.js)
+	baseline    string
+	acpx        string // the peer's CLI script, run with node
+	natscluster string // the NATS cluster helper's binary
+	launcher    string // the npm launcher script (npm/symm-mcp/bin/symm-mcp.js)
 
 	only  []string // measurements to run; nil: all
 	scale bool     // the scale runs instead of the others
@@ -288,6 +288,31 @@ func TestHarness(t *testing.T) {
 		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process",
 		"cluster: event on b → get_events on a", "cluster: wait_tasks on a wakes", "cluster: 2k turn on b, paged in from a",
 		"spawn_task(host=b) from a", "cluster: the proof per dispatch") {
+		assert.Contains(t, out.String(), name)
+	}
+
+	// The baseline's machinery, with a copy of today's binary as the
+	// baseline: the paired measurements and an unpaired one give every
+	// row a baseline figure and a ratio.
+	b, err := os.ReadFile(cfg.server)
+	require.NoError(t, err)
+	bcfg := cfg
+	bcfg.baseline = filepath.Join(dir, "symm-mcp-baseline")
+	require.NoError(t, os.WriteFile(bcfg.baseline, b, 0o755))
+	bcfg.only = []string{"start", "turn", "wake"}
+	if cfg.acpx != "" {
+		bcfg.only = append(bcfg.only, "peer")
+	}
+	out.Reset()
+	log.Reset()
+	run(bcfg, 2*time.Minute, &out, &log)
+	t.Log(log.String())
+	t.Log(out.String())
+	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
+	assert.NotContains(t, out.String(), "cannot run", "the baseline ran every measurement")
+	assert.NotContains(t, out.String(), "no such row")
+	for _, name := range []string{"| today / baseline", "plain stdio start-up: exec → initialize answered", "idle RSS",
+		"k turn: server CPU, exec → exit", "k turn: peak RSS against the baseline", "k turn: server CPU per update", "wait_tasks wake"} {
 		assert.Contains(t, out.String(), name)
 	}
 

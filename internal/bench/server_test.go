@@ -152,9 +152,11 @@ type server struct {
 
 	// The server's CPU from its exec: just before close ends the session
 	// (its threads' schedstat, ns resolution; preStat the same in clock
-	// ticks), and exitStat, its utime+stime once it has exited, read
-	// before it is reaped (which counts the threads that exited, and not
-	// the agents it reaped). exitCPU is set by close.
+	// ticks), and exitStat, the process started's utime+stime once it has
+	// exited, read before it is reaped (which counts the threads that
+	// exited, and not the agents it reaped). exitCPU is set by close: up
+	// to the exit, or, for a daemon behind a front (pid not the process
+	// started), up to the session's end.
 	preCPU, preStat, exitStat time.Duration
 	exitCPU                   time.Duration
 }
@@ -196,7 +198,7 @@ func (e *env) startArgv(ctx context.Context, argv []string, args ...string) (*se
 	go s.readLoop(stdout)
 	go func() {
 		<-s.readDone // Wait closes stdout: only once it is read to the end
-		s.exitStat = zombieCPU(s.pid)
+		s.exitStat = zombieCPU(cmd.Process.Pid)
 		s.exited <- cmd.Wait()
 	}()
 	_, err = s.request(ctx, "initialize", map[string]any{
@@ -349,7 +351,10 @@ func (s *server) close() error {
 	_ = s.stdin.Close()
 	select {
 	case err := <-s.exited:
-		s.exitCPU = s.preCPU + max(0, s.exitStat-s.preStat)
+		s.exitCPU = s.preCPU
+		if s.pid == s.cmd.Process.Pid { // not a daemon behind a front, which goes on
+			s.exitCPU += max(0, s.exitStat-s.preStat)
+		}
 		if err != nil {
 			return fmt.Errorf("server exit: %w (stderr: %s)", err, strings.TrimSpace(s.stderr.String()))
 		}
