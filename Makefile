@@ -57,9 +57,16 @@ check: lint test
 ## the live view's figures in headless Chromium (first paint with 1,000
 ## tasks; a 100,000-update turn followed by a task page); every part runs,
 ## and it fails at the end when a part missed a target
+## BASELINE (a commit of this repository, or a server binary; default
+## b42b97a, the build before the daemon and the cluster; none: no
+## baseline) is built by scripts/bench-baseline.sh into the bench's cache
+## and measured beside today's server in the same run, every row: the
+## table gives both figures and their ratio
+BASELINE ?= b42b97a
 bench: bench-bin acpx
-	@failed=""; \
-	./bin/symm-bench -harness -server $(BIN) -agent bin/fake-acp-agent -acpx "$(ACPX_DIR)/node_modules/acpx/dist/cli.js" -natscluster bin/natscluster || failed="$$failed harness"; \
+	@base=$$(./scripts/bench-baseline.sh "$(BASELINE)" "$(BENCH_CACHE)") || exit 1; \
+	failed=""; \
+	./bin/symm-bench -harness -server $(BIN) -agent bin/fake-acp-agent -acpx "$(ACPX_DIR)/node_modules/acpx/dist/cli.js" -natscluster bin/natscluster $${base:+-baseline "$$base"} || failed="$$failed harness"; \
 	./scripts/webview-e2e.sh bench || failed="$$failed live-view"; \
 	if [ -n "$$failed" ]; then echo "bench: missed a target or failed:$$failed" >&2; exit 1; fi
 

@@ -29,10 +29,11 @@ var (
 	lightBin  = flag.String("light-agent", "bin/light-acp-agent", "the light stand-in ACP agent (testdata/lightagent) the scale run spawns-server spawns on beside the fake agent")
 	acpxCLI   = flag.String("acpx", "", "acpx "+acpxVersion+"'s CLI script (node_modules/acpx/dist/cli.js), the peer the large turn is set beside")
 	natsBin   = flag.String("natscluster", "bin/natscluster", "the loopback NATS cluster helper (internal/jetstream/testdata/natscluster) the cluster rows run on")
+	baseline  = flag.String("baseline", "", "a baseline server binary (make bench builds BASELINE, a commit, default b42b97a): every row is measured for it too, in the same run, and set beside today's")
 	launcher  = flag.String("launcher", "npm/symm-mcp/bin/symm-mcp.js", "the npm package's launcher script, whose start-up the launcher row times (run with node)")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
-	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale 10 min)")
+	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale or -baseline 10 min)")
 	misses    = flag.String("misses", "fail", "what a missed target does to the exit status: fail (exit 1, make bench and make bench-scale) or report (printed as FAIL in its row and in the summary, exit 0; .ci/run's scale run, where only a measurement that could not run fails)")
 	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, turn, peer, reads, wake, streams, pages, serverpages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, spawns-server, finished); default all")
 )
@@ -47,7 +48,7 @@ func TestMain(m *testing.M) {
 		cfg := fullScale()
 		cfg.server, cfg.agent, cfg.acpx, cfg.reps, cfg.scale = *serverBin, *agentBin, *acpxCLI, *reps, *scale
 		cfg.lightAgent = *lightBin
-		cfg.natscluster, cfg.launcher = *natsBin, *launcher
+		cfg.natscluster, cfg.launcher, cfg.baseline = *natsBin, *launcher, *baseline
 		switch *misses {
 		case "fail":
 		case "report":
@@ -65,6 +66,11 @@ func TestMain(m *testing.M) {
 			// under 3 minutes, bench-scale under 10, on a loaded machine
 			// too; the table says how long the measurements took.
 			bound = map[bool]time.Duration{false: 4 * time.Minute, true: 10 * time.Minute}[cfg.scale]
+			if cfg.baseline != "" {
+				// Every measurement runs for both binaries, and on a
+				// loaded machine twice the time is not a hung run yet.
+				bound = 10 * time.Minute
+			}
 		}
 		os.Exit(run(cfg, bound, os.Stdout, os.Stderr))
 	}
@@ -74,10 +80,13 @@ func TestMain(m *testing.M) {
 // config sizes one harness run.
 type config struct {
 	server, agent string
-	lightAgent    string // the light stand-in agent (testdata/lightagent)
-	acpx          string // the peer's CLI script, run with node
-	natscluster   string // the NATS cluster helper's binary
-	launcher      string // the npm launcher script (npm/symm-mcp/bin/symm-mcp.js)
+	// baseline is another build of the server (-baseline; "": none),
+	// measured beside it in the same run (baseline_test.go).
+	baseline    string
+	lightAgent  string // the light stand-in agent (testdata/lightagent)
+	acpx        string // the peer's CLI script, run with node
+	natscluster string // the NATS cluster helper's binary
+	launcher    string // the npm launcher script (npm/symm-mcp/bin/symm-mcp.js)
 
 	only  []string // measurements to run; nil: all
 	scale bool     // the scale runs instead of the others
@@ -138,40 +147,34 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 	}
 	defer e.cleanup()
 
-	var t table
-	steps := []struct {
-		name string
-		fn   func(context.Context, *env, *table) error
-	}{
-		{"start", measureStart},
-		{"launcher", measureLauncher},
-		{"spawn", measureSpawn},
-		{"turn", measureTurn},
-		{"peer", measurePeer},
-		{"reads", measureReads},
-		{"wake", measureWake},
-		{"streams", measureStreams},
-		{"pages", measurePages},
-		{"serverpages", measureServerPages},
-		{"tasks", measureTasks},
-		{"shared", measureShared},
-		{"durable", measureDurable},
-		{"restart", measureRestart},
-		{"worktree", measureWorktree},
-		{"fleet", measureFleet},
-		{"followup", measureFollowUp},
-		{"cluster", measureCluster},
+	t := table{baseline: e.base != nil}
+	steps := []step{
+		{"start", measureStart, true},
+		{"launcher", measureLauncher, false},
+		{"spawn", measureSpawn, false},
+		{"turn", measureTurn, true},
+		{"peer", measurePeer, true},
+		{"reads", measureReads, false},
+		{"wake", measureWake, false},
+		{"streams", measureStreams, false},
+		{"pages", measurePages, false},
+		{"serverpages", measureServerPages, false},
+		{"tasks", measureTasks, false},
+		{"shared", measureShared, false},
+		{"durable", measureDurable, false},
+		{"restart", measureRestart, false},
+		{"worktree", measureWorktree, false},
+		{"fleet", measureFleet, false},
+		{"followup", measureFollowUp, false},
+		{"cluster", measureCluster, false},
 	}
 	if cfg.scale {
-		steps = []struct {
-			name string
-			fn   func(context.Context, *env, *table) error
-		}{
-			{"limits", measureLimits},
-			{"live", measureLive},
-			{"spawns", measureSpawnRate},
-			{"spawns-server", measureSpawnsServerClock},
-			{"finished", measureFinished},
+		steps = []step{
+			{"limits", measureLimits, false},
+			{"live", measureLive, false},
+			{"spawns", measureSpawnRate, false},
+			{"spawns-server", measureSpawnsServerClock, false},
+			{"finished", measureFinished, false},
 		}
 	}
 	failed := false
@@ -182,7 +185,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		}
 		began := time.Now()
 		logf("measuring %s (load average %s) ...", s.name, loadAverage())
-		if err := s.fn(ctx, e, &t); errors.Is(err, errScaleLimits) {
+		if err := runStep(ctx, e, &t, s, logf); errors.Is(err, errScaleLimits) {
 			logf("%s: %v", s.name, err)
 			failed = true
 			break
@@ -290,6 +293,31 @@ func TestHarness(t *testing.T) {
 		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process",
 		"cluster: event on b → get_events on a", "cluster: wait_tasks on a wakes", "cluster: 2k turn on b, paged in from a",
 		"spawn_task(host=b) from a", "cluster: the proof per dispatch") {
+		assert.Contains(t, out.String(), name)
+	}
+
+	// The baseline's machinery, with a copy of today's binary as the
+	// baseline: the paired measurements and an unpaired one give every
+	// row a baseline figure and a ratio.
+	b, err := os.ReadFile(cfg.server)
+	require.NoError(t, err)
+	bcfg := cfg
+	bcfg.baseline = filepath.Join(dir, "symm-mcp-baseline")
+	require.NoError(t, os.WriteFile(bcfg.baseline, b, 0o755))
+	bcfg.only = []string{"start", "turn", "wake"}
+	if cfg.acpx != "" {
+		bcfg.only = append(bcfg.only, "peer")
+	}
+	out.Reset()
+	log.Reset()
+	run(bcfg, 2*time.Minute, &out, &log)
+	t.Log(log.String())
+	t.Log(out.String())
+	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
+	assert.NotContains(t, out.String(), "cannot run", "the baseline ran every measurement")
+	assert.NotContains(t, out.String(), "no such row")
+	for _, name := range []string{"| today / baseline", "plain stdio start-up: exec → initialize answered", "idle RSS",
+		"k turn: server CPU, exec → exit", "k turn: peak RSS against the baseline", "k turn: server CPU per update", "wait_tasks wake"} {
 		assert.Contains(t, out.String(), name)
 	}
 

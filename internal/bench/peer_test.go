@@ -33,11 +33,12 @@ type peerRun struct {
 	peak int64         // its peak resident set (VmHWM, summed over the tree)
 }
 
-// measurePeer runs the large turn through acpx and through symm-mcp,
-// interleaved run by run (the order alternating: acpx first, then
-// symm-mcp first, and so on), and sets each figure of
-// acpx beside ours as the median of the runs' ratios: on a shared machine
-// the two runs of a pair meet the same load.
+// measurePeer runs the large turn through acpx and through symm-mcp (and
+// the baseline's, when there is one), interleaved run by run (the order
+// rotating: acpx first, then symm-mcp first, and so on), and sets each
+// figure of acpx beside ours as the median of the runs' ratios: on a
+// shared machine the runs of one round meet the same load. symm-mcp is
+// paged with get_events' defaults, as a naive caller pages.
 func measurePeer(ctx context.Context, e *env, t *table) error {
 	if e.cfg.acpx == "" {
 		return errors.New("no acpx given (-acpx); make bench installs acpx " + acpxVersion + " with npm")
@@ -49,26 +50,53 @@ func measurePeer(ctx context.Context, e *env, t *table) error {
 	if v := strings.TrimSpace(string(out)); v != acpxVersion {
 		return fmt.Errorf("acpx is %s, want %s", v, acpxVersion)
 	}
-	var peers, ours []peerRun
-	var wall, cpu, rss []float64
-	// Three pairs, as the other rows of repeated servers: an acpx run
+	var peers []peerRun
+	ours := map[*env][]peerRun{}
+	var baseErr error
+	// Three rounds, as the other rows of repeated servers: an acpx run
 	// takes seconds, and make bench is kept under 3 minutes.
 	for i := range min(e.cfg.reps, 3) {
-		var p, s peerRun
-		var err error
-		if i%2 == 0 {
-			if p, err = acpxTurn(ctx, e); err == nil {
-				s, err = symmTurn(ctx, e)
-			}
-		} else {
-			if s, err = symmTurn(ctx, e); err == nil {
-				p, err = acpxTurn(ctx, e)
+		clients := append([]*env{nil}, e.sides()...) // nil: acpx
+		for k := range clients {
+			x := clients[(k+i)%len(clients)]
+			switch {
+			case x == nil:
+				p, err := acpxTurn(ctx, e)
+				if err != nil {
+					return err
+				}
+				peers = append(peers, p)
+			case x != e && baseErr != nil:
+			default:
+				s, err := symmTurn(ctx, x)
+				if err != nil && x == e {
+					return err
+				}
+				if err != nil {
+					baseErr = err
+					continue
+				}
+				ours[x] = append(ours[x], s)
 			}
 		}
-		if err != nil {
-			return err
+	}
+	from := len(t.rows)
+	peerRows(e, t, peers, ours[e])
+	if e.base != nil {
+		var tb table
+		if baseErr == nil {
+			peerRows(e, &tb, peers, ours[e.base])
 		}
-		peers, ours = append(peers, p), append(ours, s)
+		mergeBaseline(t.rows[from:], tb.rows, baseErr)
+	}
+	return nil
+}
+
+// peerRows adds the rows of acpx's runs set beside ours, run by run.
+func peerRows(e *env, t *table, peers, ours []peerRun) {
+	var wall, cpu, rss []float64
+	for i, p := range peers {
+		s := ours[i]
 		wall = append(wall, p.wall.Seconds()/s.wall.Seconds())
 		cpu = append(cpu, p.cpu.Seconds()/s.cpu.Seconds())
 		rss = append(rss, float64(p.peak)/float64(s.peak))
@@ -84,7 +112,7 @@ func measurePeer(ctx context.Context, e *env, t *table) error {
 	how := fmt.Sprintf("%d pairs, interleaved", len(wall))
 	w := median(wall)
 	t.check(label+": wall, acpx / symm-mcp", ratio(w),
-		fmt.Sprintf("exec → every update delivered: acpx %s, symm-mcp %s (spawn, paged in as the turn runs); %s",
+		fmt.Sprintf("exec → every update delivered: acpx %s, symm-mcp %s (spawn, paged in as the turn runs, get_events' default pages); %s",
 			ms(pick(peers, func(r peerRun) time.Duration { return r.wall })), ms(pick(ours, func(r peerRun) time.Duration { return r.wall })), how),
 		"≥ 20×", w >= 20)
 	c := median(cpu)
@@ -100,7 +128,6 @@ func measurePeer(ctx context.Context, e *env, t *table) error {
 	t.check(label+": peak RSS, acpx / symm-mcp", ratio(r),
 		fmt.Sprintf("acpx %s, symm-mcp %s", mib(median(pp)), mib(median(op))),
 		"≥ 7×", r >= 7)
-	return nil
 }
 
 // acpxTurn runs the turn through `acpx exec` with its NDJSON output (every
@@ -164,7 +191,7 @@ func acpxTurn(ctx context.Context, e *env) (peerRun, error) {
 }
 
 // symmTurn is our side of the pair: exec → initialize → spawn_task →
-// every event paged in (limit 1000, max_bytes 1 MiB) while the turn runs,
+// every event paged in (get_events' default pages) while the turn runs,
 // as acpx prints each update as it comes, until the task is finished and
 // its last page read, on a fresh server; then every update is checked, in
 // order.
@@ -178,7 +205,7 @@ func symmTurn(ctx context.Context, e *env) (r peerRun, err error) {
 	if err != nil {
 		return r, err
 	}
-	raws, status, err := s.follow(ctx, tr.TaskID)
+	raws, status, err := s.follow(ctx, tr.TaskID, false)
 	if err != nil {
 		return r, err
 	}

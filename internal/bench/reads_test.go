@@ -130,7 +130,7 @@ func oneRead(ctx context.Context, e *env) (digest, log reads, err error) {
 		return digest, log, fmt.Errorf("the digest: final %v, %d tool_call_update events of %d", rec.Digest.Final, rec.Digest.Events["tool_call_update"], e.cfg.turn/e.cfg.every)
 	}
 	for after := int64(0); ; {
-		b, err := log.call(ctx, s, "get_events", map[string]any{"task_id": tr.TaskID, "after_seq": after, "limit": 1000, "max_bytes": 1 << 20})
+		b, err := log.call(ctx, s, "get_events", s.pageArgs(map[string]any{"task_id": tr.TaskID, "after_seq": after, "limit": 1000}))
 		if err != nil {
 			return digest, log, err
 		}

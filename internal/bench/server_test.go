@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession/fakeagent"
 	"github.com/symm-mcp/symm-mcp/internal/syncbuf"
@@ -44,6 +46,12 @@ type env struct {
 	pathDir   string
 	workspace string
 	hello     string
+	// base is the baseline binary's environment (baseline_test.go); nil
+	// without one.
+	base *env
+	// maxBytes: the server's get_events takes max_bytes (a baseline
+	// older than it has a fixed bound of 1 MiB, the largest page's).
+	maxBytes bool
 }
 
 func newEnv(ctx context.Context, cfg config) (*env, error) {
@@ -79,6 +87,14 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 	}
 	if e.hello, err = buildHello(ctx, dir); err != nil {
 		return fail(err)
+	}
+	if e.maxBytes, err = e.takesMaxBytes(ctx); err != nil {
+		return fail(err)
+	}
+	if cfg.baseline != "" {
+		if e.base, err = newBaseline(ctx, e, cfg.baseline); err != nil {
+			return fail(err)
+		}
 	}
 	return e, nil
 }
@@ -132,6 +148,17 @@ type server struct {
 	readErr  error
 	readDone chan struct{}
 	exited   chan error
+	maxBytes bool // env.maxBytes
+
+	// The server's CPU from its exec: just before close ends the session
+	// (its threads' schedstat, ns resolution; preStat the same in clock
+	// ticks), and exitStat, the process started's utime+stime once it has
+	// exited, read before it is reaped (which counts the threads that
+	// exited, and not the agents it reaped). exitCPU is set by close: up
+	// to the exit, or, for a daemon behind a front (pid not the process
+	// started), up to the session's end.
+	preCPU, preStat, exitStat time.Duration
+	exitCPU                   time.Duration
 }
 
 // start launches the server and returns once initialize was answered,
@@ -175,11 +202,12 @@ func (e *env) startIn(ctx context.Context, argv []string, pathDir string, log io
 	if err := cmd.Start(); err != nil {
 		return nil, 0, fmt.Errorf("starting the server: %w", err)
 	}
-	s := &server{cmd: cmd, stdin: stdin, pid: cmd.Process.Pid, stderr: st, began: began,
+	s := &server{cmd: cmd, stdin: stdin, pid: cmd.Process.Pid, stderr: st, began: began, maxBytes: e.maxBytes,
 		waiting: make(map[int64]chan []byte), readDone: make(chan struct{}), exited: make(chan error, 1)}
 	go s.readLoop(stdout)
 	go func() {
 		<-s.readDone // Wait closes stdout: only once it is read to the end
+		s.exitStat = zombieCPU(cmd.Process.Pid)
 		s.exited <- cmd.Wait()
 	}()
 	_, err = s.request(ctx, "initialize", map[string]any{
@@ -327,9 +355,15 @@ func (s *server) requestLine(ctx context.Context, method string, params any) ([]
 // still running 10 s later is an error; it gets SIGTERM, which it answers
 // by cleaning up its agents, and SIGKILL 10 s after that.
 func (s *server) close() error {
+	s.preCPU, _ = s.cpu()
+	s.preStat, _ = statCPU(s.pid)
 	_ = s.stdin.Close()
 	select {
 	case err := <-s.exited:
+		s.exitCPU = s.preCPU
+		if s.pid == s.cmd.Process.Pid { // not a daemon behind a front, which goes on
+			s.exitCPU += max(0, s.exitStat-s.preStat)
+		}
 		if err != nil {
 			return fmt.Errorf("server exit: %w (stderr: %s)", err, strings.TrimSpace(s.stderr.String()))
 		}
@@ -506,13 +540,67 @@ type rawPage struct {
 }
 
 func (s *server) events(ctx context.Context, id string, after int64, limit int, types ...string) (page, error) {
-	args := map[string]any{"task_id": id, "after_seq": after, "limit": limit, "max_bytes": task.MaxPageBytes}
+	args := s.pageArgs(map[string]any{"task_id": id, "after_seq": after, "limit": limit})
 	if len(types) > 0 {
 		args["event_types"] = types
 	}
 	var p page
 	err := s.call(ctx, "get_events", args, &p)
 	return p, err
+}
+
+// zombieCPU waits for the process to exit, without reaping it, and
+// returns its utime+stime then (0 when it cannot be read).
+func zombieCPU(pid int) time.Duration {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0
+		}
+		break
+	}
+	c, _ := statCPU(pid)
+	return c
+}
+
+// pageArgs are get_events' arguments args with the largest byte bound,
+// where the server takes one.
+func (s *server) pageArgs(args map[string]any) map[string]any {
+	if s.maxBytes {
+		args["max_bytes"] = task.MaxPageBytes
+	}
+	return args
+}
+
+// takesMaxBytes asks a fresh server whether its get_events takes
+// max_bytes (a baseline may be older than it).
+func (e *env) takesMaxBytes(ctx context.Context) (ok bool, err error) {
+	s, _, err := e.start(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { err = errors.Join(err, s.close()) }()
+	var list struct {
+		Tools []struct {
+			Name        string `json:"name"`
+			InputSchema struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"inputSchema"`
+		} `json:"tools"`
+	}
+	if _, err := s.request(ctx, "tools/list", map[string]any{}, &list); err != nil {
+		return false, err
+	}
+	for _, t := range list.Tools {
+		if t.Name == "get_events" {
+			_, ok = t.InputSchema.Properties["max_bytes"]
+		}
+	}
+	return ok, nil
 }
 
 // cpu is the server's CPU time so far: the sum of its threads' time on a

@@ -10,16 +10,25 @@ import (
 )
 
 // row is one line of the table: a figure, what it is set beside, and the
-// target it is held to (pass is nil for figures without a target).
+// target it is held to (pass is nil for figures without a target). With a
+// baseline (-baseline), base is the baseline binary's figure for the same
+// row (or why it has none) and vs today's figure over it.
 type row struct {
 	name   string
 	value  string
 	detail string
 	target string
 	pass   *bool
+	base   string
+	vs     string
 }
 
-type table struct{ rows []row }
+// table is the harness's output; baseline says whether the run set a
+// baseline binary beside the server (the baseline columns are printed).
+type table struct {
+	rows     []row
+	baseline bool
+}
 
 func (t *table) add(r row) { t.rows = append(t.rows, r) }
 
@@ -42,14 +51,27 @@ func (t *table) failed() bool {
 	return false
 }
 
-// print writes the table as Markdown, aligned for a terminal too.
+// against adds a row whose figure is set beside the baseline's, measured
+// in the same run: today and base are the two figures, x today's over the
+// baseline's, and the target (on x) holds when ok.
+func (t *table) against(name, today, base string, x float64, detail, target string, ok bool) {
+	t.add(row{name: name, value: today, base: base, vs: ratio(x), detail: detail, target: target, pass: &ok})
+}
+
+// print writes the table as Markdown, aligned for a terminal too; with a
+// baseline, its figure and today's over it follow the measure's name.
 func (t *table) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	line := func(cells ...string) {
 		fmt.Fprintf(tw, "| %s\t |\n", strings.Join(cells, "\t | "))
 	}
-	line("measure", "median", "beside it", "target", "result")
-	line("---", "---", "---", "---", "---")
+	if t.baseline {
+		line("measure", "baseline", "today", "today / baseline", "beside it", "target", "result")
+		line("---", "---", "---", "---", "---", "---", "---")
+	} else {
+		line("measure", "median", "beside it", "target", "result")
+		line("---", "---", "---", "---", "---")
+	}
 	for _, r := range t.rows {
 		result := ""
 		switch {
@@ -60,12 +82,24 @@ func (t *table) print(w io.Writer) {
 		default:
 			result = "FAIL"
 		}
-		line(r.name, r.value, r.detail, r.target, result)
+		if t.baseline {
+			line(r.name, cell(r.base), r.value, cell(r.vs), r.detail, r.target, result)
+		} else {
+			line(r.name, r.value, r.detail, r.target, result)
+		}
 	}
 	_ = tw.Flush()
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// cell is a table cell that may be empty.
+func cell(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
 
 // median of xs (which it sorts); 0 for none.
 func median[T int64 | float64 | time.Duration](xs []T) T {
