@@ -51,8 +51,10 @@ type Digest struct {
 	// Permissions counts permission decisions: allowed, rejected or
 	// cancelled, then by kind.
 	Permissions map[string]map[string]int64 `json:"permissions,omitempty"`
-	Usage       Usage                       `json:"usage,omitzero"`
-	Error       *string                     `json:"error,omitempty"`
+	// Health is the record's, a live task's (intent 0052).
+	Health Health  `json:"health,omitempty"`
+	Usage  Usage   `json:"usage,omitzero"`
+	Error  *string `json:"error,omitempty"`
 	// Diff and Overlaps sum up a worktree task's end (the record has the
 	// whole): how much it changed, and which other tasks changed the same
 	// files (at most MaxDigestOverlaps, OverlapsMore counting the rest).
@@ -175,6 +177,7 @@ func digestOf(t *Task) (Digest, []byte) {
 	d := t.Digest
 	d.Final = t.Status.Terminal()
 	d.Usage = t.Usage
+	d.Health = t.Health
 	d.Error = t.Error
 	d.Diff, d.Overlaps, d.OverlapsMore = nil, nil, 0
 	if t.Diff != nil {

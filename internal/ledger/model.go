@@ -152,6 +152,15 @@ type Summary struct {
 	// that an unsandboxed task encodes as before. It is a plain string:
 	// the summary ends where the record's first digest member begins.
 	SandboxMode string `json:"sandbox_mode,omitempty"`
+	// Health is what a live task's agent does (HealthActive,
+	// HealthWaiting, HealthStalled; intent 0052), judged by its run from
+	// its evidence: LastUpdateAt, when its ACP stream last advanced, and
+	// LastCPUAt, when the CPU time of its process group last did. The
+	// three are absent before the agent's process runs and once the task
+	// ended, so that a finished task encodes as before health existed.
+	Health       Health `json:"health,omitempty"`
+	LastUpdateAt *Time  `json:"last_update_at,omitempty"`
+	LastCPUAt    *Time  `json:"last_cpu_at,omitempty"`
 	// Digest is the short digest, set when the record is encoded; it is
 	// the summary's last member. A record carries the full one instead
 	// (Task.Digest).
@@ -245,6 +254,40 @@ func SetSandbox(sb Sandbox) Edit {
 		c.TCPPorts = []uint16{}
 	}
 	return Edit{func(t *Task) { t.Sandbox, t.SandboxMode = &c, c.Mode }}
+}
+
+// Health is a live task's health (intent 0052).
+type Health string
+
+const (
+	// HealthActive: the ACP stream or the CPU time of the agent's process
+	// group advanced within the stall threshold.
+	HealthActive Health = "active"
+	// HealthWaiting: a permission decision is open on the task.
+	HealthWaiting Health = "waiting"
+	// HealthStalled: alive, but neither advanced for the stall threshold.
+	// Diagnostic only: nothing is stopped for it.
+	HealthStalled Health = "stalled"
+)
+
+// EventStalled is the event of a task whose health became stalled.
+const EventStalled = "stalled"
+
+// SetHealth records a live task's health and its evidence (a zero time:
+// none yet). A finished task keeps none.
+func SetHealth(h Health, lastUpdate, lastCPU time.Time) Edit {
+	return Edit{func(t *Task) {
+		if t.Status.Terminal() {
+			return
+		}
+		t.Health, t.LastUpdateAt, t.LastCPUAt = h, nil, nil
+		if !lastUpdate.IsZero() {
+			t.LastUpdateAt = at(lastUpdate)
+		}
+		if !lastCPU.IsZero() {
+			t.LastCPUAt = at(lastCPU)
+		}
+	}}
 }
 
 // KeptProcess is the end of an agent process kept alive after a task's

@@ -85,6 +85,8 @@ func (t *Task) Move(to Status, now time.Time, edits ...Edit) (fields []byte, err
 		t.StartedAt = at(now)
 	case to.Terminal():
 		t.EndedAt = at(now)
+		// Health is a live task's: a finished one has none.
+		t.Health, t.LastUpdateAt, t.LastCPUAt = "", nil, nil
 	}
 	fields, _ = json.Marshal(struct {
 		From Status `json:"from"`
