@@ -60,6 +60,11 @@ type agentRigOptions struct {
 	stderrCap      int64
 	markers        bool              // completion markers in a private directory
 	extra          []*agents.Adapter // adapters beside the default ones and fake
+	// health: the clock, stall threshold and CPU samples of health checks
+	// (nil: the real clock and the real supervisor's samples).
+	clock      Clock
+	stallAfter time.Duration
+	cpu        func(supervisor.RunID) (time.Duration, bool)
 }
 
 func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
@@ -79,7 +84,11 @@ func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
 	cfg := Config{
 		Store: store.New(), Agents: agents.NewRegistry(adapters...), Supervisor: sup,
 		Workspace: t.TempDir(), RequestTimeout: o.requestTimeout, StderrCap: o.stderrCap,
+		Clock: o.clock, StallAfter: o.stallAfter,
 		Getenv: func(k string) string { return lookupEnv(env, k) },
+	}
+	if o.cpu != nil {
+		cfg.Supervisor = sampledSupervisor{sup, o.cpu}
 	}
 	if o.markers {
 		uid := os.Geteuid()

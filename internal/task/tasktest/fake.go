@@ -8,6 +8,8 @@ import (
 	"errors"
 	"os/exec"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
@@ -53,7 +55,12 @@ type Run struct {
 
 	once sync.Once
 	done chan struct{}
+	cpu  atomic.Int64 // the group's CPU time CPU reports, in nanoseconds
 }
+
+// SetCPU sets the CPU time the run's process group has used, as
+// Supervisor.CPU reports it.
+func (r *Run) SetCPU(d time.Duration) { r.cpu.Store(int64(d)) }
 
 // End reports the run's end to its sink, once; later calls do nothing.
 func (r *Run) End(x supervisor.Exit) {
@@ -143,6 +150,22 @@ func (f *Supervisor) Shutdown(ctx context.Context) error {
 	}
 	f.mu.Unlock()
 	return nil
+}
+
+// CPU implements task.Supervisor: what SetCPU set, for a run not ended.
+func (f *Supervisor) CPU(id supervisor.RunID) (time.Duration, bool) {
+	f.mu.Lock()
+	r := f.runs[id]
+	f.mu.Unlock()
+	if r == nil {
+		return 0, false
+	}
+	select {
+	case <-r.done:
+		return 0, false
+	default:
+	}
+	return time.Duration(r.cpu.Load()), true
 }
 
 // LookPath implements task.Supervisor: every agent is "installed".
