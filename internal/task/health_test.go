@@ -184,7 +184,9 @@ func TestHealthCPUKeepsATaskActive(t *testing.T) {
 	const stallAfter = 10 * time.Minute
 	var cpu atomic.Int64
 	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter,
-		cpu: func(supervisor.RunID) (time.Duration, bool) { return time.Duration(cpu.Add(int64(time.Millisecond))), true }})
+		cpu: func(supervisor.RunID) (time.Duration, bool) {
+			return time.Duration(cpu.Add(int64(time.Millisecond))), true
+		}})
 	ws := agentWorkspace(t, nil)
 	id := rig.spawn(t, SpawnRequest{Workspace: ws, Prompt: script(
 		map[string]any{"message": "first"},
