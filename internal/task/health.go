@@ -31,21 +31,16 @@ const LongestWait = time.Hour
 // stepped one in tests, which move it instead of sleeping.
 type Clock interface {
 	Now() time.Time
-	// AfterFunc calls f on its own goroutine once d passed, unless the
-	// returned timer is stopped first.
-	AfterFunc(d time.Duration, f func()) Timer
-}
-
-// Timer is a Clock's pending call.
-type Timer interface {
-	Stop() bool
+	// AfterFunc calls f on its own goroutine once d passed, unless stop
+	// is called first (it reports whether it stopped the call).
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+func (realClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 
 // healthEvery is how often a live task's health is judged: a tenth of
 // the stall threshold, within 1 to 30 s, so that a stall is seen at most
@@ -56,9 +51,9 @@ func healthEvery(stallAfter time.Duration) time.Duration {
 
 // health is a live task's health and its evidence, under the run's mu.
 type health struct {
-	// timer judges the health next; nil before the turn runs and after
+	// timer stops the next judgement; nil before the turn runs and after
 	// the end.
-	timer Timer
+	timer func() bool
 	// run is the supervisor's run of the process the task's turn runs on.
 	run supervisor.RunID
 	// state, lastUpdate and lastCPU are the judgement and its evidence;
@@ -100,7 +95,7 @@ func (r *taskRun) healthEditLocked() ledger.Edit {
 // stopHealthLocked ends the health checks: the task ended. mu is held.
 func (r *taskRun) stopHealthLocked() {
 	if r.h.timer != nil {
-		r.h.timer.Stop()
+		r.h.timer()
 		r.h.timer = nil
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,76 +13,8 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
+	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
 )
-
-// stepClock is a Clock the test moves: Advance runs the calls that fell
-// due, on the test's goroutine, in the order of their times.
-type stepClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*stepTimer
-}
-
-type stepTimer struct {
-	c  *stepClock
-	at time.Time
-	f  func()
-}
-
-func newStepClock() *stepClock {
-	return &stepClock{now: time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &stepTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *stepTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	for i, o := range t.c.timers {
-		if o == t {
-			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
-// Advance moves the clock by d in steps of at most step, running what
-// falls due at each.
-func (c *stepClock) Advance(d, step time.Duration) {
-	for d > 0 {
-		s := min(d, step)
-		d -= s
-		c.mu.Lock()
-		c.now = c.now.Add(s)
-		var due []*stepTimer
-		keep := c.timers[:0]
-		for _, t := range c.timers {
-			if !t.at.After(c.now) {
-				due = append(due, t)
-			} else {
-				keep = append(keep, t)
-			}
-		}
-		c.timers = keep
-		c.mu.Unlock()
-		for _, t := range due {
-			t.f()
-		}
-	}
-}
 
 // sampledSupervisor is the real supervisor with the CPU samples the test
 // gives: a real agent process, whose CPU time the test decides.
@@ -101,7 +32,7 @@ func (s sampledSupervisor) CPU(id supervisor.RunID) (time.Duration, bool) { retu
 // wait does not end at once for it). Nothing is stopped: when the agent
 // speaks again it is active, and it ends as it would have.
 func TestHealthStalledWakesTheWaitOnce(t *testing.T) {
-	clock := newStepClock()
+	clock := tasktest.NewClock()
 	const stallAfter = 10 * time.Minute
 	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter,
 		cpu: func(supervisor.RunID) (time.Duration, bool) { return time.Second, true }})
@@ -180,7 +111,7 @@ func TestHealthStalledWakesTheWaitOnce(t *testing.T) {
 // keeps using CPU (a long build, say) is not stalled; last_cpu_at follows
 // the samples.
 func TestHealthCPUKeepsATaskActive(t *testing.T) {
-	clock := newStepClock()
+	clock := tasktest.NewClock()
 	const stallAfter = 10 * time.Minute
 	var cpu atomic.Int64
 	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter,

@@ -1,6 +1,7 @@
 // Package tasktest provides a fake supervisor for tests of the ledger and
-// the MCP layer that need no agent process: runs start at once and end
-// when the test says so.
+// the MCP layer that need no agent process (runs start at once and end
+// when the test says so), and a stepped clock for the task service's
+// timers (Clock).
 package tasktest
 
 import (
