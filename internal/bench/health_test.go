@@ -10,7 +10,11 @@ import (
 // healthIdle is how many idle live tasks sit beside the large turn in the
 // health measurement: each is a health check a second on the server that
 // judges health every second.
-const healthIdle = 20
+const healthIdle = 8
+
+// healthReps bounds the runs of each server: two servers with their idle
+// tasks a run, within make bench's budget.
+const healthReps = 3
 
 // measureHealth sets the server CPU per update of the large turn (intent
 // 0052) on two servers in one run, each with healthIdle idle live tasks
@@ -23,7 +27,7 @@ const healthIdle = 20
 // health costs every update: the recorder keeps the time it took anyway.
 func measureHealth(ctx context.Context, e *env, t *table) error {
 	var with, without []time.Duration
-	for range e.cfg.reps {
+	for range min(e.cfg.reps, healthReps) {
 		for _, c := range []struct {
 			stallAfter string
 			into       *[]time.Duration
