@@ -193,6 +193,9 @@ func parseServe(args []string, stderr io.Writer) (c serveConfig, code int, done 
 	if err := daemonPaths(&c.o); err != nil {
 		return usageErr("%v", err)
 	}
+	if code := checkWaitFlags(c.o.waits, "symm-mcp serve", stderr); code != 0 {
+		return c, code, true
+	}
 	if code := resolveRoots(&c.o, "symm-mcp serve", stderr); code != 0 {
 		return c, code, true
 	}

@@ -59,6 +59,7 @@ type options struct {
 	roots         stringsFlag
 	rootsResolved []string
 	sandbox       sandboxFlags
+	waits         waitFlags
 
 	// --shared and serve
 	shared   bool
@@ -86,6 +87,7 @@ func addServerFlags(fs *flag.FlagSet, o *options) serverFlags {
 	fs.StringVar(&o.envFile, "env-file", "", envFileUsage)
 	fs.Var(&o.roots, "workspace-root", workspaceRootUsage)
 	addSandboxFlags(fs, &o.sandbox)
+	addWaitFlags(fs, &o.waits)
 	return f
 }
 
@@ -158,6 +160,9 @@ func parse(args []string, stderr io.Writer) (o options, code int, done bool) {
 		}
 	})
 	if code != 0 {
+		return o, code, true
+	}
+	if code := checkWaitFlags(o.waits, "symm-mcp", stderr); code != 0 {
 		return o, code, true
 	}
 	if code := resolveRoots(&o, "symm-mcp", stderr); code != 0 {
@@ -329,7 +334,9 @@ func newService(o options, env agentEnvironment, log *slog.Logger, groups superv
 		Getenv:       func(k string) string { return envValue(env.all, k) },
 		WorktreeRoot: worktreeRoot(o, log), WorkspaceRoots: o.rootsResolved,
 		Host: host, Hosts: hosts, Keys: keys,
-		Sandbox: sb,
+		Sandbox:    sb,
+		MaxWait:    o.waits.maxWait(),
+		StallAfter: o.waits.stallAfter(),
 	}
 	return task.New(cfg), markers, nil
 }

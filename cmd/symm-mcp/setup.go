@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,7 +21,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
-const setupUsage = `Usage: symm-mcp setup HOST [--scope user|project] [--shared] [--env-file FILE] [--dry-run]
+const setupUsage = `Usage: symm-mcp setup HOST [--scope user|project] [--shared] [--env-file FILE] [--max-wait SECONDS] [--dry-run]
 
 Registers this binary, by its absolute path, as the MCP server "symm" of
 HOST: claude-code and codex through their own commands (claude mcp add-json,
@@ -29,9 +31,10 @@ their mcp.json (a backup beside it). A second run changes nothing.
 Flags:
 `
 
-// setupToolTimeout is Codex's tool_timeout_sec: above the longest tool
-// call, a wait_tasks at its maximum, with room for the reply.
-const setupToolTimeout = task.MaxWait + time.Minute
+// setupToolTimeout is Codex's tool_timeout_sec for a server whose
+// longest wait is maxWait: above the longest tool call, a wait_tasks at
+// its maximum, with room for the reply.
+func setupToolTimeout(maxWait time.Duration) time.Duration { return maxWait + time.Minute }
 
 // setup is `symm-mcp setup HOST`.
 func setup(args []string, stdout, stderr io.Writer) int {
@@ -41,6 +44,9 @@ func setup(args []string, stdout, stderr io.Writer) int {
 	shared := fs.Bool("shared", false, "register `symm-mcp --shared`: one daemon and one ledger for every host")
 	envFile := fs.String("env-file", "", "register `--env-file FILE` (made absolute): the agents' environment, whatever the host passes")
 	dry := fs.Bool("dry-run", false, "print what would change, change nothing")
+	maxWaitS := fs.Int("max-wait", 0, fmt.Sprintf("register `--max-wait SECONDS` (1 to %d; Codex's tool_timeout_sec follows it); "+
+		"default: 3600 for claude-code, which keeps a long call in the background, the server's 300 for the others",
+		int(task.LongestWait.Seconds())))
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), setupUsage)
 		fs.PrintDefaults()
@@ -78,6 +84,14 @@ func setup(args []string, stdout, stderr io.Writer) int {
 		}
 		reg = append(reg, "--env-file", abs)
 	}
+	maxWait := cmp.Or(time.Duration(*maxWaitS)*time.Second, hostsetup.LongWait(host), task.MaxWait)
+	if *maxWaitS < 0 || maxWait > task.LongestWait {
+		fmt.Fprintf(stderr, "symm-mcp setup: --max-wait %d: want 1 to %d seconds\n", *maxWaitS, int(task.LongestWait.Seconds()))
+		return 2
+	}
+	if maxWait != task.MaxWait {
+		reg = append(reg, "--max-wait", strconv.Itoa(int(maxWait.Seconds())))
+	}
 	home, err := os.UserHomeDir()
 	if err != nil {
 		fmt.Fprintf(stderr, "symm-mcp setup: %v\n", err)
@@ -91,7 +105,7 @@ func setup(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	res, err := hostsetup.Setup(ctx, hostsetup.Env{Home: home, Dir: wd, Getenv: os.Getenv, GOOS: runtime.GOOS},
-		hostsetup.Request{Host: host, Scope: hostsetup.Scope(*scope), Command: self, Args: reg, DryRun: *dry, ToolTimeout: setupToolTimeout})
+		hostsetup.Request{Host: host, Scope: hostsetup.Scope(*scope), Command: self, Args: reg, DryRun: *dry, ToolTimeout: setupToolTimeout(maxWait)})
 	for _, l := range res.Lines {
 		fmt.Fprintln(stdout, l)
 	}

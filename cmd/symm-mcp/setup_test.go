@@ -99,6 +99,8 @@ func TestSetupRefusals(t *testing.T) {
 		{[]string{"cursor", "--env-file", loose}, "--env-file"},
 		{[]string{"cursor", "--env-file", filepath.Join(home, "missing.env")}, "--env-file"},
 		{[]string{"--bogus", "cursor"}, "flag provided but not defined"},
+		{[]string{"cursor", "--max-wait", "3601"}, "--max-wait 3601: want 1 to 3600 seconds"},
+		{[]string{"cursor", "--max-wait", "-5"}, "--max-wait -5: want 1 to 3600 seconds"},
 	} {
 		code, _, errOut := runSetup(t, home, tt.args...)
 		assert.Equal(t, 2, code, "%q: %s", tt.args, errOut)
@@ -110,8 +112,43 @@ func TestSetupRefusals(t *testing.T) {
 
 	code, _, errOut := runSetup(t, home, "--help")
 	assert.Equal(t, 0, code)
-	assert.Contains(t, errOut, "Usage: symm-mcp setup HOST [--scope user|project] [--shared] [--env-file FILE] [--dry-run]")
+	assert.Contains(t, errOut, "Usage: symm-mcp setup HOST [--scope user|project] [--shared] [--env-file FILE] [--max-wait SECONDS] [--dry-run]")
 	assert.Contains(t, errOut, "-dry-run")
+}
+
+// TestSetupMaxWait: setup registers the longest wait each host keeps
+// (intent 0044): Claude Code --max-wait 3600; Codex the server's 300 with
+// tool_timeout_sec 360 unless --max-wait says more, then that plus 60;
+// Cursor nothing unless asked.
+func TestSetupMaxWait(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	bin := filepath.Join(home, "bin")
+	require.NoError(t, os.Mkdir(bin, 0o755))
+	// Codex's CLI as setup's dry run uses it: it lists no server.
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "codex"), []byte("#!/bin/sh\necho '[]'\n"), 0o755))
+	self := selfOf(t)
+
+	code, out, errOut := runSetup(t, home, "claude-code", "--dry-run")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `'{"type":"stdio","command":"`+self+`","args":["--max-wait","3600"]}'`)
+
+	code, out, errOut = runSetup(t, home, "codex", "--dry-run")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "codex: would run: codex mcp add symm -- "+self+"\n")
+	assert.Contains(t, out, "tool_timeout_sec = 360\n")
+
+	code, out, errOut = runSetup(t, home, "codex", "--max-wait", "3600", "--dry-run")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "codex: would run: codex mcp add symm -- "+self+" --max-wait 3600\n")
+	assert.Contains(t, out, "tool_timeout_sec = 3660\n")
+
+	code, out, errOut = runSetup(t, home, "cursor", "--dry-run")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `"args":[]`)
+	code, out, errOut = runSetup(t, home, "cursor", "--max-wait", "1800", "--dry-run")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `"args":["--max-wait","1800"]`)
 }
 
 // TestRegistrationTexts: --help and the terminal hint name setup and the

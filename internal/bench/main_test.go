@@ -35,7 +35,7 @@ var (
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
 	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale or -baseline 10 min)")
 	misses    = flag.String("misses", "fail", "what a missed target does to the exit status: fail (exit 1, make bench and make bench-scale) or report (printed as FAIL in its row and in the summary, exit 0; .ci/run's scale run, where only a measurement that could not run fails)")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, turn, peer, reads, wake, streams, pages, serverpages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, spawns-server, finished); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, turn, health, peer, reads, wake, streams, pages, serverpages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, spawns-server, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -153,6 +153,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"launcher", measureLauncher, false},
 		{"spawn", measureSpawn, false},
 		{"turn", measureTurn, true},
+		{"health", measureHealth, false},
 		{"peer", measurePeer, true},
 		{"reads", measureReads, false},
 		{"wake", measureWake, false},
@@ -278,7 +279,7 @@ func TestHarness(t *testing.T) {
 		cfg.acpx = cli
 	} else {
 		t.Log("acpx is not installed (make acpx): the peer rows are left out")
-		cfg.only = []string{"start", "launcher", "spawn", "turn", "wake", "streams", "pages", "serverpages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
+		cfg.only = []string{"start", "launcher", "spawn", "turn", "health", "wake", "streams", "pages", "serverpages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
 		names = nil
 	}
 	var out, log strings.Builder
@@ -287,7 +288,7 @@ func TestHarness(t *testing.T) {
 	t.Log(out.String())
 	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
 	for _, name := range append(names, "exec → initialize", "npm launcher: exec → initialize answered", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
-		"k turn: server CPU per update", "k turn: peak RSS", "k turn paged in by get_events' default pages: the server's own time per page", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
+		"k turn: server CPU per update", "health judged every second", "k turn: peak RSS", "k turn paged in by get_events' default pages: the server's own time per page", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",
 		"worktree creation", "worktree diff of one change", "spawn_tasks of", "follow-up on a kept process",

@@ -32,6 +32,23 @@ var hosts = []string{"claude-code", "codex", "cursor", "vscode"}
 // Hosts returns the names setup takes.
 func Hosts() []string { return append([]string(nil), hosts...) }
 
+// LongWait is the longest single wait a registration for host should let
+// the server keep (the caller turns it into its flags), or 0 when the
+// server's default is best (intent 0044). Claude Code keeps a tool call
+// for 27.8 h, resets its 30 min idle limit on each progress notification
+// (symm-mcp sends one every 5 s) and, in an interactive session, moves a
+// call longer than 2 minutes to the background and wakes its model with
+// the result: an hour's wait costs its model nothing. Codex blocks its
+// model for the whole call and ends it at tool_timeout_sec (which setup
+// sets above the server's longest wait); Cursor and VS Code were not
+// measured.
+func LongWait(host string) time.Duration {
+	if host == "claude-code" {
+		return time.Hour
+	}
+	return 0
+}
+
 // Scope says who sees the registration.
 type Scope string
 

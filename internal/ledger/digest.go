@@ -33,8 +33,11 @@ const (
 type Digest struct {
 	// Final is true once the task ended: the digest no longer changes
 	// but for a resolution.
-	Final       bool        `json:"final"`
-	LastMessage LastMessage `json:"last_message"`
+	Final bool `json:"final"`
+	// Health is the record's, a live task's (intent 0052); absent once
+	// the task ended.
+	Health      DigestHealth `json:"health,omitempty"`
+	LastMessage LastMessage  `json:"last_message"`
 	// Events counts the task's events by type.
 	Events map[string]int64 `json:"events"`
 	// The parts below are left out when empty (nothing to count, no
@@ -91,9 +94,11 @@ type LastMessage struct {
 
 // ShortDigest is the digest a summary carries.
 type ShortDigest struct {
-	Final       bool        `json:"final"`
-	LastMessage LastMessage `json:"last_message"`
-	Error       *string     `json:"error"`
+	Final bool `json:"final"`
+	// Health is a live task's (intent 0052), as in the full digest.
+	Health      DigestHealth `json:"health,omitempty"`
+	LastMessage LastMessage  `json:"last_message"`
+	Error       *string      `json:"error"`
 }
 
 // The events a ledger records itself: their counts are the ledger's, never
@@ -175,6 +180,7 @@ func digestOf(t *Task) (Digest, []byte) {
 	d := t.Digest
 	d.Final = t.Status.Terminal()
 	d.Usage = t.Usage
+	d.Health = digestHealthOf(t.HealthOf())
 	d.Error = t.Error
 	d.Diff, d.Overlaps, d.OverlapsMore = nil, nil, 0
 	if t.Diff != nil {
@@ -342,7 +348,7 @@ func firstChars(s string, k int) string {
 // message, fewer when their encoding is long, and the error's first
 // characters in what is left.
 func shortOf(d Digest) (ShortDigest, []byte) {
-	s := ShortDigest{Final: d.Final, LastMessage: d.LastMessage}
+	s := ShortDigest{Final: d.Final, Health: d.Health, LastMessage: d.LastMessage}
 	text := d.LastMessage.Text
 	chars := utf8.RuneCountInString(text)
 	withText := func(k int) ShortDigest {
@@ -373,4 +379,50 @@ func shortOf(d Digest) (ShortDigest, []byte) {
 	// boolean, two numbers and a few keys.
 	k := max(0, largest(utf8.RuneCountInString(msg), func(k int) bool { return f.fits(withError(k)) }))
 	return withError(k), encode(withError(k))
+}
+
+// DigestHealth is a health in one byte: a digest keeps it in the padding
+// after Final, so that a record kept decoded (the store keeps a live
+// task's so) is no larger for it. Its JSON is the health's name; zero is
+// none, left out.
+type DigestHealth uint8
+
+func digestHealthOf(h Health) DigestHealth {
+	switch h {
+	case HealthActive:
+		return 1
+	case HealthWaiting:
+		return 2
+	case HealthStalled:
+		return 3
+	}
+	return 0
+}
+
+// Health is the health h stands for ("" for none).
+func (h DigestHealth) Health() Health {
+	switch h {
+	case 1:
+		return HealthActive
+	case 2:
+		return HealthWaiting
+	case 3:
+		return HealthStalled
+	}
+	return ""
+}
+
+// MarshalJSON writes the health's name.
+func (h DigestHealth) MarshalJSON() ([]byte, error) {
+	return json.Marshal(string(h.Health()))
+}
+
+// UnmarshalJSON reads a health's name; another is none.
+func (h *DigestHealth) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*h = digestHealthOf(Health(s))
+	return nil
 }

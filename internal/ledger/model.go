@@ -152,6 +152,11 @@ type Summary struct {
 	// that an unsandboxed task encodes as before. It is a plain string:
 	// the summary ends where the record's first digest member begins.
 	SandboxMode string `json:"sandbox_mode,omitempty"`
+	// LiveHealth is what a live task's agent does (intent 0052): nil
+	// before the agent's process runs and once the task ended, so that a
+	// finished task encodes as before health existed. A pointer: every
+	// record kept decoded pays one word for it.
+	*LiveHealth
 	// Digest is the short digest, set when the record is encoded; it is
 	// the summary's last member. A record carries the full one instead
 	// (Task.Digest).
@@ -167,15 +172,13 @@ type Task struct {
 	ResolutionNote *string `json:"resolution_note"`
 	ResolvedAt     *Time   `json:"resolved_at"`
 	// Prompt is the whole prompt, or its first PromptPreviewChars
-	// characters when it is over MaxPromptBytes; then the three fields
-	// below describe the whole, and are present only then.
-	Prompt          string   `json:"prompt"`
-	PromptLength    *int     `json:"prompt_length,omitempty"`
-	PromptSHA256    *string  `json:"prompt_sha256,omitempty"`
-	PromptTruncated bool     `json:"prompt_truncated,omitempty"`
-	Allow           []string `json:"allow"`
-	Model           *string  `json:"model"`
-	Effort          *string  `json:"effort"`
+	// characters when it is over MaxPromptBytes; then PromptCut describes
+	// the whole, and its three members are present only then.
+	Prompt string `json:"prompt"`
+	*PromptCut
+	Allow  []string `json:"allow"`
+	Model  *string  `json:"model"`
+	Effort *string  `json:"effort"`
 	// StderrDropped counts the stderr lines and bytes the cap dropped.
 	StderrDropped Dropped `json:"stderr_dropped"`
 	// IdempotencyKey is spawn_task's idempotency_key and ArgumentsSHA256
@@ -245,6 +248,68 @@ func SetSandbox(sb Sandbox) Edit {
 		c.TCPPorts = []uint16{}
 	}
 	return Edit{func(t *Task) { t.Sandbox, t.SandboxMode = &c, c.Mode }}
+}
+
+// Health is a live task's health (intent 0052).
+type Health string
+
+// LiveHealth is a live task's health, judged by its run from its
+// evidence: LastUpdateAt, when its ACP stream last advanced, and
+// LastCPUAt, when the CPU time of its process group last did.
+type LiveHealth struct {
+	Health       Health `json:"health,omitempty"`
+	LastUpdateAt *Time  `json:"last_update_at,omitempty"`
+	LastCPUAt    *Time  `json:"last_cpu_at,omitempty"`
+}
+
+// HealthOf is the health of the task of s ("" when it has none).
+func (s *Summary) HealthOf() Health {
+	if s.LiveHealth == nil {
+		return ""
+	}
+	return s.LiveHealth.Health
+}
+
+const (
+	// HealthActive: the ACP stream or the CPU time of the agent's process
+	// group advanced within the stall threshold.
+	HealthActive Health = "active"
+	// HealthWaiting: a permission decision is open on the task.
+	HealthWaiting Health = "waiting"
+	// HealthStalled: alive, but neither advanced for the stall threshold.
+	// Diagnostic only: nothing is stopped for it.
+	HealthStalled Health = "stalled"
+)
+
+// EventStalled is the event of a task whose health became stalled.
+const EventStalled = "stalled"
+
+// SetHealth records a live task's health and its evidence (a zero time:
+// none yet). A finished task keeps none.
+func SetHealth(h Health, lastUpdate, lastCPU time.Time) Edit {
+	return Edit{func(t *Task) {
+		if t.Status.Terminal() {
+			return
+		}
+		lh := &LiveHealth{Health: h}
+		if !lastUpdate.IsZero() {
+			lh.LastUpdateAt = at(lastUpdate)
+		}
+		if !lastCPU.IsZero() {
+			lh.LastCPUAt = at(lastCPU)
+		}
+		t.LiveHealth = lh
+	}}
+}
+
+// PromptCut describes a prompt a record holds only the start of. One
+// pointer in the record for the three (a record kept decoded is at most
+// 760 bytes, which with the allocator's header is one 768-byte object:
+// intent 0052).
+type PromptCut struct {
+	PromptLength    *int    `json:"prompt_length,omitempty"`
+	PromptSHA256    *string `json:"prompt_sha256,omitempty"`
+	PromptTruncated bool    `json:"prompt_truncated,omitempty"`
 }
 
 // KeptProcess is the end of an agent process kept alive after a task's
@@ -348,7 +413,7 @@ func (t Task) withPromptPreview() Task {
 	sum := sha256.Sum256([]byte(p))
 	digest := hex.EncodeToString(sum[:])
 	t.Prompt = strings.Clone(p[:cut])
-	t.PromptLength, t.PromptSHA256, t.PromptTruncated = &n, &digest, true
+	t.PromptCut = &PromptCut{PromptLength: &n, PromptSHA256: &digest, PromptTruncated: true}
 	return t
 }
 

@@ -63,8 +63,13 @@ func (t *Task) validUTF8() {
 		fix(&t.Allow[i])
 	}
 	for _, p := range []**string{&t.Signal, &t.Error, &t.SessionID, &t.InitiatorID, &t.ExecutorID, &t.NotifyPath,
-		&t.ResolutionNote, &t.Model, &t.Effort, &t.PromptSHA256, &t.IdempotencyKey} {
+		&t.ResolutionNote, &t.Model, &t.Effort, &t.IdempotencyKey} {
 		fixPtr(p)
+	}
+	if t.PromptCut != nil && t.PromptSHA256 != nil && !utf8.ValidString(*t.PromptSHA256) {
+		c := *t.PromptCut // copies of the record may share it
+		fixPtr(&c.PromptSHA256)
+		t.PromptCut = &c
 	}
 }
 
@@ -85,6 +90,8 @@ func (t *Task) Move(to Status, now time.Time, edits ...Edit) (fields []byte, err
 		t.StartedAt = at(now)
 	case to.Terminal():
 		t.EndedAt = at(now)
+		// Health is a live task's: a finished one has none.
+		t.LiveHealth = nil
 	}
 	fields, _ = json.Marshal(struct {
 		From Status `json:"from"`

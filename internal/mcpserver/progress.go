@@ -14,8 +14,9 @@ import (
 
 // ProgressInterval is how often a wait sends notifications/progress when
 // the client gave a progress token: Claude Code resets its idle watchdog on
-// each and shows the message, so a wait of up to task.MaxWait lives
-// through it (intent 0023).
+// each and shows the message, so a wait of up to the server's longest
+// (task.MaxWait, or --max-wait's up to task.LongestWait) lives through it
+// (intents 0023, 0044).
 const ProgressInterval = 5 * time.Second
 
 // progressTasks bounds how many pending tasks a progress message names;
@@ -93,11 +94,11 @@ func (h handlers) progressMessage(ids []string) string {
 }
 
 // waitTimeout reads timeout_seconds: absent is task.DefaultWait, larger
-// than task.MaxWait is clamped; a negative one goes on to the service,
-// which refuses it (the schema refuses it first).
-func waitTimeout(s *float64) time.Duration {
+// than the server's longest wait (maxWait) is clamped; a negative one goes
+// on to the service, which refuses it (the schema refuses it first).
+func waitTimeout(s *float64, maxWait time.Duration) time.Duration {
 	if s == nil {
 		return task.DefaultWait
 	}
-	return time.Duration(min(*s, task.MaxWait.Seconds()) * float64(time.Second))
+	return time.Duration(min(*s, maxWait.Seconds()) * float64(time.Second))
 }

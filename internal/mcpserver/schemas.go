@@ -110,11 +110,19 @@ func describeRawJSON(t reflect.Type, s *jsonschema.Schema) {
 	}
 }
 
+func healthSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "string", Enum: []any{string(ledger.HealthActive), string(ledger.HealthWaiting), string(ledger.HealthStalled)}}
+}
+
 // inferOutput infers the schema of output type t.
 func inferOutput(t reflect.Type) (*jsonschema.Schema, error) {
 	s, err := jsonschema.ForType(t, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 		reflect.TypeFor[json.RawMessage](): undescribedJSON,
 		reflect.TypeFor[ledger.Time]():     {Type: "string", Format: "date-time"},
+		// A live task's health, and the digest's, a byte written as its
+		// name (intent 0052).
+		reflect.TypeFor[ledger.Health]():       healthSchema(),
+		reflect.TypeFor[ledger.DigestHealth](): healthSchema(),
 	}})
 	if err != nil {
 		return nil, err

@@ -35,6 +35,9 @@ type Service interface {
 	Task(id string) (json.RawMessage, error)
 	Events(req task.EventsRequest) (ledger.Page, error)
 	Wait(ctx context.Context, ids []string, timeout time.Duration) (task.WaitResult, error)
+	// MaxWait is the longest wait the server keeps (task.MaxWait, Symm's
+	// bound, unless --max-wait raised it).
+	MaxWait() time.Duration
 	// Changes is closed at the task's next change (resource subscriptions).
 	Changes(id string) (<-chan struct{}, error)
 	// Activity says what a task does now (progress messages).
@@ -78,7 +81,7 @@ func newServer(svc Service, version string, o options) (*mcp.Server, *subscripti
 	caps := capabilities()
 	subs := newSubscriptions(svc, o.clock)
 	s := mcp.NewServer(&mcp.Implementation{Name: "symm-mcp", Version: version}, &mcp.ServerOptions{
-		Instructions:       Instructions,
+		Instructions:       instructions(svc.MaxWait()),
 		Capabilities:       caps,
 		SubscribeHandler:   subs.subscribe,
 		UnsubscribeHandler: subs.unsubscribe,
@@ -105,7 +108,7 @@ func register(s *mcp.Server, svc Service, o options) {
 	addTool(s, spawnTaskTool, h.spawnTask)
 	addTool(s, getTaskTool, h.getTask)
 	addTool(s, getEventsTool, h.getEvents)
-	addToolRequest(s, waitTasksTool, h.waitTasks)
+	addToolRequest(s, waitTool(svc.MaxWait()), h.waitTasks)
 	addTool(s, listTasksTool, h.listTasks)
 	addTool(s, resolveTaskTool, h.resolveTask)
 	addTool(s, cancelTaskTool, h.cancelTask)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -217,7 +219,7 @@ type waitArgs struct {
 type waitOut struct {
 	Completed []ledger.Summary `json:"completed"`
 	Pending   []ledger.Summary `json:"pending"`
-	Reason    string           `json:"reason" jsonschema:"terminal, needs_decision (a permission request waits for a person) or timeout"`
+	Reason    string           `json:"reason" jsonschema:"terminal, needs_decision (a permission request waits for a person), stalled (a task's health turned stalled: no sign of work for the server's --stall-after) or timeout"`
 	Decisions []decisionOut    `json:"decisions" jsonschema:"the permission requests of these tasks waiting for a person, oldest first"`
 }
 
@@ -225,7 +227,8 @@ var waitTasksTool = toolDef[waitArgs]{
 	tool: mcp.Tool{
 		Name: "wait_tasks",
 		Description: "Wait up to timeout_seconds (default 30, at most 300) for any of the given tasks to be finished. Returns " +
-			"completed and pending summaries and reason: terminal when one is finished, timeout otherwise. A call with a " +
+			"completed and pending summaries and reason: terminal when one is finished, needs_decision when a permission " +
+			"request waits for a person, stalled when a task's health turned stalled, timeout otherwise. A call with a " +
 			"progress token gets notifications/progress every 5 s saying what the tasks do.",
 		Annotations: annotations(true, false, true, false),
 	},
@@ -236,8 +239,36 @@ var waitTasksTool = toolDef[waitArgs]{
 	output: reflect.TypeFor[waitOut](),
 }
 
+// waitTool is wait_tasks as a server whose longest wait is maxWait
+// describes it: Symm's words at Symm's bound (task.MaxWait), the bound
+// this server keeps otherwise (serve --max-wait; intent 0044).
+func waitTool(maxWait time.Duration) toolDef[waitArgs] {
+	d := waitTasksTool
+	if maxWait == task.MaxWait {
+		return d
+	}
+	n := strconv.Itoa(int(maxWait.Seconds()))
+	d.tool.Description = strings.Replace(d.tool.Description, "at most 300", "at most "+n, 1)
+	edit := d.edit
+	d.edit = func(s *jsonschema.Schema) {
+		edit(s)
+		p := s.Properties["timeout_seconds"]
+		p.Description = strings.Replace(p.Description, "0 to 300 seconds", "0 to "+n+" seconds", 1)
+	}
+	return d
+}
+
+// instructions are Instructions as a server whose longest wait is
+// maxWait says them.
+func instructions(maxWait time.Duration) string {
+	if maxWait == task.MaxWait {
+		return Instructions
+	}
+	return strings.Replace(Instructions, "at most 300)", "at most "+strconv.Itoa(int(maxWait.Seconds()))+")", 1)
+}
+
 func (h handlers) waitTasks(ctx context.Context, req *mcp.CallToolRequest, a waitArgs) (json.RawMessage, error) {
-	timeout := waitTimeout(a.TimeoutSeconds)
+	timeout := waitTimeout(a.TimeoutSeconds, h.svc.MaxWait())
 	stop := h.reportProgress(ctx, req, a.TaskIDs, timeout)
 	if err := h.questions(ctx, a.TaskIDs); err != nil {
 		stop()

@@ -31,11 +31,15 @@ type clockRig struct {
 	toServer *os.File // the server's stdin
 }
 
-func newClockRig(t *testing.T, version string) *clockRig {
+func newClockRig(t *testing.T, version string, edits ...func(*task.Config)) *clockRig {
 	t.Helper()
 	sup := tasktest.New()
 	ws := t.TempDir()
-	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: sup, Workspace: ws})
+	cfg := task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: sup, Workspace: ws}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	svc := task.New(cfg)
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
 	r := &clockRig{
 		clock:    newFakeClock(),
@@ -198,8 +202,11 @@ func TestWaitTimeoutBounds(t *testing.T) {
 		{nil, 30 * time.Second}, {ptr(0.0), 0}, {ptr(0.5), 500 * time.Millisecond},
 		{ptr(300.0), 300 * time.Second}, {ptr(301.0), 300 * time.Second}, {ptr(1e12), 300 * time.Second},
 	} {
-		assert.Equal(t, c.want, waitTimeout(c.in))
+		assert.Equal(t, c.want, waitTimeout(c.in, task.MaxWait))
 	}
+	// A server given a longer bound (--max-wait) clamps there.
+	assert.Equal(t, 3600*time.Second, waitTimeout(ptr(1e12), task.LongestWait))
+	assert.Equal(t, 1000*time.Second, waitTimeout(ptr(1000.0), task.LongestWait))
 
 	r := newClockRig(t, hostProtocol)
 	a, _ := r.spawn(t, nil)

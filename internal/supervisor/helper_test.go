@@ -186,6 +186,18 @@ func runHelper(mode string) {
 
 	case "exitnow":
 
+	case "spinner": // a member of its group that burns CPU until signalled
+		for n := 0; ; n++ {
+			_ = n * n
+		}
+
+	case "busychild": // forks a spinner into its group, then waits
+		awaitPrompt()
+		c := spawn(func(c *exec.Cmd) { c.Env = append(os.Environ(), helperEnv+"=spinner") })
+		say("pid %d", c.Process.Pid)
+		drainStdin()
+		sleepForever()
+
 	default:
 		fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 		os.Exit(91)

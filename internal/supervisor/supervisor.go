@@ -65,6 +65,8 @@ type Supervisor struct {
 	shuttingDown bool
 	drained      chan struct{} // closed once shuttingDown and active == 0
 	ending       []*run        // runs Shutdown reports on
+
+	cpu cpuCache // CPU's latest scan (cpu.go)
 }
 
 // New returns a Supervisor. With cfg.Subreaper it also marks the process as

@@ -263,3 +263,53 @@ func pollExit(pid int) {
 		}
 	})
 }
+
+// scanGroupCPU sums, per process group, utime, stime, cutime and cstime
+// (/proc/<pid>/stat fields 14 to 17) of every process it can read.
+func scanGroupCPU() (map[int]uint64, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]uint64)
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone since the listing
+		}
+		if pgrp, ticks, ok := parseStatCPU(b); ok {
+			out[pgrp] += ticks
+		}
+	}
+	return out, nil
+}
+
+// parseStatCPU reads the process group and the four CPU times of a
+// /proc/<pid>/stat line, counting fields from the last ')' as parseStat.
+func parseStatCPU(b []byte) (pgrp int, ticks uint64, ok bool) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	// Field 3 (state) is f[0]: pgrp (5) is f[2], utime..cstime (14..17)
+	// are f[11]..f[14].
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 15 {
+		return 0, 0, false
+	}
+	pgrp, err := strconv.Atoi(string(f[2]))
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, v := range f[11:15] {
+		n, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		ticks += n
+	}
+	return pgrp, ticks, true
+}

@@ -37,6 +37,11 @@ type agentRigOptions struct {
 	stderrCap      int64
 	markers        bool              // completion markers in a private directory
 	extra          []*agents.Adapter // adapters beside the default ones and fake
+	// health: the clock, stall threshold and CPU samples of health checks
+	// (nil: the real clock and the real supervisor's samples).
+	clock      Clock
+	stallAfter time.Duration
+	cpu        func(supervisor.RunID) (time.Duration, bool)
 }
 
 func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
@@ -46,7 +51,11 @@ func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
 	cfg := Config{
 		Store: store.New(), Agents: parts.Registry(), Supervisor: parts.Sup,
 		Workspace: parts.Workspace, RequestTimeout: o.requestTimeout, StderrCap: o.stderrCap,
+		Clock: o.clock, StallAfter: o.stallAfter,
 		Getenv: parts.Getenv,
+	}
+	if o.cpu != nil {
+		cfg.Supervisor = sampledSupervisor{parts.Sup, o.cpu}
 	}
 	if parts.Markers != nil {
 		cfg.Markers = parts.Markers

@@ -62,6 +62,10 @@ type taskAsker struct {
 func (a taskAsker) Ask(ctx context.Context, q permission.Question) (permission.Answer, error) {
 	q.TaskID, q.Agent = a.taskID, a.agent
 	p := a.s.openAsk(q, a.inner)
+	// The task is waiting for the person now, and no longer once
+	// answered: its health says so at once, not at its next check.
+	a.s.healthNow(a.taskID)
+	defer a.s.healthNow(a.taskID)
 
 	ictx, cancel := context.WithCancel(ctx)
 	type result struct {

@@ -344,6 +344,7 @@ func (c *chain) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan)
 	c.proc = p
 	r.mu.Lock()
 	r.started = true
+	r.armHealthLocked(runID)
 	// A cancel or shutdown arrived while the process was starting (the
 	// canceller waits on r.done), or a record was lost meanwhile (the task
 	// has failed): stop here, within the supervisor's bounds.
@@ -400,7 +401,7 @@ func (c *chain) begin(p *process, t *turn) bool {
 		return false
 	}
 	p.task.Store(t.task)
-	t.begun <- t.task.turnBegun(p.sess.ID())
+	t.begun <- t.task.turnBegun(p.sess.ID(), p.runID)
 	return true
 }
 

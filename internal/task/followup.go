@@ -317,8 +317,9 @@ func (r *taskRun) newTurn() (*turn, error) {
 }
 
 // turnBegun records that follow-up r's turn begins on the chain's
-// process, whose session is sessionID: it is running.
-func (r *taskRun) turnBegun(sessionID string) error {
+// process (the supervisor's run), whose session is sessionID: it is
+// running, and its health is checked.
+func (r *taskRun) turnBegun(sessionID string, run supervisor.RunID) error {
 	r.mu.Lock()
 	defer r.unlock()
 	r.started = true
@@ -331,10 +332,12 @@ func (r *taskRun) turnBegun(sessionID string) error {
 		r.lostLocked("session id", err)
 		return err
 	}
-	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, r.s.cfg.Now()); err != nil {
+	now := r.s.cfg.Now()
+	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, now, r.beginHealthLocked(now)); err != nil {
 		r.lostLocked("running status", err)
 		return err
 	}
+	r.armHealthLocked(run)
 	return nil
 }
 

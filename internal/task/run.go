@@ -105,6 +105,9 @@ type taskRun struct {
 	lostMore int   // records refused after that one, logged in all at the end
 	stopping bool  // the run was asked to stop for lost
 
+	// h is the task's health while its turn runs (health.go).
+	h health
+
 	wmu sync.Mutex // guards w; a leaf, taken under mu or alone (watch.go)
 	w   watch
 }
@@ -199,6 +202,7 @@ func (r *taskRun) endUnstarted(to ledger.Status, msg string) {
 	// Finished tasks stay in the ledger: the start's cancel func holds the
 	// spawn request's context (and through it the request) for good.
 	r.ended, r.cancelStart = true, nil
+	r.stopHealthLocked()
 	r.mu.Unlock()
 	if err != nil {
 		// Nothing is left to fail: the log is the trace.
@@ -224,6 +228,7 @@ func (r *taskRun) finished() {
 	close(r.done)
 	r.touch("", 0) // the terminal status
 	s.mu.Lock()
+	delete(s.stalls, r.id)
 	s.wakeLocked()
 	s.mu.Unlock()
 }
@@ -308,10 +313,14 @@ func (r *taskRun) record(typ string, fields any) error {
 			return fmt.Errorf("encoding %s event: %w", typ, err)
 		}
 	}
-	seq, err := r.s.cfg.Store.Append(r.id, typ, r.s.cfg.Now(), b)
+	now := r.s.cfg.Now()
+	seq, err := r.s.cfg.Store.Append(r.id, typ, now, b)
 	if err != nil {
 		return err
 	}
+	// The stream advanced: the evidence of health, at the time the
+	// event took anyway (no clock read of its own per update).
+	r.h.lastUpdate = now
 	r.touch(typ, seq)
 	r.countLocked(typ)
 	return nil
@@ -612,7 +621,8 @@ func (r *taskRun) ProcessStarted(pid int, argv []string) {
 	}{pid, argv}); err != nil {
 		r.lostLocked("process_started event", err)
 	}
-	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, r.s.cfg.Now(), r.digestEditLocked(false)...); err != nil {
+	now := r.s.cfg.Now()
+	if _, err := r.s.cfg.Store.Transition(r.id, ledger.Running, now, append(r.digestEditLocked(false), r.beginHealthLocked(now))...); err != nil {
 		r.lostLocked("running status", err)
 	}
 	r.touch("", 0)
@@ -759,6 +769,7 @@ func (r *taskRun) end(x supervisor.Exit, typ string, fields any, edits []ledger.
 		r.s.log.Error("recording the end of a task", "task", r.id, "status", status, "error", msg, "err", err)
 	}
 	r.ended = true
+	r.stopHealthLocked()
 	r.turnEnded = typ == "turn_ended"
 	// Finished tasks stay in the ledger: let go of what only a live run needs.
 	r.pending, r.textBuf = nil, nil

@@ -47,6 +47,9 @@ type Supervisor interface {
 	Stop(ctx context.Context, id supervisor.RunID)
 	Shutdown(ctx context.Context) error
 	LookPath(name string) (string, error)
+	// CPU samples the CPU time of the process group of a live run
+	// (health.go); ok false: no sample.
+	CPU(id supervisor.RunID) (cpu time.Duration, ok bool)
 	// RunCommand runs a helper command (git) whose exit status the
 	// subreaper must leave to it.
 	RunCommand(cmd *exec.Cmd) error
@@ -111,8 +114,8 @@ const (
 	// MaxScan bounds how many events one filtered get_events call examines.
 	MaxScan = 10000
 	// DefaultWait is how long wait_tasks waits when the caller gives no
-	// timeout, and MaxWait the longest it waits; longer timeouts are
-	// clamped. A wait that long lives through a host's tool timeout only
+	// timeout, and MaxWait the longest it waits by default (Symm's bound;
+	// Config.MaxWait raises it); longer timeouts are clamped. A wait that long lives through a host's tool timeout only
 	// with progress notifications (intent 0023).
 	DefaultWait = 30 * time.Second
 	MaxWait     = 300 * time.Second
@@ -160,8 +163,17 @@ type Config struct {
 	Keys KeyClaims
 	// Sandbox confines the agents (sandbox.go).
 	Sandbox SandboxConfig
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// StallAfter is how long a live task may show no sign of work before
+	// its health is stalled (0: DefaultStallAfter; health.go).
+	StallAfter time.Duration
+	// MaxWait is the longest wait_tasks keeps (0: MaxWait, Symm's bound;
+	// at most LongestWait).
+	MaxWait time.Duration
+	// Clock times the health checks (nil: the real clock). Now, when nil,
+	// is its Now.
+	Clock  Clock
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Service is the TaskService. Its methods are safe for concurrent use.
@@ -181,12 +193,18 @@ type Service struct {
 	// no other lock.
 	adminMu sync.Mutex
 
+	clock      Clock
+	stallAfter time.Duration
+	maxWait    time.Duration
+
 	mu       sync.Mutex
 	runs     map[string]*taskRun // by task id
 	shutting bool
 	changed  chan struct{}          // closed and replaced whenever a task ends or a question opens or closes
 	asks     map[string]*pendingAsk // open permission questions, by key (ask.go)
 	askSeq   uint64
+	stalls   map[string]*stallMark // the tasks stalled now, by id (health.go)
+	stallSeq uint64
 	// loops counts the chains' loops that run (chain.go); loopsIdle, when
 	// not nil, is closed once none does. loopsMu guards both: a leaf, as
 	// a loop may start from under any lock (a lost record's stop).
@@ -200,14 +218,25 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
 	}
+	if cfg.Now == nil {
+		cfg.Now = cfg.Clock.Now
+	}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = DefaultStallAfter
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = MaxWait
+	}
+	cfg.MaxWait = min(cfg.MaxWait, LongestWait)
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
 	}
 	return &Service{
 		cfg: cfg, log: cfg.Logger, runs: make(map[string]*taskRun), changed: make(chan struct{}),
+		clock: cfg.Clock, stallAfter: cfg.StallAfter, maxWait: cfg.MaxWait,
 		slots: acpsession.NewIngestSlots(runtime.GOMAXPROCS(0)),
 	}
 }
@@ -582,18 +611,20 @@ func (s *Service) Cancel(ctx context.Context, id string) (json.RawMessage, error
 type WaitResult struct {
 	Completed []json.RawMessage
 	Pending   []json.RawMessage
-	Reason    string // "terminal", "needs_decision" or "timeout"
+	Reason    string // "terminal", "needs_decision", "stalled" or "timeout"
 	// Decisions are the permission questions open on the tasks, oldest
 	// first (intent 0024).
 	Decisions []Decision
 }
 
-// Wait waits up to timeout (at most MaxWait; longer is clamped) for any of
-// the tasks to be finished. It returns early with ctx's error when ctx
-// ends (the client went away), and with reason needs_decision when a
-// permission question opens on one of the tasks, or one is open that no
-// Wait reported yet: a question already reported does not end the next
-// Wait at once, which would have a caller poll while the person thinks.
+// Wait waits up to timeout (at most the server's MaxWait; longer is
+// clamped) for any of the tasks to be finished. It returns early with
+// ctx's error when ctx ends (the client went away), and with reason
+// needs_decision when a permission question opens on one of the tasks, or
+// one is open that no Wait reported yet: a question already reported does
+// not end the next Wait at once, which would have a caller poll while the
+// person thinks. A task of this server whose health turns stalled ends the
+// waits the same way, once, with reason stalled (health.go).
 // A negative timeout is invalid_request.
 func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration) (WaitResult, error) {
 	if len(ids) == 0 {
@@ -607,9 +638,9 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 			return WaitResult{}, err
 		}
 	}
-	timeout = min(timeout, MaxWait)
+	timeout = min(timeout, s.maxWait)
 	s.mu.Lock()
-	askedBefore := s.askSeq
+	askedBefore, stalledBefore := s.askSeq, s.stallSeq
 	s.mu.Unlock()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -629,6 +660,7 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 		}
 		s.mu.Lock()
 		decisions, fresh := s.decisionsLocked(ids, askedBefore, true)
+		stalled := len(res.Completed) == 0 && !fresh && s.stalledLocked(ids, stalledBefore)
 		s.mu.Unlock()
 		res.Decisions = decisions
 		if len(res.Completed) > 0 {
@@ -637,6 +669,10 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 		}
 		if fresh {
 			res.Reason = "needs_decision"
+			return res, nil
+		}
+		if stalled {
+			res.Reason = "stalled"
 			return res, nil
 		}
 		select {

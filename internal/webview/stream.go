@@ -242,6 +242,11 @@ type row struct {
 	StartedAt   *string         `json:"started_at"`
 	EndedAt     *string         `json:"ended_at"`
 	LastMessage *lastMessage    `json:"last_message"`
+	// Health is a live task's (active, waiting or stalled; intent 0052)
+	// with its evidence; absent for a finished task.
+	Health       string  `json:"health,omitempty"`
+	LastUpdateAt *string `json:"last_update_at,omitempty"`
+	LastCPUAt    *string `json:"last_cpu_at,omitempty"`
 }
 
 // rowJSON is the list row of a task record.
@@ -268,6 +273,14 @@ func rowJSON(rec []byte) ([]byte, error) {
 	}
 	r.InitiatorID, r.ExecutorID = clipPtr(r.InitiatorID, rowIDChars), clipPtr(r.ExecutorID, rowIDChars)
 	r.Title, r.Error = clipPtr(r.Title, rowTextChars), clipPtr(r.Error, rowTextChars)
+	// The ledger is shared on a cluster: only the health values there are
+	// go to the page, and the evidence a line long.
+	switch ledger.Health(r.Health) {
+	case ledger.HealthActive, ledger.HealthWaiting, ledger.HealthStalled:
+	default:
+		r.Health = ""
+	}
+	r.LastUpdateAt, r.LastCPUAt = clipPtr(r.LastUpdateAt, rowIDChars), clipPtr(r.LastCPUAt, rowIDChars)
 	return json.Marshal(r)
 }
 

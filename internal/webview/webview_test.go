@@ -868,3 +868,53 @@ func TestListRowShowsTheDigestsLastMessage(t *testing.T) {
 	assert.Equal(t, len(long), row.LastMessage.Length, "the whole message's length, as the digest says")
 	s.close()
 }
+
+// withHealth sets the health members of every record, as a ledger (one
+// another host writes, on a cluster) may hold them.
+type withHealth struct {
+	*task.Service
+	health string
+}
+
+func (w withHealth) Task(id string) (json.RawMessage, error) {
+	b, err := w.Service.Task(id)
+	if err != nil {
+		return nil, err
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, err
+	}
+	rec["health"], rec["last_update_at"], rec["last_cpu_at"] = w.health, "2026-12-05T12:00:00.000Z", strings.Repeat("9", 300)
+	return json.Marshal(rec)
+}
+
+// TestListRowShowsHealth: a list row carries a live task's health and
+// its evidence (a line of each); a value that is not a health is left
+// out.
+func TestListRowShowsHealth(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{{"stalled", "stalled"}, {"<b>bad</b>", ""}} {
+		sup := tasktest.New()
+		hub := webview.NewHub()
+		svc := task.New(task.Config{Store: hub.Watch(store.New()), Agents: agents.Default(), Supervisor: sup, Workspace: t.TempDir()})
+		t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+		r := &rig{svc: svc, sup: sup, ws: t.TempDir(), runs: map[string]*tasktest.Run{}}
+		r.srv = httptest.NewServer(webview.New(webview.Config{Tasks: withHealth{svc, tt.in}, Hub: hub, Token: token, PushInterval: time.Millisecond}))
+		t.Cleanup(r.srv.Close)
+		c, _ := r.login(t)
+		r.spawn(t, "")
+		s := r.stream(t, "/api/stream/tasks", c, "")
+		evs, _ := s.untilSync(t)
+		var row map[string]any
+		require.Equal(t, "task", evs[1].typ)
+		require.NoError(t, json.Unmarshal([]byte(evs[1].data), &row))
+		if tt.want == "" {
+			assert.NotContains(t, row, "health", "%q", tt.in)
+		} else {
+			assert.Equal(t, tt.want, row["health"])
+		}
+		assert.Equal(t, "2026-12-05T12:00:00.000Z", row["last_update_at"])
+		assert.Equal(t, strings.Repeat("9", 200)+"…", row["last_cpu_at"], "a line of it")
+		s.close()
+	}
+}

@@ -310,6 +310,46 @@ describe('live view in headless Chromium', () => {
     assert.ok(rendered < 5000 && expanded < 5000, 'the page stays responsive');
   });
 
+  test('a stalled task shows its health and the stalled event', async () => {
+    // A daemon of its own, whose tasks stall after 1 s without an ACP
+    // update or CPU time (--stall-after 1): the fake agent says one thing,
+    // then hangs, idle.
+    const dir2 = mkdtempSync(join(tmpdir(), 'symm-webview-stall-'));
+    const d2 = await startDaemon(dir2, ['--stall-after', '1']);
+    try {
+      const mcp2 = new MCP(d2.base, d2.token);
+      await mcp2.init();
+      const spawned = await mcp2.call('spawn_task', {
+        agent: 'codex', workspace: d2.ws, initiator_id: 'stall-check',
+        prompt: script([{ message: 'thinking hard' }, { hang: true }]),
+      });
+      const id = spawned.task_id;
+      const waited = await mcp2.call('wait_tasks', { task_ids: [id], timeout_seconds: 60 });
+      assert.equal(waited.reason, 'stalled', 'the wait ends on the stall');
+      assert.equal(waited.pending[0].health, 'stalled');
+
+      await page.goto(`${d2.base}/`);
+      await page.fill('input[name=token]', d2.token);
+      await page.click('button[type=submit]');
+      await page.waitForSelector('body[data-ready=true]');
+      const badge = page.locator(`tr[data-task="${id}"] .badge.h-stalled`);
+      await badge.waitFor();
+      assert.match(await badge.getAttribute('title'), /last ACP update \d{4}-/);
+      await page.goto(`${d2.base}/tasks/${id}`);
+      await page.locator('#meta .badge.h-stalled').waitFor();
+      assert.match(await page.locator('#meta').textContent(), /last update \d{4}-.*last CPU \d{4}-/);
+      await page.locator('#timeline .ev[data-type=stalled]', { hasText: 'nothing was stopped' }).waitFor();
+      await page.screenshot({ path: join(shots, 'stalled.png'), fullPage: false });
+      const rec = await mcp2.call('get_task', { task_id: id });
+      assert.equal(rec.status, 'running', 'a stall stops nothing');
+      assert.equal(rec.digest.health, 'stalled');
+    } finally {
+      d2.child.kill('SIGTERM');
+      await new Promise((ok) => d2.child.once('exit', ok));
+      rmSync(dir2, { recursive: true, force: true });
+    }
+  });
+
   test('the pages broke no rule of their own CSP', () => {
     // (The one resource answered 404 is the stream of the task that is not there.)
     assert.deepEqual(problems.filter((p) => !/status of 40[14]/.test(p)), []);

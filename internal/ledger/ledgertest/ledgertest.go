@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"WorktreeFields", worktreeFields},
 		{"DigestFields", digestFields},
 		{"SandboxFields", sandboxFields},
+		{"HealthFields", healthFields},
 		{"AppendKeepsNoReferenceToItsFields", appendKeepsNoReference},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.test(t, open(t)) })
@@ -995,6 +996,45 @@ func sandboxFields(t *testing.T, l ledger.Ledger) {
 	assert.Len(t, u.Sandbox.ReadableHome, ledger.MaxSandboxPaths)
 	assert.Len(t, u.Sandbox.TCPPorts, ledger.MaxSandboxPorts)
 	assert.Equal(t, "read-only", u.SandboxMode)
+}
+
+// healthFields: a task has no health members until its run records one
+// (it encodes as before health existed); SetHealth puts the health in the
+// record, the summary and the digest, with its evidence; the task's end
+// takes them away, and a later SetHealth does not bring them back.
+func healthFields(t *testing.T, l ledger.Ledger) {
+	NewTask(t, l, "t")
+	raw, err := l.TaskJSON("t")
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "health")
+	assert.NotContains(t, string(raw), "last_cpu_at")
+	_, err = l.Transition("t", ledger.Starting, T0)
+	require.NoError(t, err)
+	_, err = l.Transition("t", ledger.Running, T0)
+	require.NoError(t, err)
+	_, err = l.Update("t", ledger.SetHealth(ledger.HealthStalled, T0, T0.Add(time.Second)))
+	require.NoError(t, err)
+	raw, err = l.TaskJSON("t")
+	require.NoError(t, err)
+	rec := decode(t, raw)
+	assert.Equal(t, "stalled", rec["health"])
+	assert.Equal(t, "stalled", rec["digest"].(map[string]any)["health"])
+	assert.Equal(t, "2026-11-30T05:00:01.123Z", rec["last_cpu_at"])
+	assert.NotNil(t, rec["last_update_at"])
+	sumRaw, err := l.SummaryJSON("t")
+	require.NoError(t, err)
+	sum := decode(t, sumRaw)
+	assert.Equal(t, "stalled", sum["health"])
+	assert.Equal(t, rec["last_update_at"], sum["last_update_at"])
+
+	_, err = l.Transition("t", ledger.Succeeded, T0.Add(time.Minute))
+	require.NoError(t, err)
+	_, err = l.Update("t", ledger.SetHealth(ledger.HealthActive, T0, T0))
+	require.NoError(t, err)
+	raw, err = l.TaskJSON("t")
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "health")
+	assert.NotContains(t, string(raw), "last_update_at")
 }
 
 // digestFields: the digest a run writes (SetDigest) is stored with the

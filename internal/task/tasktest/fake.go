@@ -1,6 +1,7 @@
 // Package tasktest provides a fake supervisor for tests of the ledger and
-// the MCP layer that need no agent process: runs start at once and end
-// when the test says so.
+// the MCP layer that need no agent process (runs start at once and end
+// when the test says so), and a stepped clock for the task service's
+// timers (Clock).
 package tasktest
 
 import (
@@ -8,6 +9,8 @@ import (
 	"errors"
 	"os/exec"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 )
@@ -53,7 +56,12 @@ type Run struct {
 
 	once sync.Once
 	done chan struct{}
+	cpu  atomic.Int64 // the group's CPU time CPU reports, in nanoseconds
 }
+
+// SetCPU sets the CPU time the run's process group has used, as
+// Supervisor.CPU reports it.
+func (r *Run) SetCPU(d time.Duration) { r.cpu.Store(int64(d)) }
 
 // End reports the run's end to its sink, once; later calls do nothing.
 func (r *Run) End(x supervisor.Exit) {
@@ -143,6 +151,22 @@ func (f *Supervisor) Shutdown(ctx context.Context) error {
 	}
 	f.mu.Unlock()
 	return nil
+}
+
+// CPU implements task.Supervisor: what SetCPU set, for a run not ended.
+func (f *Supervisor) CPU(id supervisor.RunID) (time.Duration, bool) {
+	f.mu.Lock()
+	r := f.runs[id]
+	f.mu.Unlock()
+	if r == nil {
+		return 0, false
+	}
+	select {
+	case <-r.done:
+		return 0, false
+	default:
+	}
+	return time.Duration(r.cpu.Load()), true
 }
 
 // LookPath implements task.Supervisor: every agent is "installed".

@@ -115,6 +115,16 @@ export function badge(status) {
   return el('span', { class: `badge s-${String(status).replace(/[^a-z_]/g, '')}`, text: status });
 }
 
+// healthBadge shows a live task's health (active, waiting or stalled)
+// with its evidence in the title; nothing for a task without one.
+export function healthBadge(t) {
+  if (!t.health) return null;
+  return el('span', {
+    class: `badge health h-${String(t.health).replace(/[^a-z_]/g, '')}`, text: t.health,
+    title: `last ACP update ${t.last_update_at ?? '-'}; CPU time of its process group last advanced ${t.last_cpu_at ?? '-'}`,
+  });
+}
+
 // The session's key: the login put it in this origin's sessionStorage,
 // and every /api request and stream carries it in KEY_HEADER (a cookie
 // alone opens nothing). A tab opened afresh has none: it asks the view's

@@ -1,6 +1,6 @@
 // A task's page: its record, its worktree diff, and its events as a
 // timeline that follows the task live. The task is the URL's: /tasks/<id>.
-import { el, clippedText, preview, age, duration, usageText, costText, badge, getSession, act, wireLogout, showVersion, openStream, TERMINAL } from './common.js';
+import { el, clippedText, preview, age, duration, usageText, costText, badge, healthBadge, getSession, act, wireLogout, showVersion, openStream, TERMINAL } from './common.js';
 
 const id = decodeURIComponent(location.pathname.slice('/tasks/'.length));
 const timeline = document.getElementById('timeline');
@@ -131,6 +131,8 @@ function addEvent(ev) {
       generic(ev, 'process', `started pid ${ev.pid}: ${(ev.argv || []).join(' ')}`); break;
     case 'process_exited':
       generic(ev, 'process', `exited${ev.exit_code != null ? ` with code ${ev.exit_code}` : ''}${ev.signal ? ` on ${ev.signal}` : ''}${ev.stop_reason ? `, stop reason ${ev.stop_reason}` : ''}`); break;
+    case 'stalled':
+      generic(ev, 'health', `stalled: no ACP update since ${ev.last_update_at ?? '-'}, no CPU time since ${ev.last_cpu_at ?? '-'} (threshold ${ev.stall_after_s ?? '-'} s); nothing was stopped`, 'meta-ev stalled-ev'); break;
     case 'task_cancelled':
       generic(ev, 'cancel', `cancel requested (${ev.source ?? ''})`); break;
     case 'task_resolved':
@@ -158,6 +160,7 @@ function renderRecord(t) {
   const now = Date.now();
   document.getElementById('meta').replaceChildren(
     ...meta('status', badge(t.status)),
+    ...meta('health', t.health ? el('span', {}, healthBadge(t), el('span', { class: 'sub', text: ` last update ${t.last_update_at ?? '-'}, last CPU ${t.last_cpu_at ?? '-'}` })) : ''),
     ...meta('task', t.task_id),
     ...meta('agent', t.agent),
     ...meta('initiator', t.initiator_id),
