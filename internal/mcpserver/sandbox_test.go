@@ -64,6 +64,7 @@ func TestSandboxConfinesTheAgent(t *testing.T) {
 	assert.GreaterOrEqual(t, sb["abi"], float64(sandbox.MinABI))
 	assert.NotContains(t, sb["readable_home"], filepath.Join(home, ".ssh"))
 	assert.Equal(t, "workspace", rec["sandbox_mode"])
+	assert.Equal(t, "workspace", rec["digest"].(map[string]any)["sandbox_mode"], "the digest carries the mode")
 	list := call(t, r.cs, "list_tasks", map[string]any{})
 	assert.Equal(t, "workspace", list["tasks"].([]any)[0].(map[string]any)["sandbox_mode"], "summaries carry the mode")
 
@@ -85,6 +86,7 @@ func TestSandboxConfinesTheAgent(t *testing.T) {
 	assert.Contains(t, r.messages(t, id), "planted-secret")
 	assert.NotContains(t, rec, "sandbox", "an unconfined task's record is as before")
 	assert.NotContains(t, rec, "sandbox_mode")
+	assert.NotContains(t, rec["digest"], "sandbox_mode", "an unconfined task's digest is as before")
 }
 
 // TestSandboxDefaultAndFollowUps: the server's default confines a spawn

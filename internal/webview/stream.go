@@ -242,6 +242,9 @@ type row struct {
 	StartedAt   *string         `json:"started_at"`
 	EndedAt     *string         `json:"ended_at"`
 	LastMessage *lastMessage    `json:"last_message"`
+	// SandboxMode is the record's sandbox_mode: read-only or workspace,
+	// "" for an agent that ran unconfined.
+	SandboxMode string `json:"sandbox_mode"`
 }
 
 // rowJSON is the list row of a task record.
