@@ -46,7 +46,10 @@ func runTests(m *testing.M) int {
 	builds := [][]string{
 		{"build", "-race", "-o", binary, "."},
 		{"build", "-o", dir + string(filepath.Separator),
-			"../../internal/acpsession/fakeagent/cmd/fake-acp-agent", "../../internal/jetstream/testdata/natscluster"},
+			"../../internal/acpsession/fakeagent/cmd/fake-acp-agent", "../../internal/jetstream/testdata/natscluster",
+			// The sandbox's pre-exec step, beside the server as a release
+			// has it: the servers of these tests use it (preExecPath).
+			"../symm-sandbox-exec"},
 	}
 	errs := make(chan error, len(builds))
 	for _, args := range builds {

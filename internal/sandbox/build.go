@@ -118,7 +118,13 @@ func (e *ClosedError) Error() string {
 
 // Build computes the policy of one task. It reads the file system (the
 // PATH's executables, /etc) but changes nothing.
-func Build(s Spec) (*Policy, error) {
+func Build(s Spec) (*Policy, error) { return build(s, nil) }
+
+// Build is Build with what the PATH's executables open kept in c between
+// calls (Cache). A nil Cache keeps nothing.
+func (c *Cache) Build(s Spec) (*Policy, error) { return build(s, c) }
+
+func build(s Spec, cache *Cache) (*Policy, error) {
 	if s.Mode != ReadOnly && s.Mode != Workspace {
 		return nil, fmt.Errorf("sandbox: no policy for mode %q", s.Mode)
 	}
@@ -190,7 +196,7 @@ func Build(s Spec) (*Policy, error) {
 		}
 	}
 	p.Readable = append(p.Readable, readableExcept("/etc", etcSecrets)...)
-	p.Readable = append(p.Readable, b.executables(lookupEnv(s.Env, "PATH"), s.Executable)...)
+	p.Readable = append(p.Readable, cache.executables(b, lookupEnv(s.Env, "PATH"), s.Executable)...)
 	for _, d := range devices {
 		if exists(d) {
 			p.Devices = append(p.Devices, d)
@@ -424,10 +430,27 @@ func lookupEnv(env []string, key string) string {
 	return v
 }
 
-// within reports whether p is dir or below it.
+// within reports whether p is dir or below it. Clean absolute paths, all
+// the builder compares, take a prefix test (a policy of a few hundred
+// paths makes tens of thousands of these); others go through
+// filepath.Rel.
 func within(dir, p string) bool {
+	if cleanAbs(dir) && cleanAbs(p) {
+		return dir == "/" || p == dir || (strings.HasPrefix(p, dir) && p[len(dir)] == '/')
+	}
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && (rel == "." || filepath.IsLocal(rel))
+}
+
+// cleanAbs reports whether p is absolute and clean (filepath.Clean leaves
+// it as it is), without making a copy.
+func cleanAbs(p string) bool {
+	if p == "/" {
+		return true
+	}
+	return len(p) > 1 && p[0] == '/' && p[len(p)-1] != '/' &&
+		!strings.Contains(p, "//") && !strings.Contains(p, "/./") && !strings.Contains(p, "/../") &&
+		!strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..")
 }
 
 // resolve returns p with its symbolic links resolved as far as it exists:
@@ -452,14 +475,35 @@ func exists(p string) bool {
 }
 
 // compact sorts and dedupes, and drops what another entry already holds.
+// Sorted with the separator before every other byte, a directory is
+// followed at once by everything below it, so each path is compared with
+// the last one kept only.
 func compact(paths []string) []string {
-	slices.SortFunc(paths, func(a, b string) int { return cmp.Compare(len(a), len(b)) })
+	slices.SortFunc(paths, comparePaths)
 	var out []string
 	for _, p := range paths {
-		if !slices.ContainsFunc(out, func(o string) bool { return within(o, p) }) {
+		if len(out) == 0 || !within(out[len(out)-1], p) {
 			out = append(out, p)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// comparePaths orders paths component by component: "/a", "/a/b", "/a-b".
+func comparePaths(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if x == filepath.Separator {
+			return -1
+		}
+		if y == filepath.Separator {
+			return 1
+		}
+		return cmp.Compare(x, y)
+	}
+	return cmp.Compare(len(a), len(b))
 }

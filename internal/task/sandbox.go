@@ -38,6 +38,9 @@ type SandboxConfig struct {
 	// TempRoot holds each sandboxed task's own temporary directory
 	// ("": os.TempDir()).
 	TempRoot string
+	// Cache keeps what the PATH's executables open between the policies
+	// of the server's tasks (nil: each policy reads them afresh).
+	Cache *sandbox.Cache
 }
 
 // sandboxMode is the mode a turn runs under: the one asked for, else
@@ -109,7 +112,7 @@ func (s *Service) confine(r *taskRun, mode sandbox.Mode, a *agents.Adapter, l ag
 	if wt := r.wt; wt != nil {
 		spec.Git = &sandbox.GitDirs{Private: filepath.Join(wt.Repository, "worktrees", filepath.Base(wt.Path)), Common: wt.Repository, Branch: wt.Branch}
 	}
-	pol, err := sandbox.Build(spec)
+	pol, err := sc.Cache.Build(spec)
 	if err != nil {
 		return confined{}, err
 	}
