@@ -31,7 +31,7 @@ var (
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
 	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale 10 min)")
 	misses    = flag.String("misses", "fail", "what a missed target does to the exit status: fail (exit 1, make bench and make bench-scale) or report (printed as FAIL in its row and in the summary, exit 0; .ci/run's scale run, where only a measurement that could not run fails)")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, finished); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, sandbox, turn, peer, reads, wake, streams, pages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -141,6 +141,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"start", measureStart},
 		{"launcher", measureLauncher},
 		{"spawn", measureSpawn},
+		{"sandbox", measureSandbox},
 		{"turn", measureTurn},
 		{"peer", measurePeer},
 		{"reads", measureReads},
@@ -259,7 +260,7 @@ func TestHarness(t *testing.T) {
 		launcher: filepath.Join(root, "npm", "symm-mcp", "bin", "symm-mcp.js"),
 	}
 	for bin, pkg := range map[string]string{cfg.server: "./cmd/symm-mcp", cfg.agent: "./internal/acpsession/fakeagent/cmd/fake-acp-agent",
-		cfg.natscluster: "./internal/jetstream/testdata/natscluster"} {
+		cfg.natscluster: "./internal/jetstream/testdata/natscluster", filepath.Join(dir, preExecName): "./cmd/symm-sandbox-exec"} {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
 		cmd.Dir = root
 		b, err := cmd.CombinedOutput()
@@ -272,7 +273,7 @@ func TestHarness(t *testing.T) {
 		cfg.acpx = cli
 	} else {
 		t.Log("acpx is not installed (make acpx): the peer rows are left out")
-		cfg.only = []string{"start", "launcher", "spawn", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
+		cfg.only = []string{"start", "launcher", "spawn", "sandbox", "turn", "wake", "streams", "pages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
 		names = nil
 	}
 	var out, log strings.Builder
@@ -280,7 +281,7 @@ func TestHarness(t *testing.T) {
 	t.Log(log.String())
 	t.Log(out.String())
 	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
-	for _, name := range append(names, "exec → initialize", "npm launcher: exec → initialize answered", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
+	for _, name := range append(names, "exec → initialize", "npm launcher: exec → initialize answered", "idle RSS", "spawn_task", "spawn, sandbox pre-exec added", "k turn: spawn → every event paged in",
 		"k turn: server CPU per update", "k turn: peak RSS", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",
