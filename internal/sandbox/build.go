@@ -190,19 +190,11 @@ func build(s Spec, cache *Cache) (*Policy, error) {
 			p.Readable = append(p.Readable, h)
 		}
 	}
-	for _, d := range systemReadable {
-		if exists(d) {
-			p.Readable = append(p.Readable, d)
-		}
-	}
-	p.Readable = append(p.Readable, readableExcept("/etc", etcSecrets)...)
-	p.Readable = append(p.Readable, cache.executables(b, lookupEnv(s.Env, "PATH"), s.Executable)...)
-	for _, d := range devices {
-		if exists(d) {
-			p.Devices = append(p.Devices, d)
-		}
-	}
-	if exists("/dev/shm") {
+	sys := cache.system()
+	exe := cache.executables(b, lookupEnv(s.Env, "PATH"), s.Executable)
+	p.Readable = slices.Concat(p.Readable, sys.readable, exe.readable)
+	p.Devices = slices.Clone(sys.devices)
+	if sys.shm {
 		p.Writable = append(p.Writable, "/dev/shm")
 	}
 
@@ -217,15 +209,67 @@ func build(s Spec, cache *Cache) (*Policy, error) {
 	readable := compact(p.Readable)
 	p.Readable = nil
 	for _, r := range readable {
-		if fi, err := os.Stat(r); err != nil {
-			continue
-		} else if fi.IsDir() {
+		dir, ok := sys.dirs[r]
+		if !ok {
+			dir, ok = exe.dirs[r]
+		}
+		if !ok {
+			fi, err := os.Stat(r)
+			if err != nil {
+				continue
+			}
+			dir = fi.IsDir()
+		}
+		if dir {
 			p.Readable = append(p.Readable, r)
 		} else {
 			p.ReadableFiles = append(p.ReadableFiles, r)
 		}
 	}
 	return p, p.Validate()
+}
+
+// part is a piece of a policy that does not depend on the task (the
+// system's readable paths, a PATH's programs), which a Cache keeps: its
+// readable paths, and which of them are directories (those missing are
+// left out).
+type part struct {
+	readable []string
+	dirs     map[string]bool
+}
+
+func newPart(readable []string) part {
+	pt := part{dirs: make(map[string]bool, len(readable))}
+	for _, r := range readable {
+		if fi, err := os.Stat(r); err == nil {
+			pt.readable = append(pt.readable, r)
+			pt.dirs[r] = fi.IsDir()
+		}
+	}
+	return pt
+}
+
+// systemPart is what every task may read of the system, and its devices.
+type systemPart struct {
+	part
+	devices []string
+	shm     bool // /dev/shm, writable
+}
+
+func readSystem() systemPart {
+	var readable []string
+	for _, d := range systemReadable {
+		if exists(d) {
+			readable = append(readable, d)
+		}
+	}
+	sp := systemPart{part: newPart(append(readable, readableExcept("/etc", etcSecrets)...)), shm: exists("/dev/shm")}
+	for _, d := range devices {
+		if exists(d) {
+			sp.devices = append(sp.devices, d)
+		}
+	}
+	return sp
 }
 
 type builder struct {

@@ -10,17 +10,45 @@ import (
 	"time"
 )
 
-// Cache keeps, between the policies of a server's tasks, what the PATH's
-// executables open: resolving every executable of every PATH directory in
-// the home (Go's, cargo's, pyenv's shims) is most of a policy's cost, and
-// it is the same for every task of an agent. An entry is used while each
-// PATH directory it read is the same directory with the same modification
-// time (an install, an update or a relinked executable changes it), and
-// for at most CacheFor; anything else of the policy is read afresh.
+// Cache keeps, between the policies of a server's tasks, what does not
+// depend on the task: what the PATH's executables open (resolving every
+// executable of every PATH directory in the home, Go's, cargo's, pyenv's
+// shims, was most of a policy's cost) and the system's readable paths
+// (/etc child by child), each with which paths are directories. An entry
+// is used while each directory it read is the same directory with the
+// same modification time (an install, an update or a relinked executable
+// changes its PATH directory's), and for at most CacheFor; the task's own
+// paths are read afresh.
 type Cache struct {
 	mu      sync.Mutex
 	entries map[string]cacheEntry
+	sys     *sysEntry
 	now     func() time.Time
+}
+
+type sysEntry struct {
+	made time.Time
+	dirs []dirStamp
+	part systemPart
+}
+
+// system is readSystem(), from c when it holds a current entry.
+func (c *Cache) system() systemPart {
+	if c == nil {
+		return readSystem()
+	}
+	c.mu.Lock()
+	e := c.sys
+	c.mu.Unlock()
+	if e != nil && c.now().Sub(e.made) < CacheFor && current(e.dirs) {
+		return e.part
+	}
+	e = &sysEntry{made: c.now(), dirs: stampDirs("/etc:/dev")}
+	e.part = readSystem()
+	c.mu.Lock()
+	c.sys = e
+	c.mu.Unlock()
+	return e.part
 }
 
 // CacheFor bounds an entry's use: a link replaced below a PATH directory's
@@ -32,9 +60,9 @@ const CacheFor = time.Minute
 const maxCacheEntries = 64
 
 type cacheEntry struct {
-	made  time.Time
-	dirs  []dirStamp
-	paths []string
+	made time.Time
+	dirs []dirStamp
+	part part
 }
 
 // dirStamp is a PATH directory as it was read.
@@ -46,28 +74,29 @@ type dirStamp struct {
 // NewCache returns an empty cache.
 func NewCache() *Cache { return &Cache{entries: map[string]cacheEntry{}, now: time.Now} }
 
-// executables is b.executables(path, agent), from c when it holds a
-// current entry.
-func (c *Cache) executables(b *builder, path, agent string) []string {
+// executables is b.executables(path, agent) as a part, from c when it
+// holds a current entry. A part is never changed once made: build copies
+// what it appends to.
+func (c *Cache) executables(b *builder, path, agent string) part {
 	if c == nil {
-		return b.executables(path, agent)
+		return newPart(b.executables(path, agent))
 	}
 	key := strings.Join(slices.Concat([]string{path, agent, b.home}, b.closed, b.secrets), "\x00")
 	c.mu.Lock()
 	e, ok := c.entries[key]
 	c.mu.Unlock()
-	if ok && c.now().Sub(e.made) < CacheFor && e.current() {
-		return slices.Clone(e.paths)
+	if ok && c.now().Sub(e.made) < CacheFor && current(e.dirs) {
+		return e.part
 	}
 	e = cacheEntry{made: c.now(), dirs: stampDirs(path)}
-	e.paths = b.executables(path, agent)
+	e.part = newPart(b.executables(path, agent))
 	c.mu.Lock()
 	if len(c.entries) >= maxCacheEntries {
 		clear(c.entries)
 	}
 	c.entries[key] = e
 	c.mu.Unlock()
-	return slices.Clone(e.paths)
+	return e.part
 }
 
 // stampDirs stats the absolute directories of path, before they are read:
@@ -85,8 +114,8 @@ func stampDirs(path string) []dirStamp {
 }
 
 // current reports whether every directory stamped is as it was.
-func (e cacheEntry) current() bool {
-	for _, d := range e.dirs {
+func current(dirs []dirStamp) bool {
+	for _, d := range dirs {
 		fi, err := os.Stat(d.path)
 		switch {
 		case d.info == nil && err == nil, d.info != nil && err != nil:
