@@ -263,7 +263,7 @@ func readSystem() systemPart {
 			readable = append(readable, d)
 		}
 	}
-	sp := systemPart{part: newPart(append(readable, readableExcept("/etc", etcSecrets)...)), shm: exists("/dev/shm")}
+	sp := systemPart{part: newPart(append(readable, etcReadable("/etc", etcSecrets, canAccess)...)), shm: exists("/dev/shm")}
 	for _, d := range devices {
 		if exists(d) {
 			sp.devices = append(sp.devices, d)
