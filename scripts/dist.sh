@@ -2,7 +2,8 @@
 # make dist: the release archives, reproducibly, with the Go toolchain
 # alone (intent 0034). For each of linux and darwin on amd64 and arm64, a
 # static binary (CGO_ENABLED=0, -trimpath, no VCS stamp, no build id, the
-# version and commit linked in) packed with the licenses and the README as
+# version and commit linked in; on Linux with the sandbox's pre-exec step,
+# symm-sandbox-exec, beside it) packed with the licenses and the README as
 # symm-mcp_<version>_<os>_<arch>.tar.gz, and SHA256SUMS over them.
 #
 # Two runs on one commit give the same bytes: nothing in an archive
@@ -39,6 +40,13 @@ for p in "${platforms[@]}"; do
   # -race) cannot change the bytes.
   GOFLAGS= CGO_ENABLED=0 GOOS=$os GOARCH=$arch "$GO" build -trimpath -buildvcs=false \
     -ldflags "$ldflags" -o "$stage/$dir/symm-mcp" ./cmd/symm-mcp
+  if [ "$os" = linux ]; then
+    # The sandbox's pre-exec step (Landlock: Linux only), which symm-mcp
+    # uses from beside itself when it is of the same build (intent 0048).
+    GOFLAGS= CGO_ENABLED=0 GOOS=$os GOARCH=$arch "$GO" build -trimpath -buildvcs=false \
+      -ldflags "$ldflags" -o "$stage/$dir/symm-sandbox-exec" ./cmd/symm-sandbox-exec
+    chmod 0755 "$stage/$dir/symm-sandbox-exec"
+  fi
   cp LICENSE-APACHE LICENSE-MIT README.md "$stage/$dir/"
   chmod 0755 "$stage/$dir" "$stage/$dir/symm-mcp"
   chmod 0644 "$stage/$dir/LICENSE-APACHE" "$stage/$dir/LICENSE-MIT" "$stage/$dir/README.md"

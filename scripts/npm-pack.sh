@@ -31,9 +31,15 @@ for archive in "$DIST_DIR"/symm-mcp_"${version}"_*.tar.gz; do
   mkdir -p "$dir/bin"
   tar -xzf "$archive" -C "$dir" --strip-components=1
   mv "$dir/symm-mcp" "$dir/bin/symm-mcp"
+  files=bin/symm-mcp
+  if [ -f "$dir/symm-sandbox-exec" ]; then
+    # The sandbox's pre-exec step, beside the binary that looks for it.
+    mv "$dir/symm-sandbox-exec" "$dir/bin/symm-sandbox-exec"
+    files="$files bin/symm-sandbox-exec"
+  fi
   rm "$dir/README.md"
-  OS=$os CPU=$cpu VERSION=$version node -e '
-    const { OS, CPU, VERSION } = process.env;
+  OS=$os CPU=$cpu VERSION=$version FILES=$files node -e '
+    const { OS, CPU, VERSION, FILES } = process.env;
     const names = { linux: "Linux", darwin: "macOS" };
     process.stdout.write(JSON.stringify({
       name: `@symm-mcp/${OS}-${CPU}`,
@@ -44,7 +50,7 @@ for archive in "$DIST_DIR"/symm-mcp_"${version}"_*.tar.gz; do
       license: "Apache-2.0 OR MIT",
       os: [OS],
       cpu: [CPU],
-      files: ["bin/symm-mcp", "LICENSE-APACHE", "LICENSE-MIT"],
+      files: [...FILES.split(" "), "LICENSE-APACHE", "LICENSE-MIT"],
       preferUnplugged: true,
     }, null, 2) + "\n");
   ' >"$dir/package.json"

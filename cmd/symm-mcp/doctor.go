@@ -14,6 +14,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/doctor"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
@@ -49,8 +50,10 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 		fmt.Fprintf(fs.Output(), "Usage: symm-mcp doctor [--json] [--env-file FILE] [--workspace-root DIR]...\n\n"+
 			"Starts each registered agent found on PATH, as describe_agent does, and reports\n"+
 			"its executable, version, ACP handshake, resume support, the settings symm-mcp pins,\n"+
-			"and its model and effort offers. The agents run in the working directory, all at\n"+
-			"once, within %v; each may keep the session it opened in its own history.\n"+
+			"and its model and effort offers; then whether it starts confined by the sandbox\n"+
+			"(Landlock), as a task with sandbox \"workspace\" would. The agents run in the working\n"+
+			"directory, all at once, within %v; each may keep the sessions it opened in its\n"+
+			"own history.\n"+
 			"Exit status 1 means an installed agent is unusable.\n\nFlags:\n", task.DescribeDeadline)
 		fs.PrintDefaults()
 	}
@@ -93,8 +96,16 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	if cfg.env != nil {
 		getenv = func(k string) string { return envValue(cfg.env, k) }
 	}
+	environ := cfg.env
+	if environ == nil {
+		environ = os.Environ()
+	}
+	home, _ := os.UserHomeDir() // "": the confined start fails, naming why
+	// Each agent is also started confined, as a task with sandbox
+	// "workspace" would be: the same pre-exec step, home and environment.
+	sb := task.SandboxConfig{Self: preExecPath(selfPath()), Home: home, Environ: environ, Cache: sandbox.NewCache()}
 	svc := task.New(task.Config{Store: store.New(), Agents: reg, Supervisor: sup, Workspace: cfg.dir, Getenv: getenv, Logger: log, Version: version.String(),
-		WorkspaceRoots: o.rootsResolved})
+		WorkspaceRoots: o.rootsResolved, Sandbox: sb})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()

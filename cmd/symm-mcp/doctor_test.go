@@ -41,12 +41,14 @@ func fakeAgents(t *testing.T, change map[string]func(*fakeagent.Config)) string 
 	return bin
 }
 
-// doctorRun runs the built binary's doctor with only bin on PATH, in an
-// empty working directory.
+// doctorRun runs the built binary's doctor with only bin (and the fake
+// agent) on PATH, in an empty working directory.
 func doctorRun(t *testing.T, bin string, args ...string) (stdout string, code int) {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"doctor"}, args...)...)
-	cmd.Env = []string{"PATH=" + bin, "HOME=" + t.TempDir()}
+	// The fake agent's directory on PATH too: the scripts exec it, and a
+	// confined start may run only what the PATH holds.
+	cmd.Env = []string{"PATH=" + bin + ":" + filepath.Dir(fakeBin), "HOME=" + t.TempDir()}
 	cmd.Dir = t.TempDir()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -91,14 +93,14 @@ func TestDoctorAllSixUsable(t *testing.T) {
 	require.NotEmpty(t, lines)
 	require.Greater(t, len(lines), 2)
 	assert.Regexp(t, `^symm-mcp v\S+$`, lines[0], "symm-mcp's own version first")
-	assert.Regexp(t, `^AGENT\s+EXECUTABLE\s+VERSION\s+HANDSHAKE\s+RESUME\s+PINS\s+MODEL\s+EFFORT\s+PROBLEM`, lines[2])
+	assert.Regexp(t, `^AGENT\s+EXECUTABLE\s+VERSION\s+HANDSHAKE\s+SANDBOXED\s+RESUME\s+PINS\s+MODEL\s+EFFORT\s+PROBLEM`, lines[2])
 	want := map[string]string{
-		"claude_code": `claude_code\s+\S+/claude-agent-acp\s+0\.101\.0\s+ok\s+yes\s+mode=default\s+default \(5 values\)\s+default \(6 values\)\s+-`,
-		"cline":       `cline\s+\S+/cline\s+3\.0\.65\s+ok\s+yes\s+auto_approve=false\s+gpt-4o \(1 values\)\s+launch flag \(5 values\)\s+-`,
-		"codex":       `codex\s+\S+/codex-acp\s+2\.6\.0\s+ok\s+yes\s+mode=read-only\s+m \(10 values\)\s+not offered\s+-`,
-		"copilot":     `copilot\s+\S+/copilot\s+1\.0\.102\s+ok\s+yes\s+mode=agent, allow_all=off\s+not offered\s+not offered\s+-`,
-		"cursor":      `cursor\s+\S+/cursor-agent\s+handwritten\s+ok\s+yes\s+mode=plan, mode=agent\s+auto \(3 values\)\s+not accepted\s+-`,
-		"opencode":    `opencode\s+\S+/opencode\s+1\.18\.33\s+ok\s+yes\s+mode=build\s+local/m \(9 values\)\s+not accepted\s+-`,
+		"claude_code": `claude_code\s+\S+/claude-agent-acp\s+0\.101\.0\s+ok\s+ok\s+yes\s+mode=default\s+default \(5 values\)\s+default \(6 values\)\s+-`,
+		"cline":       `cline\s+\S+/cline\s+3\.0\.65\s+ok\s+ok\s+yes\s+auto_approve=false\s+gpt-4o \(1 values\)\s+launch flag \(5 values\)\s+-`,
+		"codex":       `codex\s+\S+/codex-acp\s+2\.6\.0\s+ok\s+ok\s+yes\s+mode=read-only\s+m \(10 values\)\s+not offered\s+-`,
+		"copilot":     `copilot\s+\S+/copilot\s+1\.0\.102\s+ok\s+ok\s+yes\s+mode=agent, allow_all=off\s+not offered\s+not offered\s+-`,
+		"cursor":      `cursor\s+\S+/cursor-agent\s+handwritten\s+ok\s+ok\s+yes\s+mode=plan, mode=agent\s+auto \(3 values\)\s+not accepted\s+-`,
+		"opencode":    `opencode\s+\S+/opencode\s+1\.18\.33\s+ok\s+ok\s+yes\s+mode=build\s+local/m \(9 values\)\s+not accepted\s+-`,
 	}
 	for agent, re := range want {
 		assert.Regexp(t, "(?m)^"+re+"$", out, agent)
@@ -114,6 +116,10 @@ func TestDoctorAllSixUsable(t *testing.T) {
 		"  copilot: copilot-login (Log in with Copilot CLI): Run `copilot login` in the terminal\n"+
 		"  opencode: opencode-login (Login with opencode): Run `opencode auth login` in the terminal\n\n")
 	assert.Contains(t, out, "6 of 6 agents installed, 6 usable")
+	// Each agent also started confined by the sandbox (SANDBOXED ok above):
+	// a kernel without Landlock fails here, as CI's has it.
+	assert.Regexp(t, `\nSandbox: Landlock ABI [4-9]\. SANDBOXED says`, out)
+	assert.NotContains(t, out, "did not start")
 }
 
 func TestDoctorMissingAndUnusable(t *testing.T) {
@@ -124,7 +130,7 @@ func TestDoctorMissingAndUnusable(t *testing.T) {
 		out, code := doctorRun(t, bin)
 		assert.Equal(t, 0, code)
 		assert.Regexp(t, `^symm-mcp v\S+\n\nAGENT\s`, out, "the version line and a blank line first")
-		assert.Regexp(t, `(?m)^cursor\s+not found: cursor-agent\s+-\s+-\s+-\s+-\s+-\s+-\s+not installed$`, out)
+		assert.Regexp(t, `(?m)^cursor\s+not found: cursor-agent\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+not installed$`, out)
 		// The exact command from the agent table, for each missing agent
 		// on npm; symm-mcp runs none of them.
 		assert.Contains(t, out, "\nTo install the missing agents (symm-mcp installs nothing itself; the versions\n"+

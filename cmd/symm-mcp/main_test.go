@@ -53,7 +53,12 @@ func runTests(m *testing.M) int {
 			}
 			return nil
 		},
-		func() error { return testrig.Build(ctx, dir, testrig.FakeAgentPkg, testrig.NATSClusterPkg) },
+		func() error {
+			return testrig.Build(ctx, dir, testrig.FakeAgentPkg, testrig.NATSClusterPkg,
+				// The sandbox's pre-exec step, beside the server as a release
+				// has it: the servers of these tests use it (preExecPath).
+				"github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec")
+		},
 	}
 	errs := make(chan error, len(builds))
 	for _, build := range builds {

@@ -35,7 +35,7 @@ var (
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
 	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale or -baseline 10 min)")
 	misses    = flag.String("misses", "fail", "what a missed target does to the exit status: fail (exit 1, make bench and make bench-scale) or report (printed as FAIL in its row and in the summary, exit 0; .ci/run's scale run, where only a measurement that could not run fails)")
-	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, turn, health, peer, reads, wake, streams, pages, serverpages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, spawns-server, finished); default all")
+	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, sandbox, turn, health, peer, reads, wake, streams, pages, serverpages, tasks, shared, durable, restart, worktree, fleet, followup, cluster; with -scale limits, live, spawns, spawns-server, finished); default all")
 )
 
 // TestMain runs the harness instead of the tests when -harness is given.
@@ -152,6 +152,7 @@ func run(cfg config, bound time.Duration, out, logw io.Writer) int {
 		{"start", measureStart, true},
 		{"launcher", measureLauncher, false},
 		{"spawn", measureSpawn, false},
+		{"sandbox", measureSandbox, false},
 		{"turn", measureTurn, true},
 		{"health", measureHealth, false},
 		{"peer", measurePeer, true},
@@ -269,9 +270,9 @@ func TestHarness(t *testing.T) {
 		clusterEvents: 20, natscluster: filepath.Join(dir, "natscluster"),
 		launcher: filepath.Join(root, "npm", "symm-mcp", "bin", "symm-mcp.js"),
 	}
-	// The four in one go build (each binary named as cfg names it).
+	// The five in one go build (each binary named as cfg names it).
 	require.NoError(t, testrig.Build(context.Background(), dir, "github.com/symm-mcp/symm-mcp/cmd/symm-mcp", testrig.FakeAgentPkg, testrig.NATSClusterPkg,
-		"github.com/symm-mcp/symm-mcp/internal/bench/testdata/lightagent"))
+		"github.com/symm-mcp/symm-mcp/internal/bench/testdata/lightagent", "github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec"))
 	// The peer runs when make acpx has installed it; make test installs
 	// nothing.
 	names := []string{"k turn beside acpx"}
@@ -279,7 +280,7 @@ func TestHarness(t *testing.T) {
 		cfg.acpx = cli
 	} else {
 		t.Log("acpx is not installed (make acpx): the peer rows are left out")
-		cfg.only = []string{"start", "launcher", "spawn", "turn", "health", "wake", "streams", "pages", "serverpages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
+		cfg.only = []string{"start", "launcher", "spawn", "sandbox", "turn", "health", "wake", "streams", "pages", "serverpages", "tasks", "shared", "durable", "restart", "worktree", "fleet", "followup", "cluster"}
 		names = nil
 	}
 	var out, log strings.Builder
@@ -287,7 +288,7 @@ func TestHarness(t *testing.T) {
 	t.Log(log.String())
 	t.Log(out.String())
 	assert.NotContains(t, out.String(), "| error |", "every measurement ran")
-	for _, name := range append(names, "exec → initialize", "npm launcher: exec → initialize answered", "idle RSS", "spawn_task", "k turn: spawn → every event paged in",
+	for _, name := range append(names, "exec → initialize", "npm launcher: exec → initialize answered", "idle RSS", "spawn_task", "spawn, sandbox pre-exec added", "k turn: spawn → every event paged in",
 		"k turn: server CPU per update", "health judged every second", "k turn: peak RSS", "k turn paged in by get_events' default pages: the server's own time per page", "wait_tasks wake", "get_task p99", "get_events at", "memory per byte", "memory per finished small task",
 		"--shared first call", "--shared exec → initialize", "durable ledger: 2k turn: spawn", "durable ledger: 2k turn: server CPU",
 		"daemon restart", "list_tasks first page",

@@ -53,3 +53,16 @@ func peerCred(c net.Conn) (*ucred, error) {
 	}
 	return cred, nil
 }
+
+// ConfinedPeerError refuses a connection from a process more confined
+// than the daemon: an agent in a sandboxed task, or a process it started
+// (intent 0048). Such a process must not drive the daemon, which would run
+// what it asks for unconfined.
+type ConfinedPeerError struct {
+	PID    int32
+	Reason string
+}
+
+func (e *ConfinedPeerError) Error() string {
+	return fmt.Sprintf("connection refused: its peer (pid %d) is confined (%s): a sandboxed task's process does not drive the daemon", e.PID, e.Reason)
+}

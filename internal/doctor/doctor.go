@@ -44,19 +44,34 @@ type Report struct {
 	// (--workspace-root, links resolved); [] when there is no limit.
 	WorkspaceRoots []string `json:"workspace_roots"`
 	Agents         []Agent  `json:"agents"`
+	// Sandbox is the kernel's support for confining tasks (Landlock), as
+	// the agents' descriptions found it; absent when none says.
+	Sandbox *Landlock `json:"sandbox,omitempty"`
+}
+
+// Landlock is the kernel's support for the sandbox.
+type Landlock struct {
+	ABI       int     `json:"abi"`
+	Supported bool    `json:"supported"`
+	Missing   *string `json:"missing"`
 }
 
 // Describer starts an agent, reads what it offers and ends it, as
-// describe_agent does (*task.Service).
+// describe_agent does, and again confined as a sandboxed task's agent
+// (*task.Service).
 type Describer interface {
 	DescribeAgent(ctx context.Context, agent, workspace string) (task.Description, error)
+	DescribeConfined(ctx context.Context, agent, workspace string) (task.Description, error)
 }
 
 // Probe describes every named agent at once, under ctx's one deadline, in
-// dir. An agent that could not be described is a Description holding the
-// error, in its place.
+// dir, each twice at once: as describe_agent does, and started confined by
+// the sandbox (mode workspace), whose outcome is the description's
+// Sandbox. An agent that could not be described is a Description holding
+// the error, in its place.
 func Probe(ctx context.Context, d Describer, names []string, dir string) []task.Description {
 	out := make([]task.Description, len(names))
+	confined := make([]*task.SandboxSupport, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
 		wg.Go(func() {
@@ -67,8 +82,23 @@ func Probe(ctx context.Context, d Describer, names []string, dir string) []task.
 			}
 			out[i] = desc
 		})
+		wg.Go(func() {
+			desc, err := d.DescribeConfined(ctx, name, dir)
+			switch {
+			case err != nil:
+				msg := err.Error()
+				confined[i] = &task.SandboxSupport{Started: new(false), StartError: &msg}
+			case desc.Sandbox != nil:
+				confined[i] = desc.Sandbox
+			}
+		})
 	}
 	wg.Wait()
+	for i := range out {
+		if confined[i] != nil {
+			out[i].Sandbox = confined[i]
+		}
+	}
 	return out
 }
 
@@ -87,6 +117,9 @@ func Judge(version, workspace string, probed []task.Description, lookup Lookup) 
 		}
 		if a.Installed && !a.Usable {
 			r.OK = false
+		}
+		if sb := d.Sandbox; sb != nil && r.Sandbox == nil {
+			r.Sandbox = &Landlock{ABI: sb.ABI, Supported: sb.Supported, Missing: sb.Missing}
 		}
 		r.Agents[i] = a
 	}
@@ -128,7 +161,7 @@ func WriteJSON(w io.Writer, r Report) error {
 func WriteText(w io.Writer, r Report) {
 	fmt.Fprintf(w, "symm-mcp %s\n\n", r.Version)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tEXECUTABLE\tVERSION\tHANDSHAKE\tRESUME\tPINS\tMODEL\tEFFORT\tPROBLEM")
+	fmt.Fprintln(tw, "AGENT\tEXECUTABLE\tVERSION\tHANDSHAKE\tSANDBOXED\tRESUME\tPINS\tMODEL\tEFFORT\tPROBLEM")
 	for _, a := range r.Agents {
 		exe, version, handshake, resume, pins := "not found: "+a.Executable, "-", "-", "-", "-"
 		if a.Installed {
@@ -153,7 +186,7 @@ func WriteText(w io.Writer, r Report) {
 		case len(a.Problems) > 0:
 			problem = strings.Join(a.Problems, "; ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Agent, exe, version, handshake, resume, pins,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Agent, exe, version, handshake, sandboxedText(a), resume, pins,
 			offerText(a, a.Model, agents.OptModel), offerText(a, a.Effort, agents.OptEffort), problem)
 	}
 	_ = tw.Flush()
@@ -196,6 +229,28 @@ func WriteText(w io.Writer, r Report) {
 		fmt.Fprintf(w, "\nAuth methods the agents list (symm-mcp uses none: log an agent in beforehand,\n"+
 			"or give it its credentials in the environment or with --env-file):\n%s", auth.String())
 	}
+	if sb := r.Sandbox; sb != nil {
+		if sb.Supported {
+			fmt.Fprintf(w, "\nSandbox: Landlock ABI %d. SANDBOXED says whether the agent started confined as a\n"+
+				"task with sandbox \"workspace\" does (initialize and session/new; a turn needs its model).\n", sb.ABI)
+		} else {
+			missing := "Landlock"
+			if sb.Missing != nil {
+				missing = *sb.Missing
+			}
+			fmt.Fprintf(w, "\nSandbox: the kernel cannot confine tasks (Landlock ABI %d): it lacks %s.\n"+
+				"A task that asks for a sandbox fails before its agent starts.\n", sb.ABI, missing)
+		}
+		var failed strings.Builder
+		for _, a := range r.Agents {
+			if st := a.Sandbox; a.Installed && sb.Supported && st != nil && st.StartError != nil {
+				fmt.Fprintf(&failed, "  %s: %s\n", a.Agent, oneLine(*st.StartError))
+			}
+		}
+		if failed.Len() > 0 {
+			fmt.Fprintf(w, "Confined, these agents did not start (unconfined they may; serve confines by default):\n%s", failed.String())
+		}
+	}
 	var install strings.Builder
 	for _, a := range r.Agents {
 		switch {
@@ -227,6 +282,21 @@ func WriteText(w io.Writer, r Report) {
 	if !r.OK {
 		fmt.Fprintln(w, "An installed agent is unusable: see PROBLEM.")
 	}
+}
+
+// sandboxedText is the SANDBOXED cell: whether the agent started
+// confined.
+func sandboxedText(a Agent) string {
+	st := a.Sandbox
+	switch {
+	case !a.Installed || st == nil || st.Started == nil:
+		return "-"
+	case !st.Supported:
+		return "unsupported"
+	case *st.Started:
+		return "ok"
+	}
+	return "failed"
 }
 
 func sessionText(c acpsession.SessionCapabilities) string {

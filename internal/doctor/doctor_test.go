@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,10 +18,12 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
+var update = flag.Bool("update", false, "rewrite testdata from what the report renders")
+
 // TestRenderings: the report of what was probed, as text and as --json,
-// is byte for byte what the command printed before its judging and
-// rendering left cmd (testdata: written by that code from the same
-// descriptions).
+// is byte for byte testdata (first written by the command before its
+// judging and rendering left cmd, from the same descriptions; -update
+// rewrites it when the report changes on purpose).
 func TestRenderings(t *testing.T) {
 	reg := agents.Default()
 	for name, probed := range map[string][]task.Description{"mixed": probed(), "usable": probed()[:1], "none": probed()[3:5]} {
@@ -30,6 +33,9 @@ func TestRenderings(t *testing.T) {
 			WriteText(&text, r)
 			require.NoError(t, WriteJSON(&js, r))
 			for got, file := range map[string]string{text.String(): name + ".txt", js.String(): name + ".json"} {
+				if *update {
+					require.NoError(t, os.WriteFile(filepath.Join("testdata", file), []byte(got), 0o644))
+				}
 				want, err := os.ReadFile(filepath.Join("testdata", file))
 				require.NoError(t, err)
 				assert.Equal(t, string(want), got, file)
@@ -90,16 +96,27 @@ func (d *describer) DescribeAgent(ctx context.Context, agent, workspace string) 
 	return task.Description{Agent: agent, Executable: agent, Path: &workspace, Pins: []task.Pin{}}, nil
 }
 
-// TestProbe: every agent is described at once, each result in its name's
-// place, and a describe that fails is a description holding its error.
+func (d *describer) DescribeConfined(ctx context.Context, agent, workspace string) (task.Description, error) {
+	desc, err := d.DescribeAgent(ctx, agent, workspace)
+	if err != nil {
+		return desc, err
+	}
+	desc.Sandbox = &task.SandboxSupport{ABI: 7, Supported: true, Started: new(true)}
+	return desc, nil
+}
+
+// TestProbe: every agent is described at once, and at once again
+// confined, each result in its name's place with the confined start's
+// outcome as its sandbox; a describe that fails is a description holding
+// its error.
 func TestProbe(t *testing.T) {
 	base := leakcheck.Take()
 	names := []string{"a", "broken", "c"}
 	d := &describer{arrived: make(chan string, len(names)), release: make(chan struct{})}
 	done := make(chan []task.Description)
 	go func() { done <- Probe(t.Context(), d, names, "/w") }()
-	for range names {
-		<-d.arrived // all three in flight together
+	for range 2 * len(names) {
+		<-d.arrived // all six in flight together
 	}
 	close(d.release)
 	got := <-done
@@ -108,5 +125,25 @@ func TestProbe(t *testing.T) {
 	assert.Equal(t, "a", got[0].Agent)
 	assert.Equal(t, "/w", *got[0].Path)
 	assert.Equal(t, "c", got[2].Agent)
-	assert.Equal(t, task.Description{Agent: "broken", Error: new(`no agent named "broken"`), Pins: []task.Pin{}}, got[1])
+	assert.Equal(t, &task.SandboxSupport{ABI: 7, Supported: true, Started: new(true)}, got[0].Sandbox, "the confined start's outcome")
+	msg := `no agent named "broken"`
+	assert.Equal(t, task.Description{Agent: "broken", Error: &msg, Pins: []task.Pin{},
+		Sandbox: &task.SandboxSupport{Started: new(false), StartError: &msg}}, got[1])
+}
+
+// TestSandboxUnsupported: on a kernel that cannot confine, the report says
+// what it lacks, and no agent's start is called a failure of its own.
+func TestSandboxUnsupported(t *testing.T) {
+	missing := "TCP port rules (Landlock ABI 4)"
+	path := "/bin/opencode"
+	d := task.Description{Agent: "opencode", Executable: "opencode", Path: &path, Version: new("1.18.33"), Pins: []task.Pin{},
+		Sandbox: &task.SandboxSupport{ABI: 3, Missing: &missing, Mode: "off", Started: new(false), StartError: new("sandbox: the kernel cannot confine the task")}}
+	r := Judge("v", "/w", []task.Description{d}, agents.Default().Lookup)
+	assert.True(t, r.OK, "an agent that cannot be confined is still usable unconfined")
+	assert.Equal(t, &Landlock{ABI: 3, Missing: &missing}, r.Sandbox)
+	var text bytes.Buffer
+	WriteText(&text, r)
+	assert.Contains(t, text.String(), "Sandbox: the kernel cannot confine tasks (Landlock ABI 3): it lacks TCP port rules (Landlock ABI 4).")
+	assert.Contains(t, text.String(), " unsupported ")
+	assert.NotContains(t, text.String(), "did not start")
 }

@@ -914,6 +914,13 @@ func (r *rig) checkDoctor(ctx context.Context, t *recorder) {
 			Installed bool     `json:"installed"`
 			Usable    bool     `json:"usable"`
 			Problems  []string `json:"problems"`
+			// Sandbox is the doctor's confined start of the agent
+			// (intent 0048), noted: the sandboxed turns are their own
+			// checks.
+			Sandbox *struct {
+				Started    *bool   `json:"started"`
+				StartError *string `json:"start_error"`
+			} `json:"sandbox"`
 		} `json:"agents"`
 	}
 	require.NoError(t, json.Unmarshal(out, &rep), "doctor output %q (exit %v), stderr %s", out, err, stderr.String())
@@ -925,6 +932,9 @@ func (r *rig) checkDoctor(ctx context.Context, t *recorder) {
 		found = true
 		assert.True(t, a.Installed, "doctor: installed")
 		assert.True(t, a.Usable, "doctor: usable; problems %v", a.Problems)
+		if sb := a.Sandbox; sb != nil && sb.Started != nil {
+			note(r.agent.name, "doctor: started confined %v; %s", *sb.Started, deref(sb.StartError))
+		}
 	}
 	assert.True(t, found, "doctor does not list %s", r.agent.name)
 	assert.NoError(t, err, "doctor exit status; stderr %s", stderr.String())

@@ -26,10 +26,10 @@ const (
 // Digest is what a caller needs of a task to decide whether to read its
 // log: counts of what happened, the end of the agent's latest message, the
 // files its tool calls named. The task's run accumulates it as events are
-// recorded (internal/digest) and writes it with SetDigest; Final, Usage and
-// Error are the record's own, filled in when the record is encoded, and the
-// counts of the events a ledger records itself (task_created,
-// status_changed, task_resolved) are the ledger's.
+// recorded (internal/digest) and writes it with SetDigest; Final, Usage,
+// Error and SandboxMode are the record's own, filled in when the record is
+// encoded, and the counts of the events a ledger records itself
+// (task_created, status_changed, task_resolved) are the ledger's.
 type Digest struct {
 	// Final is true once the task ended: the digest no longer changes
 	// but for a resolution.
@@ -56,6 +56,10 @@ type Digest struct {
 	Permissions map[string]map[string]int64 `json:"permissions,omitempty"`
 	Usage       Usage                       `json:"usage,omitzero"`
 	Error       *string                     `json:"error,omitempty"`
+	// SandboxMode is the record's own sandbox_mode (read-only or
+	// workspace), filled in when the record is encoded; absent for an
+	// agent that ran unconfined, so that such a digest encodes as before.
+	SandboxMode string `json:"sandbox_mode,omitempty"`
 	// Diff and Overlaps sum up a worktree task's end (the record has the
 	// whole): how much it changed, and which other tasks changed the same
 	// files (at most MaxDigestOverlaps, OverlapsMore counting the rest).
@@ -108,7 +112,8 @@ var ownEvents = []string{EventTaskCreated, EventStatusChanged, EventTaskResolved
 // SetDigest records what the task's run accumulated: d's last message,
 // tool calls, files and permissions, and its counts of the events the run
 // recorded. The counts of the ledger's own events stay the record's;
-// Final, Usage and Error are taken from the record when it is encoded.
+// Final, Usage, Error and SandboxMode are taken from the record when it is
+// encoded.
 func SetDigest(d Digest) Edit {
 	d = d.clone()
 	return Edit{func(t *Task) {
@@ -182,6 +187,7 @@ func digestOf(t *Task) (Digest, []byte) {
 	d.Usage = t.Usage
 	d.Health = digestHealthOf(t.HealthOf())
 	d.Error = t.Error
+	d.SandboxMode = t.SandboxMode
 	d.Diff, d.Overlaps, d.OverlapsMore = nil, nil, 0
 	if t.Diff != nil {
 		d.Diff = &DigestDiff{Files: len(t.Diff.Files), Insertions: t.Diff.Insertions, Deletions: t.Diff.Deletions, Truncated: t.Diff.Truncated}

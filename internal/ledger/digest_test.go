@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,35 @@ func BenchmarkEncodeRecord(b *testing.B) {
 	for b.Loop() {
 		if _, err := EncodeRecord(&t); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestDigestCarriesTheSandboxMode: a confined task's digest names its
+// sandbox mode, from the record; an unconfined task's digest has no such
+// member, so that its bytes are as before.
+func TestDigestCarriesTheSandboxMode(t *testing.T) {
+	for _, mode := range []string{"", "read-only", "workspace"} {
+		rec := NewTask{ID: "0c8e6d57-0b5e-4d2a-9d0c-1f1f1f1f1f1f", Agent: "codex", Workspace: "/w/repo", Prompt: "p"}.Record(time.Now())
+		if mode != "" {
+			SetSandbox(Sandbox{Mode: mode, ABI: 7}).apply(&rec)
+		}
+		enc, err := EncodeRecord(&rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Digest map[string]any `json:"digest"`
+		}
+		if err := json.Unmarshal(enc.Record(), &got); err != nil {
+			t.Fatal(err)
+		}
+		v, ok := got.Digest["sandbox_mode"]
+		switch {
+		case mode == "" && ok:
+			t.Errorf("an unconfined task's digest has sandbox_mode %v", v)
+		case mode != "" && v != mode:
+			t.Errorf("digest sandbox_mode = %v, want %q", v, mode)
 		}
 	}
 }

@@ -65,6 +65,7 @@ func TestSandboxConfinesTheAgent(t *testing.T) {
 	assert.GreaterOrEqual(t, sb["abi"], float64(sandbox.MinABI))
 	assert.NotContains(t, sb["readable_home"], filepath.Join(home, ".ssh"))
 	assert.Equal(t, "workspace", rec["sandbox_mode"])
+	assert.Equal(t, "workspace", rec["digest"].(map[string]any)["sandbox_mode"], "the digest carries the mode")
 	list := call(t, r.cs, "list_tasks", map[string]any{})
 	assert.Equal(t, "workspace", list["tasks"].([]any)[0].(map[string]any)["sandbox_mode"], "summaries carry the mode")
 
@@ -86,6 +87,7 @@ func TestSandboxConfinesTheAgent(t *testing.T) {
 	assert.Contains(t, r.messages(t, id), "planted-secret")
 	assert.NotContains(t, rec, "sandbox", "an unconfined task's record is as before")
 	assert.NotContains(t, rec, "sandbox_mode")
+	assert.NotContains(t, rec["digest"], "sandbox_mode", "an unconfined task's digest is as before")
 }
 
 // TestSandboxDefaultAndFollowUps: the server's default confines a spawn
@@ -127,4 +129,32 @@ func TestSandboxDefaultAndFollowUps(t *testing.T) {
 	assert.Contains(t, msg, `"bogus"`)
 	after := call(t, r.cs, "list_tasks", map[string]any{})["tasks"].([]any)
 	assert.Len(t, after, len(before), "nothing started")
+}
+
+// TestDescribeAgentReportsTheSandbox: describe_agent says what the kernel
+// supports, the server's default mode and how the agent's launch would be
+// confined; a workspace that would open the home cannot be confined, and
+// says why; the agent is still described.
+func TestDescribeAgentReportsTheSandbox(t *testing.T) {
+	r, home := sandboxRig(t, sandbox.Workspace)
+	ws := t.TempDir()
+	d := call(t, r.cs, "describe_agent", map[string]any{"agent": "fake", "workspace": ws})
+	require.Nil(t, d["error"], "%v", d)
+	sb, ok := d["sandbox"].(map[string]any)
+	require.True(t, ok, "describe_agent has sandbox: %v", d)
+	assert.Equal(t, true, sb["supported"])
+	assert.GreaterOrEqual(t, sb["abi"], float64(sandbox.MinABI))
+	assert.Nil(t, sb["missing"])
+	assert.Equal(t, "workspace", sb["mode"])
+	assert.Equal(t, true, sb["confinable"], "%v", sb)
+	assert.Nil(t, sb["error"])
+	assert.Contains(t, sb["writable"], ws)
+	assert.Contains(t, sb["tcp_ports"], 443.0)
+	assert.NotContains(t, sb, "started", "describe_agent does not start the agent confined")
+
+	d = call(t, r.cs, "describe_agent", map[string]any{"agent": "fake", "workspace": home})
+	require.Nil(t, d["error"], "the agent is still described: %v", d)
+	sb = d["sandbox"].(map[string]any)
+	assert.Equal(t, false, sb["confinable"])
+	assert.Contains(t, sb["error"], "must stay closed to the task")
 }

@@ -118,7 +118,13 @@ func (e *ClosedError) Error() string {
 
 // Build computes the policy of one task. It reads the file system (the
 // PATH's executables, /etc) but changes nothing.
-func Build(s Spec) (*Policy, error) {
+func Build(s Spec) (*Policy, error) { return build(s, nil) }
+
+// Build is Build with what the PATH's executables open kept in c between
+// calls (Cache). A nil Cache keeps nothing.
+func (c *Cache) Build(s Spec) (*Policy, error) { return build(s, c) }
+
+func build(s Spec, cache *Cache) (*Policy, error) {
 	if s.Mode != ReadOnly && s.Mode != Workspace {
 		return nil, fmt.Errorf("sandbox: no policy for mode %q", s.Mode)
 	}
@@ -184,19 +190,11 @@ func Build(s Spec) (*Policy, error) {
 			p.Readable = append(p.Readable, h)
 		}
 	}
-	for _, d := range systemReadable {
-		if exists(d) {
-			p.Readable = append(p.Readable, d)
-		}
-	}
-	p.Readable = append(p.Readable, readableExcept("/etc", etcSecrets)...)
-	p.Readable = append(p.Readable, b.executables(lookupEnv(s.Env, "PATH"), s.Executable)...)
-	for _, d := range devices {
-		if exists(d) {
-			p.Devices = append(p.Devices, d)
-		}
-	}
-	if exists("/dev/shm") {
+	sys := cache.system()
+	exe := cache.executables(b, lookupEnv(s.Env, "PATH"), s.Executable)
+	p.Readable = slices.Concat(p.Readable, sys.readable, exe.readable)
+	p.Devices = slices.Clone(sys.devices)
+	if sys.shm {
 		p.Writable = append(p.Writable, "/dev/shm")
 	}
 
@@ -211,15 +209,67 @@ func Build(s Spec) (*Policy, error) {
 	readable := compact(p.Readable)
 	p.Readable = nil
 	for _, r := range readable {
-		if fi, err := os.Stat(r); err != nil {
-			continue
-		} else if fi.IsDir() {
+		dir, ok := sys.dirs[r]
+		if !ok {
+			dir, ok = exe.dirs[r]
+		}
+		if !ok {
+			fi, err := os.Stat(r)
+			if err != nil {
+				continue
+			}
+			dir = fi.IsDir()
+		}
+		if dir {
 			p.Readable = append(p.Readable, r)
 		} else {
 			p.ReadableFiles = append(p.ReadableFiles, r)
 		}
 	}
 	return p, p.Validate()
+}
+
+// part is a piece of a policy that does not depend on the task (the
+// system's readable paths, a PATH's programs), which a Cache keeps: its
+// readable paths, and which of them are directories (those missing are
+// left out).
+type part struct {
+	readable []string
+	dirs     map[string]bool
+}
+
+func newPart(readable []string) part {
+	pt := part{dirs: make(map[string]bool, len(readable))}
+	for _, r := range readable {
+		if fi, err := os.Stat(r); err == nil {
+			pt.readable = append(pt.readable, r)
+			pt.dirs[r] = fi.IsDir()
+		}
+	}
+	return pt
+}
+
+// systemPart is what every task may read of the system, and its devices.
+type systemPart struct {
+	part
+	devices []string
+	shm     bool // /dev/shm, writable
+}
+
+func readSystem() systemPart {
+	var readable []string
+	for _, d := range systemReadable {
+		if exists(d) {
+			readable = append(readable, d)
+		}
+	}
+	sp := systemPart{part: newPart(append(readable, etcReadable("/etc", etcSecrets, canAccess)...)), shm: exists("/dev/shm")}
+	for _, d := range devices {
+		if exists(d) {
+			sp.devices = append(sp.devices, d)
+		}
+	}
+	return sp
 }
 
 type builder struct {
@@ -424,10 +474,27 @@ func lookupEnv(env []string, key string) string {
 	return v
 }
 
-// within reports whether p is dir or below it.
+// within reports whether p is dir or below it. Clean absolute paths, all
+// the builder compares, take a prefix test (a policy of a few hundred
+// paths makes tens of thousands of these); others go through
+// filepath.Rel.
 func within(dir, p string) bool {
+	if cleanAbs(dir) && cleanAbs(p) {
+		return dir == "/" || p == dir || (strings.HasPrefix(p, dir) && p[len(dir)] == '/')
+	}
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && (rel == "." || filepath.IsLocal(rel))
+}
+
+// cleanAbs reports whether p is absolute and clean (filepath.Clean leaves
+// it as it is), without making a copy.
+func cleanAbs(p string) bool {
+	if p == "/" {
+		return true
+	}
+	return len(p) > 1 && p[0] == '/' && p[len(p)-1] != '/' &&
+		!strings.Contains(p, "//") && !strings.Contains(p, "/./") && !strings.Contains(p, "/../") &&
+		!strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..")
 }
 
 // resolve returns p with its symbolic links resolved as far as it exists:
@@ -452,14 +519,35 @@ func exists(p string) bool {
 }
 
 // compact sorts and dedupes, and drops what another entry already holds.
+// Sorted with the separator before every other byte, a directory is
+// followed at once by everything below it, so each path is compared with
+// the last one kept only.
 func compact(paths []string) []string {
-	slices.SortFunc(paths, func(a, b string) int { return cmp.Compare(len(a), len(b)) })
+	slices.SortFunc(paths, comparePaths)
 	var out []string
 	for _, p := range paths {
-		if !slices.ContainsFunc(out, func(o string) bool { return within(o, p) }) {
+		if len(out) == 0 || !within(out[len(out)-1], p) {
 			out = append(out, p)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// comparePaths orders paths component by component: "/a", "/a/b", "/a-b".
+func comparePaths(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if x == filepath.Separator {
+			return -1
+		}
+		if y == filepath.Separator {
+			return 1
+		}
+		return cmp.Compare(x, y)
+	}
+	return cmp.Compare(len(a), len(b))
 }

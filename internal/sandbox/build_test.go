@@ -227,3 +227,20 @@ func TestDecodePolicyBounds(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkBuild is the policy of a task under this machine's PATH, the
+// work a spawn does before the pre-exec step starts.
+func BenchmarkBuild(b *testing.B) {
+	root := b.TempDir()
+	ws := filepath.Join(root, "ws")
+	require.NoError(b, os.MkdirAll(ws, 0o700))
+	home, err := os.UserHomeDir()
+	require.NoError(b, err)
+	spec := Spec{Mode: Workspace, Workspace: ws, Home: home, State: []string{".agent"}, Temp: []string{filepath.Join(root, "tmp")},
+		Env: []string{"PATH=" + os.Getenv("PATH")}, Executable: "/bin/true"}
+	for b.Loop() {
+		if _, err := Build(spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -305,7 +305,7 @@ func (c *chain) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan)
 		closeAtEnd: r.keep == 0}
 	argv, env := launch.Argv, launch.Env
 	if lp.sandbox != "" && lp.sandbox != sandbox.Off {
-		conf, err := s.confine(r, lp.sandbox, lp.adapter, launch, lp.cwd)
+		conf, err := s.confine(r.id, r.wt, lp.sandbox, lp.adapter, launch, lp.cwd)
 		if err != nil {
 			c.endLive(r, ledger.Failed, err.Error())
 			return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/acpsession"
@@ -51,6 +52,9 @@ type Description struct {
 	Pins        []Pin                           `json:"pins"`
 	AuthMethods []acpsession.AuthMethod         `json:"auth_methods"`
 	Error       *string                         `json:"error"`
+	// Sandbox is the kernel's support for confining the agent and its
+	// launch as a sandboxed task's (an addition to Symm's answer).
+	Sandbox *SandboxSupport `json:"sandbox"`
 }
 
 // Describe starts the agent, reads what it offers, and ends it. It creates
@@ -74,6 +78,18 @@ func (s *Service) Describe(ctx context.Context, agent, workspace, host string) (
 
 // DescribeAgent is Describe for Go callers (the doctor command).
 func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (Description, error) {
+	return s.describe(ctx, agent, workspace, false)
+}
+
+// DescribeConfined is DescribeAgent with the agent started as a task with
+// sandbox "workspace" would start it (symm-mcp doctor's check that it sets
+// up its session confined): Sandbox.Started says whether it did,
+// Sandbox.StartError (and Error) why not.
+func (s *Service) DescribeConfined(ctx context.Context, agent, workspace string) (Description, error) {
+	return s.describe(ctx, agent, workspace, true)
+}
+
+func (s *Service) describe(ctx context.Context, agent, workspace string, confined bool) (Description, error) {
 	adapter, ok := s.cfg.Agents.Lookup(agent)
 	if !ok {
 		return Description{}, errorf(UnknownAgent, "no agent named %q", agent)
@@ -86,10 +102,16 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 		return Description{}, err
 	}
 	d := Description{Agent: agent, Executable: adapter.Executable, Options: adapter.Options, Pins: []Pin{},
-		AuthMethods: []acpsession.AuthMethod{}}
+		AuthMethods: []acpsession.AuthMethod{}, Sandbox: s.sandboxSupport()}
+	if confined {
+		d.Sandbox.Started = new(bool)
+	}
 	fail := func(err error) (Description, error) {
 		msg := err.Error()
 		d.Error = &msg
+		if confined {
+			d.Sandbox.StartError = &msg
+		}
 		return d, nil
 	}
 	path, err := s.cfg.Supervisor.LookPath(adapter.Executable)
@@ -101,13 +123,26 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	if err != nil {
 		return fail(err)
 	}
+	conf, cerr := s.confinable(d.Sandbox, adapter, launch, ws)
+	argv, env := launch.Argv, launch.Env
+	if confined {
+		if cerr != nil {
+			return fail(cerr)
+		}
+		argv, env = conf.argv, conf.env
+		defer func() {
+			if err := os.RemoveAll(conf.temp); err != nil {
+				s.log.Warn("removing a described agent's temp directory", "path", conf.temp, "err", err)
+			}
+		}()
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, DescribeDeadline)
 	defer cancel()
 	var probe *acpsession.Probe
 	sink := &probeSink{exited: make(chan supervisor.Exit, 1)}
 	id, err := s.cfg.Supervisor.Start(ctx, supervisor.Spec{
-		Argv: launch.Argv, Env: launch.Env, Dir: ws,
+		Argv: argv, Env: env, Dir: ws,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
 			probe = acpsession.StartProbe(stdin, stdout, ws, s.cfg.RequestTimeout, s.cfg.Version, adapter.KeepSessionOpen, s.log.With("describe", agent))
 			return probe
@@ -137,6 +172,9 @@ func (s *Service) DescribeAgent(ctx context.Context, agent, workspace string) (D
 	}
 	if exit.CleanupErr != nil {
 		s.log.Warn("describe_agent left processes behind", "agent", agent, "err", exit.CleanupErr)
+	}
+	if confined {
+		*d.Sandbox.Started = true
 	}
 	d.Version = &res.Version
 	d.CanResume = &res.CanResume

@@ -1,15 +1,19 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
+	"github.com/symm-mcp/symm-mcp/internal/worktree"
 )
 
 // SandboxConfig confines agents with the kernel (internal/sandbox, intent
@@ -38,6 +42,9 @@ type SandboxConfig struct {
 	// TempRoot holds each sandboxed task's own temporary directory
 	// ("": os.TempDir()).
 	TempRoot string
+	// Cache keeps what the PATH's executables open between the policies
+	// of the server's tasks (nil: each policy reads them afresh).
+	Cache *sandbox.Cache
 }
 
 // sandboxMode is the mode a turn runs under: the one asked for, else
@@ -65,14 +72,14 @@ type confined struct {
 	record    ledger.Sandbox
 }
 
-// confine wraps task r's launch in the pre-exec step under mode: it
+// confine wraps task id's launch in the pre-exec step under mode: it
 // resolves the agent's executable, builds the task's policy (its
 // workspace or worktree, the agent table's state directories, a temp
 // directory of its own) and returns the command line that starts the
 // agent confined. An error (a kernel that cannot confine, a workspace
 // that would open a closed directory) fails the task before anything
 // starts: never unconfined.
-func (s *Service) confine(r *taskRun, mode sandbox.Mode, a *agents.Adapter, l agents.Launch, cwd string) (confined, error) {
+func (s *Service) confine(id string, wt *worktree.Worktree, mode sandbox.Mode, a *agents.Adapter, l agents.Launch, cwd string) (confined, error) {
 	sc := s.cfg.Sandbox
 	abi, err := sandbox.Check()
 	if err != nil {
@@ -96,7 +103,7 @@ func (s *Service) confine(r *taskRun, mode sandbox.Mode, a *agents.Adapter, l ag
 	if root == "" {
 		root = os.TempDir()
 	}
-	temp := filepath.Join(root, "symm-mcp-task-"+r.id)
+	temp := filepath.Join(root, "symm-mcp-task-"+id)
 	closed := slices.Clone(sc.Closed)
 	if s.cfg.WorktreeRoot != "" {
 		closed = append(closed, s.cfg.WorktreeRoot)
@@ -106,10 +113,10 @@ func (s *Service) confine(r *taskRun, mode sandbox.Mode, a *agents.Adapter, l ag
 		Env: env, Executable: exe, AllowPorts: sc.AllowPorts, BindPorts: a.SandboxBind,
 		DenyPorts: sc.DenyPorts, Closed: closed,
 	}
-	if wt := r.wt; wt != nil {
+	if wt != nil {
 		spec.Git = &sandbox.GitDirs{Private: filepath.Join(wt.Repository, "worktrees", filepath.Base(wt.Path)), Common: wt.Repository, Branch: wt.Branch}
 	}
-	pol, err := sandbox.Build(spec)
+	pol, err := sc.Cache.Build(spec)
 	if err != nil {
 		return confined{}, err
 	}
@@ -150,4 +157,64 @@ func envValue(env []string, key string) string {
 		}
 	}
 	return v
+}
+
+// SandboxSupport is what describe_agent says of confining the agent
+// (internal/sandbox): the kernel's Landlock support, the mode of a spawn
+// that names none, and the agent's launch in the workspace as sandbox
+// "workspace" would confine it, or why it cannot be.
+type SandboxSupport struct {
+	// ABI is the kernel's Landlock ABI level (0: none); Supported is
+	// whether it can confine a task, Missing what it lacks when not.
+	ABI       int     `json:"abi"`
+	Supported bool    `json:"supported"`
+	Missing   *string `json:"missing"`
+	// Mode is the sandbox of a spawn that names none on this server.
+	Mode string `json:"mode"`
+	// Confinable is whether the agent's launch here can be confined;
+	// Writable, ReadableHome and TCPPorts are what it would get under
+	// "workspace" (its state and temp directories, the workspace), Error
+	// why it cannot be confined.
+	Confinable   bool     `json:"confinable"`
+	Writable     []string `json:"writable"`
+	ReadableHome []string `json:"readable_home"`
+	TCPPorts     []uint16 `json:"tcp_ports"`
+	Error        *string  `json:"error"`
+	// Started is set when the agent was started confined to be described
+	// (symm-mcp doctor): true when its ACP setup (initialize, session/new)
+	// succeeded under the sandbox; StartError says why not.
+	Started    *bool   `json:"started,omitempty"`
+	StartError *string `json:"start_error,omitempty"`
+}
+
+// sandboxSupport describes the kernel's support and the server's default,
+// the launch left to confinable.
+func (s *Service) sandboxSupport() *SandboxSupport {
+	abi, err := sandbox.Check()
+	sp := &SandboxSupport{ABI: abi, Supported: err == nil, Mode: string(s.cfg.Sandbox.Default), Writable: []string{}, ReadableHome: []string{}, TCPPorts: []uint16{}}
+	if sp.Mode == "" {
+		sp.Mode = string(sandbox.Off)
+	}
+	var ue *sandbox.UnsupportedError
+	if errors.As(err, &ue) {
+		sp.Missing = &ue.Missing
+	}
+	return sp
+}
+
+// confinable fills in sp what the agent's launch in cwd gets under
+// "workspace", or why it cannot be confined, and returns that launch.
+func (s *Service) confinable(sp *SandboxSupport, a *agents.Adapter, l agents.Launch, cwd string) (confined, error) {
+	conf, err := s.confine("describe-"+uuid.NewString(), nil, sandbox.Workspace, a, l, cwd)
+	if err != nil {
+		msg := err.Error()
+		sp.Error = &msg
+		return confined{}, err
+	}
+	sp.Confinable = true
+	sp.Writable, sp.ReadableHome, sp.TCPPorts = conf.record.Writable, conf.record.ReadableHome, conf.record.TCPPorts
+	if sp.ReadableHome == nil {
+		sp.ReadableHome = []string{}
+	}
+	return conf, nil
 }

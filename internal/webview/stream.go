@@ -247,6 +247,9 @@ type row struct {
 	Health       string  `json:"health,omitempty"`
 	LastUpdateAt *string `json:"last_update_at,omitempty"`
 	LastCPUAt    *string `json:"last_cpu_at,omitempty"`
+	// SandboxMode is the record's sandbox_mode: read-only or workspace,
+	// "" for an agent that ran unconfined.
+	SandboxMode string `json:"sandbox_mode"`
 }
 
 // rowJSON is the list row of a task record.

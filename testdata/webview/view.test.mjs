@@ -179,6 +179,27 @@ describe('live view in headless Chromium', () => {
     assert.match(diff, /2 files/);
   });
 
+  test('each task shows its sandbox mode', async () => {
+    // serve confines by default (workspace; read-only without edit), and a
+    // task may opt out: the list and the task page say which.
+    const spawn = (extra) => mcp.call('spawn_task', { agent: 'codex', workspace: d.ws, initiator_id: 'sandboxes', prompt: script([{ message: 'ok' }]), ...extra });
+    const confined = await spawn({ allow: ['read', 'edit'] });
+    const readOnly = await spawn({});
+    const open = await spawn({ sandbox: 'off' });
+    for (const id of [confined.task_id, readOnly.task_id, open.task_id]) await mcp.call('wait_tasks', { task_ids: [id], timeout_seconds: 30 });
+    await page.goto(`${d.base}/`);
+    const shown = async (id) => page.locator(`tr[data-task="${id}"] .badge.sandbox`).textContent();
+    await page.locator(`tr[data-task="${open.task_id}"] .badge.sandbox`).waitFor();
+    assert.equal(await shown(confined.task_id), 'sandbox workspace');
+    assert.equal(await shown(readOnly.task_id), 'sandbox read-only');
+    assert.equal(await shown(open.task_id), 'unconfined');
+    await page.goto(`${d.base}/tasks/${confined.task_id}`);
+    await page.waitForSelector('body[data-status=succeeded]');
+    const meta = await page.locator('#meta').textContent();
+    assert.match(meta, /sandboxsandbox workspace Landlock ABI \d+; TCP [\d, ]*443/);
+    assert.ok(meta.includes(d.ws), 'the workspace is among the writable directories');
+  });
+
   test('cancel works through the page', async () => {
     const spawned = await mcp.call('spawn_task', {
       agent: 'codex', workspace: d.ws, initiator_id: 'orchestrator-1',

@@ -125,6 +125,18 @@ export function healthBadge(t) {
   });
 }
 
+// sandboxBadge is a task's sandbox mode as the record names it
+// (sandbox_mode: read-only or workspace); a task whose agent ran
+// unconfined has none and shows "unconfined".
+export function sandboxBadge(mode) {
+  const m = mode || 'off';
+  return el('span', {
+    class: `badge sandbox sb-${m.replace(/[^a-z-]/g, '')}`, data: { sandbox: m },
+    text: mode ? `sandbox ${mode}` : 'unconfined',
+    title: mode ? `the kernel confines this task's processes (sandbox ${mode})` : 'the agent ran without a sandbox',
+  });
+}
+
 // The session's key: the login put it in this origin's sessionStorage,
 // and every /api request and stream carries it in KEY_HEADER (a cookie
 // alone opens nothing). A tab opened afresh has none: it asks the view's

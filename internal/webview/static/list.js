@@ -1,6 +1,6 @@
 // The list page: every task the stream sends, newest first, grouped by
 // initiator, filtered by status and agent (the filters live in the URL).
-import { el, taskLink, age, usageText, costText, badge, healthBadge, wireLogout, showVersion, openStream, TERMINAL } from './common.js';
+import { el, taskLink, age, usageText, costText, badge, healthBadge, sandboxBadge, wireLogout, showVersion, openStream, TERMINAL } from './common.js';
 
 const rows = new Map(); // task id -> row
 let waiting = {}; // task id -> permission questions open on it
@@ -29,7 +29,7 @@ function rowEl(r, now) {
   const name = r.title || r.task_id;
   tr.append(
     el('td', { class: 'name' }, taskLink(r.task_id, name), r.title ? el('div', { class: 'sub', text: r.task_id }) : null),
-    el('td', { text: r.agent }),
+    el('td', {}, r.agent, sandboxBadge(r.sandbox_mode)),
     el('td', {}, badge(r.status), r.health === 'stalled' ? healthBadge(r) : null, waiting[r.task_id] ? el('span', { class: 'badge waiting', text: 'decision', title: 'waits for a permission decision: open the task' }) : null),
     el('td', { class: 'res', text: r.resolution === 'unresolved' ? '' : r.resolution }),
     el('td', { class: 'age', text: age(r.created_at, now), title: r.created_at }),

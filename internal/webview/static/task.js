@@ -1,6 +1,6 @@
 // A task's page: its record, its worktree diff, and its events as a
 // timeline that follows the task live. The task is the URL's: /tasks/<id>.
-import { el, clippedText, preview, age, duration, usageText, costText, badge, healthBadge, getSession, act, wireLogout, showVersion, openStream, TERMINAL } from './common.js';
+import { el, clippedText, preview, age, duration, usageText, costText, badge, healthBadge, sandboxBadge, getSession, act, wireLogout, showVersion, openStream, TERMINAL } from './common.js';
 
 const id = decodeURIComponent(location.pathname.slice('/tasks/'.length));
 const timeline = document.getElementById('timeline');
@@ -153,6 +153,17 @@ function meta(k, v) {
   return [el('dt', { text: k }), dd];
 }
 
+// sandboxMeta is what confined the task (the record's sandbox): its mode
+// and badge, the Landlock ABI, the TCP ports and the writable directories;
+// "unconfined" when the agent ran without one.
+function sandboxMeta(sb) {
+  const span = el('span', {}, sandboxBadge(sb?.mode));
+  if (sb) {
+    span.append(` Landlock ABI ${sb.abi}; TCP ${(sb.tcp_ports || []).join(', ') || 'none'}; writes ${(sb.writable || []).join(', ') || 'nothing'}`);
+  }
+  return span;
+}
+
 function renderRecord(t) {
   record = t;
   document.title = `symm-mcp · ${t.title || t.task_id}`;
@@ -166,6 +177,7 @@ function renderRecord(t) {
     ...meta('initiator', t.initiator_id),
     ...meta('executor', t.executor_id),
     ...meta('workspace', t.workspace),
+    ...meta('sandbox', sandboxMeta(t.sandbox)),
     ...meta('created', `${t.created_at} (${age(t.created_at, now)} ago)`),
     ...meta('ran', t.started_at ? duration(t.started_at, t.ended_at || new Date(now).toISOString()) : ''),
     ...meta('usage', usageText(t.usage)),
