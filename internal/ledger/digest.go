@@ -36,8 +36,13 @@ type Digest struct {
 	Final bool `json:"final"`
 	// Health is the record's, a live task's (intent 0052); absent once
 	// the task ended.
-	Health      DigestHealth `json:"health,omitempty"`
-	LastMessage LastMessage  `json:"last_message"`
+	Health DigestHealth `json:"health,omitempty"`
+	// SandboxMode is the record's own sandbox_mode (read-only or
+	// workspace), filled in when the record is encoded; absent for an
+	// agent that ran unconfined, so that such a digest encodes as before.
+	// A byte, as Health, in the padding after Final.
+	SandboxMode DigestSandbox `json:"sandbox_mode,omitempty"`
+	LastMessage LastMessage   `json:"last_message"`
 	// Events counts the task's events by type.
 	Events map[string]int64 `json:"events"`
 	// The parts below are left out when empty (nothing to count, no
@@ -56,10 +61,6 @@ type Digest struct {
 	Permissions map[string]map[string]int64 `json:"permissions,omitempty"`
 	Usage       Usage                       `json:"usage,omitzero"`
 	Error       *string                     `json:"error,omitempty"`
-	// SandboxMode is the record's own sandbox_mode (read-only or
-	// workspace), filled in when the record is encoded; absent for an
-	// agent that ran unconfined, so that such a digest encodes as before.
-	SandboxMode string `json:"sandbox_mode,omitempty"`
 	// Diff and Overlaps sum up a worktree task's end (the record has the
 	// whole): how much it changed, and which other tasks changed the same
 	// files (at most MaxDigestOverlaps, OverlapsMore counting the rest).
@@ -187,7 +188,7 @@ func digestOf(t *Task) (Digest, []byte) {
 	d.Usage = t.Usage
 	d.Health = digestHealthOf(t.HealthOf())
 	d.Error = t.Error
-	d.SandboxMode = t.SandboxMode
+	d.SandboxMode = digestSandboxOf(t.SandboxMode)
 	d.Diff, d.Overlaps, d.OverlapsMore = nil, nil, 0
 	if t.Diff != nil {
 		d.Diff = &DigestDiff{Files: len(t.Diff.Files), Insertions: t.Diff.Insertions, Deletions: t.Diff.Deletions, Truncated: t.Diff.Truncated}
@@ -430,5 +431,54 @@ func (h *DigestHealth) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*h = digestHealthOf(Health(s))
+	return nil
+}
+
+// DigestSandbox is a sandbox mode in one byte, for the reason of
+// DigestHealth: a live task's record is kept decoded, and a string here
+// made each one a size class larger (768 to 896 B). Its JSON is the
+// mode's name; zero is none (the agent ran unconfined), left out.
+type DigestSandbox uint8
+
+// The modes a digest names: the confined ones of the record's
+// sandbox_mode.
+const (
+	sandboxReadOnly  = "read-only"
+	sandboxWorkspace = "workspace"
+)
+
+func digestSandboxOf(mode string) DigestSandbox {
+	switch mode {
+	case sandboxReadOnly:
+		return 1
+	case sandboxWorkspace:
+		return 2
+	}
+	return 0
+}
+
+// Mode is the sandbox mode d stands for ("" for none).
+func (d DigestSandbox) Mode() string {
+	switch d {
+	case 1:
+		return sandboxReadOnly
+	case 2:
+		return sandboxWorkspace
+	}
+	return ""
+}
+
+// MarshalJSON writes the mode's name.
+func (d DigestSandbox) MarshalJSON() ([]byte, error) {
+	return json.Marshal(d.Mode())
+}
+
+// UnmarshalJSON reads a mode's name; another is none.
+func (d *DigestSandbox) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*d = digestSandboxOf(s)
 	return nil
 }

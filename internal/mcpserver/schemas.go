@@ -123,6 +123,8 @@ func inferOutput(t reflect.Type) (*jsonschema.Schema, error) {
 		// name (intent 0052).
 		reflect.TypeFor[ledger.Health]():       healthSchema(),
 		reflect.TypeFor[ledger.DigestHealth](): healthSchema(),
+		// The digest's sandbox mode, a byte written as its name.
+		reflect.TypeFor[ledger.DigestSandbox](): {Type: "string"},
 	}})
 	if err != nil {
 		return nil, err
