@@ -61,6 +61,10 @@ var fakeAdapter = &agents.Adapter{
 	Name: "fake", Executable: "fake-agent", Options: []string{agents.OptAllow, agents.OptModel, agents.OptEffort},
 	Model:  &modelSetting,
 	Effort: &effortSetting,
+	// As claude_code's CLAUDE_CONFIG_DIR and cline's backend: set under a
+	// sandbox only.
+	SandboxEnvDirs: []agents.EnvDir{{Var: "FAKE_STATE_DIR", Dir: ".fake"}},
+	SandboxEnv:     []string{"FAKE_BACKEND=local"},
 }
 
 // fakeFlagAdapter is the fake agent taking effort as a launch flag, as

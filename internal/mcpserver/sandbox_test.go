@@ -87,6 +87,31 @@ func TestSandboxConfinesTheAgent(t *testing.T) {
 	assert.NotContains(t, rec, "sandbox_mode")
 }
 
+// TestSandboxAgentEnv: an agent whose table entry names a state directory
+// by an environment variable (claude_code's CLAUDE_CONFIG_DIR) gets it
+// set, under a sandbox only, to that directory of the home, created and
+// writable, the home itself closed; and the table's sandbox environment
+// (cline's local backend) is set under a sandbox only.
+func TestSandboxAgentEnv(t *testing.T) {
+	r, home := sandboxRig(t, sandbox.Off)
+	state := filepath.Join(home, ".fake")
+	steps := script(map[string]any{"env": "FAKE_STATE_DIR"}, map[string]any{"env": "FAKE_BACKEND"}, writeStep(filepath.Join(state, "s.json"), "{}"),
+		writeStep(filepath.Join(home, ".fake.json"), "{}"), map[string]any{"message": "done"})
+	id := r.spawn(t, map[string]any{"workspace": t.TempDir(), "sandbox": "read-only", "prompt": steps})
+	rec := r.wait(t, id)
+	require.Equal(t, "succeeded", rec["status"], "%v", rec)
+	assert.Contains(t, r.messages(t, id), "FAKE_STATE_DIR="+state)
+	assert.Contains(t, r.messages(t, id), "FAKE_BACKEND=local")
+	assert.FileExists(t, filepath.Join(state, "s.json"), "the moved state is writable")
+	assert.NoFileExists(t, filepath.Join(home, ".fake.json"), "the home stays closed")
+
+	id = r.spawn(t, map[string]any{"workspace": t.TempDir(), "prompt": script(map[string]any{"env": "FAKE_STATE_DIR"}, map[string]any{"env": "FAKE_BACKEND"})})
+	rec = r.wait(t, id)
+	require.Equal(t, "succeeded", rec["status"], "%v", rec)
+	assert.Contains(t, r.messages(t, id), "FAKE_STATE_DIR unset", "unconfined, the environment is as before")
+	assert.Contains(t, r.messages(t, id), "FAKE_BACKEND unset")
+}
+
 // TestSandboxDefaultAndFollowUps: the server's default confines a spawn
 // that names no mode, "off" opts out, and a follow-up keeps its parent's
 // mode; an unknown mode is invalid_request naming it, in spawn_task,

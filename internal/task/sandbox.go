@@ -85,9 +85,22 @@ func (s *Service) confine(r *taskRun, mode sandbox.Mode, a *agents.Adapter, l ag
 	if err != nil {
 		return confined{}, err
 	}
-	env := mergeEnv(sc.Environ, l.Env)
+	env := mergeEnv(mergeEnv(sc.Environ, l.Env), a.SandboxEnv)
+	// The agent table's variables that move state out of the home itself.
+	var moved []string
+	for _, d := range a.SandboxEnvDirs {
+		if envValue(env, d.Var) == "" {
+			kv := d.Var + "=" + filepath.Join(sc.Home, d.Dir)
+			moved = append(moved, kv)
+			env = append(env, kv)
+		}
+	}
 	state := slices.Clone(a.SandboxState)
-	for _, k := range a.SandboxStateEnv {
+	stateEnv := slices.Clone(a.SandboxStateEnv)
+	for _, d := range a.SandboxEnvDirs {
+		stateEnv = append(stateEnv, d.Var)
+	}
+	for _, k := range stateEnv {
 		if v := envValue(env, k); filepath.IsAbs(v) {
 			state = append(state, filepath.Clean(v))
 		}
@@ -117,7 +130,7 @@ func (s *Service) confine(r *taskRun, mode sandbox.Mode, a *agents.Adapter, l ag
 	if err != nil {
 		return confined{}, err
 	}
-	out := confined{argv: argv, temp: temp, env: append(append(slices.Clone(l.Env), extra...), "TMPDIR="+temp)}
+	out := confined{argv: argv, temp: temp, env: slices.Concat(mergeEnv(l.Env, a.SandboxEnv), moved, extra, []string{"TMPDIR=" + temp})}
 	out.record = ledger.Sandbox{Mode: string(pol.Mode), Writable: pol.Writable, TCPPorts: pol.ConnectTCP, ABI: abi}
 	home := sc.Home
 	if h, err := filepath.EvalSymlinks(home); err == nil {
