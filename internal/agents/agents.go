@@ -97,6 +97,12 @@ type Adapter struct {
 	// process (cline's tools otherwise run in a hub daemon that outlives
 	// the task, intent 0047).
 	SandboxEnv []string
+	// SandboxPortFlag, when set, is the launch flag that takes the TCP
+	// port the agent serves itself on ("--port="): under a sandbox each
+	// task's agent gets a loopback port of its own through it, bound and
+	// connected to, in place of a fixed port that one task's agent would
+	// hold and another's could reach (intent 0047).
+	SandboxPortFlag string
 }
 
 // EnvDir is an environment variable naming a directory, relative to the

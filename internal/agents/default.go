@@ -127,9 +127,11 @@ func DefaultAdapters() []*Adapter {
 			Env:   OpencodeEnv,
 			NPM:   &NPM{Package: "opencode-ai", Version: "1.18.33"},
 			// It installs its provider's npm package under ~/.config/opencode,
-			// through ~/.npm, and serves itself on 4096.
-			SandboxState: []string{".local/share/opencode", ".local/state/opencode", ".config/opencode", ".cache/opencode", ".npm"},
-			SandboxBind:  []uint16{4096},
+			// through ~/.npm. It serves itself on 4096, else on a port the
+			// kernel picks, which a sandbox cannot name: each sandboxed task
+			// gets a port of its own by --port.
+			SandboxState:    []string{".local/share/opencode", ".local/state/opencode", ".config/opencode", ".cache/opencode", ".npm"},
+			SandboxPortFlag: "--port=",
 		},
 	}
 }

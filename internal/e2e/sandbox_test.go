@@ -25,7 +25,7 @@ import (
 // in intent 0047.
 
 // sandboxChecks are the columns of the sandbox matrix.
-var sandboxChecks = []string{"plain", "refused", "allowed", "cancel", "resume", "followup", "worktree", "escape", "preapproved"}
+var sandboxChecks = []string{"plain", "refused", "allowed", "cancel", "resume", "followup", "worktree", "escape", "preapproved", "fleet"}
 
 // sandboxRow is the key of an agent's row in the sandbox matrix.
 func sandboxRow(agent string) string { return agent + " sandbox" }
@@ -89,6 +89,40 @@ func (r *rig) testSandboxed(ctx context.Context, t *recorder, refusedKind string
 		run(9, "preapproved", func(t *recorder) { sb.checkPreapproved(ctx, t) })
 	} else {
 		cell(name, "preapproved", notThisAgent)
+	}
+	run(10, "fleet", func(t *recorder) { sb.checkFleet(ctx, t, kind) })
+}
+
+// checkFleet runs two sandboxed tasks of the agent at once, in workspaces
+// of their own (spawn_tasks): each writes its own workspace and ends, so
+// whatever the agent serves itself on (opencode's port) or shares (cline's
+// hub) does not tie one confined task to the other.
+func (r *rig) checkFleet(ctx context.Context, t *recorder, kind string) {
+	require.NotEmpty(t, kind, "no tool kind from the refused call")
+	var entries []map[string]any
+	var files []string
+	for _, n := range []string{"a", "b"} {
+		ws := filepath.Join(r.ws, "fleet-"+n)
+		require.NoError(t, os.MkdirAll(ws, 0o700))
+		files = append(files, filepath.Join(ws, "fleet.txt"))
+		entries = append(entries, map[string]any{"workspace": ws, "prompt": "Run the command. [[tool:" + files[len(files)-1] + "]]"})
+	}
+	defaults := map[string]any{"agent": r.agent.name, "allow": []string{kind}}
+	r.sandboxArgs(defaults)
+	var out struct {
+		Tasks []struct {
+			ID    *string `json:"task_id"`
+			Error *string `json:"error"`
+		} `json:"tasks"`
+	}
+	require.NoError(t, r.call(ctx, "spawn_tasks", map[string]any{"tasks": entries, "defaults": defaults}, &out))
+	require.Len(t, out.Tasks, 2)
+	for i, e := range out.Tasks {
+		require.NotNil(t, e.ID, "entry %d: %s", i, deref(e.Error))
+		tk := r.wait(ctx, t, *e.ID)
+		assert.Equal(t, "succeeded", tk.Status, "entry %d: %s; events:\n%s", i, tk.summary(), dump(tk.events))
+		r.confinedAs(t, tk, "workspace")
+		assert.FileExists(t, files[i], "entry %d's write in its own workspace", i)
 	}
 }
 

@@ -2,9 +2,11 @@ package task
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
@@ -114,9 +116,18 @@ func (s *Service) confine(r *taskRun, mode sandbox.Mode, a *agents.Adapter, l ag
 	if s.cfg.WorktreeRoot != "" {
 		closed = append(closed, s.cfg.WorktreeRoot)
 	}
+	args, bind := slices.Clone(l.Argv[1:]), slices.Clone(a.SandboxBind)
+	if a.SandboxPortFlag != "" {
+		port, err := freePort()
+		if err != nil {
+			return confined{}, fmt.Errorf("sandbox: a port for %s to serve itself on: %w", a.Name, err)
+		}
+		args = append(args, a.SandboxPortFlag+strconv.Itoa(int(port)))
+		bind = append(bind, port)
+	}
 	spec := sandbox.Spec{
 		Mode: mode, Workspace: cwd, Home: sc.Home, State: state, Temp: []string{temp},
-		Env: env, Executable: exe, AllowPorts: sc.AllowPorts, BindPorts: a.SandboxBind,
+		Env: env, Executable: exe, AllowPorts: sc.AllowPorts, BindPorts: bind,
 		DenyPorts: sc.DenyPorts, Closed: closed,
 	}
 	if wt := r.wt; wt != nil {
@@ -126,7 +137,7 @@ func (s *Service) confine(r *taskRun, mode sandbox.Mode, a *agents.Adapter, l ag
 	if err != nil {
 		return confined{}, err
 	}
-	argv, extra, err := sandbox.Command(sc.Self, pol, append([]string{exe}, l.Argv[1:]...))
+	argv, extra, err := sandbox.Command(sc.Self, pol, append([]string{exe}, args...))
 	if err != nil {
 		return confined{}, err
 	}
@@ -143,6 +154,18 @@ func (s *Service) confine(r *taskRun, mode sandbox.Mode, a *agents.Adapter, l ag
 	}
 	slices.Sort(out.record.ReadableHome)
 	return out, nil
+}
+
+// freePort is a loopback TCP port free now, picked by the kernel and
+// released for the agent to bind. Another process may take it first: the
+// agent then fails to serve, as on a busy fixed port, and the task fails.
+func freePort() (uint16, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port), nil
 }
 
 // mergeEnv is base with the KEY=VALUE entries of over in place of its own.
