@@ -372,7 +372,7 @@ func testAgent(t *testing.T, a agentCase) {
 	if os.Getenv("E2E_SANDBOX") != "only" {
 		refusedKind = r.testUnconfined(ctx, t)
 	}
-	t.Run("sandbox", func(t *testing.T) { r.testSandboxed(ctx, &recorder{T: t}, refusedKind) })
+	t.Run("sandbox", func(t *testing.T) { r.testSandboxed(ctx, t, refusedKind) })
 }
 
 // testUnconfined runs the checks without a sandbox; it returns the kind

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -47,7 +48,7 @@ func plantSecret(t require.TestingT, home string) string {
 
 // testSandboxed runs the sandbox checks on r's server, each spawn with
 // sandbox "workspace".
-func (r *rig) testSandboxed(ctx context.Context, t *recorder, refusedKind string) {
+func (r *rig) testSandboxed(ctx context.Context, t *testing.T, refusedKind string) {
 	sb := *r
 	sb.sandbox = "workspace"
 	// A workspace of its own: the files the checks write are new.
@@ -62,7 +63,7 @@ func (r *rig) testSandboxed(ctx context.Context, t *recorder, refusedKind string
 		delete(matrix[name].cells, "")
 		matrixMu.Unlock()
 	}()
-	run := func(n int, c string, f func(t *recorder)) { check(t.T, name, n, c, f) }
+	run := func(n int, c string, f func(t *recorder)) { check(t, name, n, c, f) }
 	var plain task
 	run(1, "plain", func(t *recorder) {
 		plain = sb.checkPlain(ctx, t)
@@ -123,6 +124,13 @@ func (r *rig) checkFleet(ctx context.Context, t *recorder, kind string) {
 		assert.Equal(t, "succeeded", tk.Status, "entry %d: %s; events:\n%s", i, tk.summary(), dump(tk.events))
 		r.confinedAs(t, tk, "workspace")
 		assert.FileExists(t, files[i], "entry %d's write in its own workspace", i)
+		if tk.Sandbox != nil {
+			// The fixed ports opencode (4096) and cline's hub (25463)
+			// serve on, which another task's agent, or one run outside
+			// the sandbox, would hold.
+			assert.NotContains(t, tk.Sandbox.TCPPorts, 4096, "entry %d's ports", i)
+			assert.NotContains(t, tk.Sandbox.TCPPorts, 25463, "entry %d's ports", i)
+		}
 	}
 }
 
