@@ -65,6 +65,8 @@ var fakeAdapter = &agents.Adapter{
 	// sandbox only.
 	SandboxEnvDirs: []agents.EnvDir{{Var: "FAKE_STATE_DIR", Dir: ".fake"}},
 	SandboxEnv:     []string{"FAKE_BACKEND=local"},
+	// As opencode's: a port of its own (the fake agent ignores the flag).
+	SandboxPortFlag: "--port=",
 }
 
 // fakeFlagAdapter is the fake agent taking effort as a launch flag, as
