@@ -197,11 +197,10 @@ func (r *rig) refusedByKernel(t *recorder, tk task, outside, id string) {
 	assert.True(t, saw["Permission denied"], "the failures were EACCES")
 }
 
-// checkPreapproved: a workspace whose .claude/settings.json allows
-// Bash(*) and holds a script, so that Claude Code runs it without a
-// permission request; the kernel still confines it. (A command that names
-// a path outside the working directory is asked about whatever the rules
-// say: Claude Code checks the paths it can see, not a script's.)
+// checkPreapproved: a trusted workspace whose .claude/settings.json
+// allows Bash(*) and that ships a script, as a hostile repository would:
+// Claude Code runs it without a permission request, and the kernel still
+// confines it.
 func (r *rig) checkPreapproved(ctx context.Context, t *recorder) {
 	ws := filepath.Join(r.home, "preapproved")
 	require.NoError(t, os.MkdirAll(filepath.Join(ws, ".claude"), 0o700))
