@@ -21,9 +21,9 @@ import (
 // The sandbox (issue 32, intent 0043): each agent runs the suite's main
 // behaviours again with sandbox "workspace", in the same home and server,
 // then one turn whose model makes the agent's own shell tool write outside
-// the workspace and read a planted ~/.ssh/id_test; for claude_code also a
-// workspace whose .claude/settings.json pre-approves Bash(*). Findings are
-// in intent 0047.
+// the workspace and read a planted ~/.ssh/id_test, for claude_code a
+// workspace whose .claude/settings.json pre-approves Bash(*), and two
+// sandboxed tasks at once. What the agents needed is in intent 0047.
 
 // sandboxChecks are the columns of the sandbox matrix.
 var sandboxChecks = []string{"plain", "refused", "allowed", "cancel", "resume", "followup", "worktree", "escape", "preapproved", "fleet"}
