@@ -86,6 +86,29 @@ type Adapter struct {
 	SandboxState    []string
 	SandboxStateEnv []string
 	SandboxBind     []uint16
+	// SandboxEnvDirs are environment variables a sandbox sets, when the
+	// agent's environment leaves them unset, to a directory of the home
+	// (relative to it) that is then among the agent's state: an agent
+	// that writes a file by a rename in the home itself is moved to a
+	// directory of its own (intent 0047).
+	SandboxEnvDirs []EnvDir
+	// SandboxEnv are KEY=VALUE entries a sandbox sets whatever the
+	// environment says: what keeps the agent's work in its own confined
+	// process (cline's tools otherwise run in a hub daemon that outlives
+	// the task, intent 0047).
+	SandboxEnv []string
+	// SandboxPortFlag, when set, is the launch flag that takes the TCP
+	// port the agent serves itself on ("--port="): under a sandbox each
+	// task's agent gets a loopback port of its own through it, bound and
+	// connected to, in place of a fixed port that one task's agent would
+	// hold and another's could reach (intent 0047).
+	SandboxPortFlag string
+}
+
+// EnvDir is an environment variable naming a directory, relative to the
+// home.
+type EnvDir struct {
+	Var, Dir string
 }
 
 // Accepts reports whether the adapter takes the option.

@@ -64,8 +64,10 @@ func DefaultAdapters() []*Adapter {
 			Pins:   fixed(pinMode("default")),
 			NPM:    &NPM{Package: "@agentclientprotocol/claude-agent-acp", Version: "0.101.0"},
 			// ~/.claude.json is written by a rename in the home itself:
-			// under a sandbox, CLAUDE_CONFIG_DIR moves it into ~/.claude.
+			// under a sandbox, CLAUDE_CONFIG_DIR moves it into ~/.claude
+			// (without it every session/new waited 6 s more, intent 0047).
 			SandboxState: []string{".claude"}, SandboxStateEnv: []string{"CLAUDE_CONFIG_DIR"},
+			SandboxEnvDirs: []EnvDir{{Var: "CLAUDE_CONFIG_DIR", Dir: ".claude"}},
 		},
 		{
 			// Modes and the select "mode": read-only, workspace-write, agent
@@ -97,8 +99,12 @@ func DefaultAdapters() []*Adapter {
 			EffortValues: []string{"none", "low", "medium", "high", "xhigh"},
 			Pins:         fixed(acpsession.Setting{Name: "auto_approve", ConfigIDs: []string{"auto_approve"}, Bool: ptr(false), Pin: true}),
 			NPM:          &NPM{Package: "cline", Version: "3.0.65"},
-			// Its hub daemon listens on 25463.
-			SandboxState: []string{".cline"}, SandboxBind: []uint16{25463},
+			// Its tools run in a hub daemon (127.0.0.1:25463) that outlives
+			// the task and serves the home's later sessions, confined as the
+			// first was, or not at all: under a sandbox the local backend
+			// runs them in the agent's own process, and the hub's port stays
+			// closed (intent 0047).
+			SandboxState: []string{".cline"}, SandboxEnv: []string{"CLINE_SESSION_BACKEND_MODE=local"},
 		},
 		{
 			// Not on npm, so no NPM: modes agent and plan and a model
@@ -121,9 +127,11 @@ func DefaultAdapters() []*Adapter {
 			Env:   OpencodeEnv,
 			NPM:   &NPM{Package: "opencode-ai", Version: "1.18.33"},
 			// It installs its provider's npm package under ~/.config/opencode,
-			// through ~/.npm, and serves itself on 4096.
-			SandboxState: []string{".local/share/opencode", ".local/state/opencode", ".config/opencode", ".cache/opencode", ".npm"},
-			SandboxBind:  []uint16{4096},
+			// through ~/.npm. It serves itself on 4096, else on a port the
+			// kernel picks, which a sandbox cannot name: each sandboxed task
+			// gets a port of its own by --port.
+			SandboxState:    []string{".local/share/opencode", ".local/state/opencode", ".config/opencode", ".cache/opencode", ".npm"},
+			SandboxPortFlag: "--port=",
 		},
 	}
 }

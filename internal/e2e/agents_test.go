@@ -33,6 +33,11 @@ type agentSetup struct {
 	// "worktree" in a repository it makes, the file the agent wrote in
 	// the task's diff) runs with this agent, the one of them all.
 	worktree bool
+	// configPort: the agent reads its model's URL from its own
+	// configuration (a file, or opencode's inline JSON), not from an
+	// environment variable the sandbox takes ports from, so the suite
+	// opens the model's port with --sandbox-allow-port.
+	configPort bool
 }
 
 // agentCase is one agent of internal/agents' table that is on npm, with
@@ -85,7 +90,7 @@ var agentSetups = map[string]agentSetup{
 			"DISABLE_ERROR_REPORTING=1",
 		}, nil
 	}},
-	"codex": {refusalFails: true, setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
+	"codex": {refusalFails: true, configPort: true, setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
 		cfg := fmt.Sprintf("model = \"m\"\nmodel_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\n"+
 			"base_url = \"%s/v1\"\nwire_api = \"responses\"\nenv_key = \"LOCAL_KEY\"\n", url)
 		dir := filepath.Join(home, ".codex")
@@ -100,7 +105,7 @@ var agentSetups = map[string]agentSetup{
 			"COPILOT_OFFLINE=true", "COPILOT_AUTO_UPDATE=false",
 		}, nil
 	}},
-	"cline": {setup: func(ctx context.Context, home, url string, env []string) ([]string, error) {
+	"cline": {configPort: true, setup: func(ctx context.Context, home, url string, env []string) ([]string, error) {
 		extra := []string{"CLINE_API_KEY=x", "CLINE_PROVIDER=openai-compatible"}
 		cmd := exec.CommandContext(ctx, lookIn(env, "cline"), "auth", "-p", "openai-compatible", "-k", "x", "-m", "m", "-b", url+"/v1")
 		cmd.Env = append(append([]string(nil), env...), extra...)
@@ -111,7 +116,7 @@ var agentSetups = map[string]agentSetup{
 		}
 		return extra, nil
 	}},
-	"opencode": {setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
+	"opencode": {configPort: true, setup: func(_ context.Context, home, url string, _ []string) ([]string, error) {
 		// The user's own configuration allows everything, in every place
 		// symm-mcp's rules must win over: the global config file (with
 		// entries before a wildcard), OPENCODE_PERMISSION, and the inline

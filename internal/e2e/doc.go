@@ -16,8 +16,19 @@
 // scripted tool call writes its file most reliably) a task with isolation
 // "worktree" in a git repository the test makes: the file the agent wrote
 // is in the task's worktree, on its branch, and is the one file of the
-// finished task's diff, the repository untouched. It prints the matrix,
-// each agent's time and the notes at the end.
+// finished task's diff, the repository untouched. Then, in the same home
+// and server, the main checks again with sandbox "workspace" on every
+// spawn (sandbox_test.go, intent 0047; a spawn that allows a tool kind
+// also allows edit, else the workspace is read-only): plain, refused,
+// allowed, cancel, resume, follow-up, the worktree, an escape turn whose
+// shell tool writes ~/.bashrc and reads a planted ~/.ssh/id_test (both
+// refused by the kernel, the secret in no event and no model request), for
+// claude_code a trusted workspace whose .claude/settings.json allows
+// Bash(*) (no permission request, still confined), and two sandboxed tasks
+// at once. codex, cline and opencode name their model's URL in their own
+// configuration: the suite passes its port with --sandbox-allow-port. It
+// prints the matrix (a second table for the sandbox), each agent's time
+// and the notes at the end.
 //
 // TestHosts runs symm-mcp inside the two real MCP hosts, registered with
 // the documents' own lines (read from README.md and docs/*.md): Claude Code through
@@ -34,7 +45,8 @@
 //	make e2e                                    # installs, builds, runs (loopback-only namespace)
 //	go test -tags e2e -count=1 -timeout 15m ./internal/e2e/...
 //
-// Environment: E2E_AGENTS=codex,cline runs only those agents, E2E_HOSTS
+// Environment: E2E_AGENTS=codex,cline runs only those agents,
+// E2E_SANDBOX=only only their sandboxed checks, E2E_HOSTS
 // only those host cases (-test.run TestAgents or TestHosts picks one
 // half); E2E_SYMM_MCP names a built binary (default: built from this
 // checkout); E2E_LOG_DIR (default bin/e2e) receives, per agent, model.log

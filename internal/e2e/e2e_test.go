@@ -120,27 +120,10 @@ func printMatrix(total time.Duration) {
 	matrixMu.Lock()
 	defer matrixMu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| agent | %s | time |\n|---|%s---|\n", strings.Join(checks, " | "), strings.Repeat("---|", len(checks)))
 	var fails []string
-	for _, a := range agentCases() {
-		r := matrix[a.name]
-		if r == nil {
-			continue
-		}
-		fmt.Fprintf(&b, "| %s |", a.name)
-		for i, c := range checks {
-			v, ok := r.cells[c]
-			switch {
-			case !ok:
-				v = "not run"
-			case v == "pass", v == notThisAgent:
-			default:
-				fails = append(fails, fmt.Sprintf("%s %d.%s: %s", a.name, i+1, c, strings.TrimPrefix(v, "FAIL: ")))
-				v = "FAIL"
-			}
-			fmt.Fprintf(&b, " %s |", v)
-		}
-		fmt.Fprintf(&b, " %.0fs |\n", r.elapsed.Seconds())
+	agentTable(&b, &fails, "agent", checks, func(agent string) string { return agent })
+	if slices.ContainsFunc(agentCases(), func(a agentCase) bool { return matrix[sandboxRow(a.name)] != nil }) {
+		agentTable(&b, &fails, "agent, sandbox workspace", sandboxChecks, sandboxRow)
 	}
 	if len(hostMatrix) > 0 {
 		fmt.Fprintf(&b, "\n| host | %s | time |\n|---|%s---|\n", strings.Join(hostChecks, " | "), strings.Repeat("---|", len(hostChecks)))
@@ -185,6 +168,33 @@ func printMatrix(total time.Duration) {
 	}
 	fmt.Fprint(os.Stderr, b.String())
 	_ = os.WriteFile(filepath.Join(logDir, "matrix.md"), []byte(b.String()), 0o644)
+}
+
+// agentTable writes one table of the matrix: a row per agent that has
+// one under key(agent), a column per check; fails gains the failures.
+// Call with matrixMu held.
+func agentTable(b *strings.Builder, fails *[]string, title string, cols []string, key func(string) string) {
+	fmt.Fprintf(b, "\n| %s | %s | time |\n|---|%s---|\n", title, strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+	for _, a := range agentCases() {
+		r := matrix[key(a.name)]
+		if r == nil {
+			continue
+		}
+		fmt.Fprintf(b, "| %s |", a.name)
+		for i, c := range cols {
+			v, ok := r.cells[c]
+			switch {
+			case !ok:
+				v = "not run"
+			case v == "pass", v == notThisAgent:
+			default:
+				*fails = append(*fails, fmt.Sprintf("%s %d.%s: %s", key(a.name), i+1, c, strings.TrimPrefix(v, "FAIL: ")))
+				v = "FAIL"
+			}
+			fmt.Fprintf(b, " %s |", v)
+		}
+		fmt.Fprintf(b, " %.0fs |\n", r.elapsed.Seconds())
+	}
 }
 
 // recorder keeps the first failure message of a check for the matrix.
@@ -281,6 +291,10 @@ type rig struct {
 	logs  string
 	model *modelserver.Server
 	sess  *mcp.ClientSession
+	// secret is the content of the planted ~/.ssh/id_test.
+	secret string
+	// sandbox is the mode every spawn asks for ("": none).
+	sandbox string
 }
 
 func testAgent(t *testing.T, a agentCase) {
@@ -305,6 +319,7 @@ func testAgent(t *testing.T, a agentCase) {
 	// Only this agent on PATH: doctor then judges it alone.
 	require.NoError(t, os.Symlink(exe, filepath.Join(bin, a.exe)))
 	r.env = agentenv.Base(r.home, bin)
+	r.secret = plantSecret(t, r.home)
 
 	modelLog, err := os.Create(filepath.Join(r.logs, "model.log"))
 	require.NoError(t, err)
@@ -317,6 +332,11 @@ func testAgent(t *testing.T, a agentCase) {
 	r.model, err = modelserver.Start(opts)
 	require.NoError(t, err)
 	defer r.model.Close()
+	r.model.Watch(r.secret, "Permission denied")
+	for _, id := range []string{"ESC7", "PRE3"} {
+		w, rd, ran := escapeTokens(id)
+		r.model.Watch(w, rd, ran)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -327,7 +347,15 @@ func testAgent(t *testing.T, a agentCase) {
 	stderr, err := os.Create(filepath.Join(r.logs, "symm-mcp.stderr"))
 	require.NoError(t, err)
 	defer stderr.Close()
-	cmd := exec.Command(binary, "--notify-dir", filepath.Join(r.home, "notify"), "--log-level", "debug")
+	args := []string{"--notify-dir", filepath.Join(r.home, "notify"), "--log-level", "debug"}
+	if a.configPort {
+		// The agent reads its model's URL from its own configuration,
+		// where the sandbox does not look for ports.
+		port := r.model.URL[strings.LastIndexByte(r.model.URL, ':')+1:]
+		args = append(args, "--sandbox-allow-port", port)
+		note(a.name, "sandboxed with --sandbox-allow-port %s: its model URL is in its own configuration", port)
+	}
+	cmd := exec.Command(binary, args...)
 	cmd.Env, cmd.Dir, cmd.Stderr = r.env, r.ws, stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "symm-e2e", Version: "1"}, nil)
 	r.sess, err = client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 20 * time.Second}, nil)
@@ -339,9 +367,21 @@ func testAgent(t *testing.T, a agentCase) {
 		}
 	}()
 
+	var refusedKind string
+	// E2E_SANDBOX=only runs the sandbox checks alone.
+	if os.Getenv("E2E_SANDBOX") != "only" {
+		refusedKind = r.testUnconfined(ctx, t)
+	}
+	t.Run("sandbox", func(t *testing.T) { r.testSandboxed(ctx, t, refusedKind) })
+}
+
+// testUnconfined runs the checks without a sandbox; it returns the kind
+// of the refused tool call.
+func (r *rig) testUnconfined(ctx context.Context, t *testing.T) string {
 	var desc description
 	var plain task
 	var refusedKind string
+	a := r.agent
 	check(t, a.name, 1, "describe", func(t *recorder) { desc = r.checkDescribe(ctx, t) })
 	check(t, a.name, 3, "plain", func(t *recorder) { plain = r.checkPlain(ctx, t) })
 	check(t, a.name, 2, "pins", func(t *recorder) { r.checkPins(ctx, t, desc, plain) })
@@ -362,6 +402,7 @@ func testAgent(t *testing.T, a agentCase) {
 	} else {
 		cell(a.name, "worktree", notThisAgent)
 	}
+	return refusedKind
 }
 
 // checkFollowUp runs a keep-alive task and a follow-up on its kept
@@ -451,6 +492,12 @@ type task struct {
 		Branch     string `json:"branch"`
 		BaseCommit string `json:"base_commit"`
 	} `json:"worktree"`
+	Sandbox *struct {
+		Mode     string   `json:"mode"`
+		Writable []string `json:"writable"`
+		TCPPorts []int    `json:"tcp_ports"`
+		ABI      int      `json:"abi"`
+	} `json:"sandbox"`
 	Diff *struct {
 		BaseCommit string `json:"base_commit"`
 		Files      []struct {
@@ -485,6 +532,7 @@ type event struct {
 
 func (r *rig) spawn(ctx context.Context, t *recorder, args map[string]any) task {
 	args["agent"] = r.agent.name
+	r.sandboxArgs(args)
 	if _, ok := args["workspace"]; !ok {
 		args["workspace"] = r.ws
 	}
@@ -745,7 +793,7 @@ func (r *rig) checkAllowed(ctx context.Context, t *recorder, kind string) {
 // the task's branch, and the repository itself is untouched.
 func (r *rig) checkWorktree(ctx context.Context, t *recorder, kind string) {
 	require.NotEmpty(t, kind, "no tool kind from the refused call")
-	repo := filepath.Join(r.home, "repo")
+	repo := r.ws + "-repo"
 	require.NoError(t, os.MkdirAll(repo, 0o700))
 	git := func(args ...string) string {
 		cmd := exec.CommandContext(ctx, "git", args...)

@@ -26,6 +26,18 @@ func TestMain(m *testing.M) {
 	os.Exit(testrig.Main(m))
 }
 
+// fakeAdapter is the rig's fake agent (testrig.FakeAdapter) with an
+// agent table's sandbox facts: as claude_code's CLAUDE_CONFIG_DIR and
+// cline's backend, set under a sandbox only; as opencode's, a port of its
+// own (the fake agent ignores the flag).
+func fakeAdapter() *agents.Adapter {
+	a := testrig.FakeAdapter()
+	a.SandboxEnvDirs = []agents.EnvDir{{Var: "FAKE_STATE_DIR", Dir: ".fake"}}
+	a.SandboxEnv = []string{"FAKE_BACKEND=local"}
+	a.SandboxPortFlag = "--port="
+	return a
+}
+
 // fakeFlagAdapter is the fake agent taking effort as a launch flag, as
 // cline does (the fake agent ignores its arguments).
 var fakeFlagAdapter = &agents.Adapter{
@@ -55,7 +67,7 @@ type rigOptions struct {
 
 func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
-	opts := testrig.Options{Adapters: testrig.Adapters(fakeFlagAdapter), Markers: o.markers}
+	opts := testrig.Options{Adapters: append(agents.DefaultAdapters(), fakeAdapter(), fakeFlagAdapter), Markers: o.markers}
 	if o.git != nil {
 		opts.Links = map[string]string{"git": o.git.bin}
 	}

@@ -90,6 +90,43 @@ func TestSandboxConfinesTheAgent(t *testing.T) {
 	assert.NotContains(t, rec["digest"], "sandbox_mode", "an unconfined task's digest is as before")
 }
 
+// TestSandboxAgentEnv: an agent whose table entry names a state directory
+// by an environment variable (claude_code's CLAUDE_CONFIG_DIR) gets it
+// set, under a sandbox only, to that directory of the home, created and
+// writable, the home itself closed; the table's sandbox environment
+// (cline's local backend) is set under a sandbox only; and an agent that
+// serves itself on a port (opencode) gets one of its own, reachable.
+func TestSandboxAgentEnv(t *testing.T) {
+	r, home := sandboxRig(t, sandbox.Off)
+	state := filepath.Join(home, ".fake")
+	steps := testrig.Script(map[string]any{"env": "FAKE_STATE_DIR"}, map[string]any{"env": "FAKE_BACKEND"}, writeStep(filepath.Join(state, "s.json"), "{}"),
+		writeStep(filepath.Join(home, ".fake.json"), "{}"), map[string]any{"message": "done"})
+	id := r.spawn(t, map[string]any{"workspace": t.TempDir(), "sandbox": "read-only", "prompt": steps})
+	rec := r.wait(t, id)
+	require.Equal(t, "succeeded", rec["status"], "%v", rec)
+	assert.Contains(t, r.messages(t, id), "FAKE_STATE_DIR="+state)
+	assert.Contains(t, r.messages(t, id), "FAKE_BACKEND=local")
+	// One port more than an agent without the flag (fake_flag) has: the
+	// one it serves itself on.
+	ports := func(rec map[string]any) []any {
+		sb, ok := rec["sandbox"].(map[string]any)
+		require.True(t, ok, "the record has the sandbox: %v", rec)
+		p, _ := sb["tcp_ports"].([]any)
+		return p
+	}
+	plain := r.wait(t, r.spawn(t, map[string]any{"agent": "fake_flag", "workspace": t.TempDir(), "sandbox": "read-only", "prompt": "p"}))
+	require.Equal(t, "succeeded", plain["status"], "%v", plain)
+	assert.Len(t, ports(rec), len(ports(plain))+1, "ports %v beside %v", ports(rec), ports(plain))
+	assert.FileExists(t, filepath.Join(state, "s.json"), "the moved state is writable")
+	assert.NoFileExists(t, filepath.Join(home, ".fake.json"), "the home stays closed")
+
+	id = r.spawn(t, map[string]any{"workspace": t.TempDir(), "prompt": testrig.Script(map[string]any{"env": "FAKE_STATE_DIR"}, map[string]any{"env": "FAKE_BACKEND"})})
+	rec = r.wait(t, id)
+	require.Equal(t, "succeeded", rec["status"], "%v", rec)
+	assert.Contains(t, r.messages(t, id), "FAKE_STATE_DIR unset", "unconfined, the environment is as before")
+	assert.Contains(t, r.messages(t, id), "FAKE_BACKEND unset")
+}
+
 // TestSandboxDefaultAndFollowUps: the server's default confines a spawn
 // that names no mode, "off" opts out, and a follow-up keeps its parent's
 // mode; an unknown mode is invalid_request naming it, in spawn_task,

@@ -3,9 +3,11 @@ package task
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -92,9 +94,22 @@ func (s *Service) confine(id string, wt *worktree.Worktree, mode sandbox.Mode, a
 	if err != nil {
 		return confined{}, err
 	}
-	env := mergeEnv(sc.Environ, l.Env)
+	env := mergeEnv(mergeEnv(sc.Environ, l.Env), a.SandboxEnv)
+	// The agent table's variables that move state out of the home itself.
+	var moved []string
+	for _, d := range a.SandboxEnvDirs {
+		if envValue(env, d.Var) == "" {
+			kv := d.Var + "=" + filepath.Join(sc.Home, d.Dir)
+			moved = append(moved, kv)
+			env = append(env, kv)
+		}
+	}
 	state := slices.Clone(a.SandboxState)
-	for _, k := range a.SandboxStateEnv {
+	stateEnv := slices.Clone(a.SandboxStateEnv)
+	for _, d := range a.SandboxEnvDirs {
+		stateEnv = append(stateEnv, d.Var)
+	}
+	for _, k := range stateEnv {
 		if v := envValue(env, k); filepath.IsAbs(v) {
 			state = append(state, filepath.Clean(v))
 		}
@@ -108,9 +123,18 @@ func (s *Service) confine(id string, wt *worktree.Worktree, mode sandbox.Mode, a
 	if s.cfg.WorktreeRoot != "" {
 		closed = append(closed, s.cfg.WorktreeRoot)
 	}
+	args, bind := slices.Clone(l.Argv[1:]), slices.Clone(a.SandboxBind)
+	if a.SandboxPortFlag != "" {
+		port, err := freePort()
+		if err != nil {
+			return confined{}, fmt.Errorf("sandbox: a port for %s to serve itself on: %w", a.Name, err)
+		}
+		args = append(args, a.SandboxPortFlag+strconv.Itoa(int(port)))
+		bind = append(bind, port)
+	}
 	spec := sandbox.Spec{
 		Mode: mode, Workspace: cwd, Home: sc.Home, State: state, Temp: []string{temp},
-		Env: env, Executable: exe, AllowPorts: sc.AllowPorts, BindPorts: a.SandboxBind,
+		Env: env, Executable: exe, AllowPorts: sc.AllowPorts, BindPorts: bind,
 		DenyPorts: sc.DenyPorts, Closed: closed,
 	}
 	if wt != nil {
@@ -120,11 +144,11 @@ func (s *Service) confine(id string, wt *worktree.Worktree, mode sandbox.Mode, a
 	if err != nil {
 		return confined{}, err
 	}
-	argv, extra, err := sandbox.Command(sc.Self, pol, append([]string{exe}, l.Argv[1:]...))
+	argv, extra, err := sandbox.Command(sc.Self, pol, append([]string{exe}, args...))
 	if err != nil {
 		return confined{}, err
 	}
-	out := confined{argv: argv, temp: temp, env: append(append(slices.Clone(l.Env), extra...), "TMPDIR="+temp)}
+	out := confined{argv: argv, temp: temp, env: slices.Concat(mergeEnv(l.Env, a.SandboxEnv), moved, extra, []string{"TMPDIR=" + temp})}
 	out.record = ledger.Sandbox{Mode: string(pol.Mode), Writable: pol.Writable, TCPPorts: pol.ConnectTCP, ABI: abi}
 	home := sc.Home
 	if h, err := filepath.EvalSymlinks(home); err == nil {
@@ -137,6 +161,18 @@ func (s *Service) confine(id string, wt *worktree.Worktree, mode sandbox.Mode, a
 	}
 	slices.Sort(out.record.ReadableHome)
 	return out, nil
+}
+
+// freePort is a loopback TCP port free now, picked by the kernel and
+// released for the agent to bind. Another process may take it first: the
+// agent then fails to serve, as on a busy fixed port, and the task fails.
+func freePort() (uint16, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port), nil
 }
 
 // mergeEnv is base with the KEY=VALUE entries of over in place of its own.

@@ -12,11 +12,14 @@
 //	              request offers) that writes PATH, asking for escalated
 //	              permissions where the tool's schema has that field; once
 //	              the request holds the tool's result, text "tool done"
+//	[[shell:CMD]] as [[tool:PATH]], but the call runs the shell command CMD
+//	              (without "]")
 //	[[slow]]      text streamed slowly for minutes, until the client goes
 //
 // Every other request (titles, suggestions, a request with no marker or no
 // shell tool) is answered with plain text. Every request is logged, one
-// JSON line each, to the log writer.
+// JSON line each, to the log writer, with the watched strings (Watch) its
+// body holds: how a test sees what an agent's tool sent its model.
 //
 // A server started with a Script plays a host's model instead: every
 // request that offers tools is answered by the script (see Script), and
@@ -24,6 +27,7 @@
 package modelserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,10 +53,11 @@ type Server struct {
 
 	script Script
 
-	mu   sync.Mutex
-	log  io.Writer
-	seq  int
-	logs []Request
+	mu      sync.Mutex
+	log     io.Writer
+	seq     int
+	logs    []Request
+	watched []string
 }
 
 // Request is the summary of one request, as logged.
@@ -67,6 +72,10 @@ type Request struct {
 	// Results are, for a scripted request, the tool results it carries
 	// for the calls of the previous answer, as the host passed them.
 	Results []Item `json:"results,omitempty"`
+	// Saw lists the watched strings (Watch) the request's body holds,
+	// as sent (a JSON body escapes quotes, backslashes and control
+	// characters: watch strings without them).
+	Saw []string `json:"saw,omitempty"`
 	// Conversation is the whole scripted request; not logged.
 	Conversation *Conversation `json:"-"`
 }
@@ -105,6 +114,14 @@ func (s *Server) Close() {
 	<-s.done
 }
 
+// Watch adds strings to look for in every later request's body; each
+// request's Saw lists those it holds.
+func (s *Server) Watch(needles ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watched = append(s.watched, needles...)
+}
+
 // Requests returns the summaries of the requests served so far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
@@ -117,6 +134,11 @@ func (s *Server) record(r Request, body []byte) int {
 	s.mu.Lock()
 	s.seq++
 	r.Seq = s.seq
+	for _, w := range s.watched {
+		if bytes.Contains(body, []byte(w)) {
+			r.Saw = append(r.Saw, w)
+		}
+	}
 	s.logs = append(s.logs, r)
 	b, _ := json.Marshal(r)
 	_, _ = s.log.Write(append(b, '\n'))
@@ -228,7 +250,7 @@ func (p reply) describe() string {
 	return "text"
 }
 
-var markerRE = regexp.MustCompile(`\[\[(plain|think|tool|slow)(?::([^\]]*))?\]\]`)
+var markerRE = regexp.MustCompile(`\[\[(plain|think|tool|shell|slow)(?::([^\]]*))?\]\]`)
 
 func plan(api wire, req map[string]any) reply {
 	tools := toolsOf(api, req)
@@ -255,12 +277,16 @@ func plan(api wire, req map[string]any) reply {
 		p.text = "thought reply " + m[2]
 	case "slow":
 		p.slow = true
-	case "tool":
+	case "tool", "shell":
 		if afterTool {
 			p.text = "tool done"
 			return p
 		}
-		if tc := shellCall(tools, m[2]); tc != nil {
+		command := m[2]
+		if m[1] == "tool" {
+			command = fmt.Sprintf("echo e2e > %s", m[2])
+		}
+		if tc := shellCall(tools, command); tc != nil {
 			p.tool = tc
 		} else {
 			p.text = "no shell tool offered"
@@ -310,9 +336,8 @@ func toolsOf(api wire, req map[string]any) []tool {
 // shellNames are the agents' shell tools, in order of preference.
 var shellNames = []string{"Bash", "bash", "shell_command", "shell", "exec_command", "execute_command", "run_command", "run_commands"}
 
-// shellCall builds a call of the offered shell tool that writes path.
-func shellCall(tools []tool, path string) *toolCall {
-	command := fmt.Sprintf("echo e2e > %s", path)
+// shellCall builds a call of the offered shell tool that runs command.
+func shellCall(tools []tool, command string) *toolCall {
 	for _, want := range shellNames {
 		for _, t := range tools {
 			if t.name != want {

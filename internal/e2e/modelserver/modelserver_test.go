@@ -147,3 +147,33 @@ func TestScript(t *testing.T) {
 	assert.Equal(t, "toolu_b", reqs[0].Results[0].CallID)
 	assert.Contains(t, log.String(), `\"task_id\":\"T1\"`)
 }
+
+// TestShellAndWatch: [[shell:CMD]] is one call of the shell tool running
+// CMD, then "tool done"; a request's Saw names the watched strings its
+// body holds, and only those.
+func TestShellAndWatch(t *testing.T) {
+	var log bytes.Buffer
+	s, err := Start(Options{Log: &log})
+	require.NoError(t, err)
+	defer s.Close()
+	s.Watch("s3cret", "ran-W1", "Permission denied")
+
+	shell := `{"type":"function","function":{"name":"bash","parameters":{"properties":{"command":{"type":"string"}}}}}`
+	call := post(t, s, "/v1/chat/completions", `{"model":"m","stream":true,"tools":[`+shell+`],"messages":[`+
+		`{"role":"user","content":"go [[shell:cat /h/.ssh/id_test; echo ran-W1]]"}]}`)
+	all := strings.Join(call, "\n")
+	assert.Contains(t, all, `"name":"bash"`)
+	assert.Contains(t, all, `cat /h/.ssh/id_test; echo ran-W1`)
+	assert.NotContains(t, all, "echo e2e")
+
+	done := post(t, s, "/v1/chat/completions", `{"model":"m","stream":true,"tools":[`+shell+`],"messages":[`+
+		`{"role":"user","content":"go [[shell:cat /h/.ssh/id_test; echo ran-W1]]"},`+
+		`{"role":"tool","content":"cat: /h/.ssh/id_test: Permission denied\nran-W1"}]}`)
+	assert.Contains(t, strings.Join(done, "\n"), `"content":"tool done"`)
+
+	reqs := s.Requests()
+	require.Len(t, reqs, 2)
+	assert.Equal(t, []string{"ran-W1"}, reqs[0].Saw, "the prompt names the marker, not the denial")
+	assert.Equal(t, []string{"ran-W1", "Permission denied"}, reqs[1].Saw)
+	assert.Contains(t, log.String(), `"saw":["ran-W1","Permission denied"]`)
+}
