@@ -432,10 +432,51 @@ func (d *Daemon) accept(ctx context.Context, closing <-chan struct{}) {
 	}
 }
 
+// peerCredRetryFor bounds how long a connection waits for the
+// descriptors its peer check needs (the peer's pidfd, its /proc status)
+// in a shortage; peerCredRetryMax is the longest wait between two tries,
+// short so that a connection queued in a shortage is answered soon after
+// it ends.
+const (
+	peerCredRetryFor = 10 * time.Second
+	peerCredRetryMax = 50 * time.Millisecond
+)
+
+// peerCredOf reads and checks the peer's credentials. A check that
+// failed for want of a descriptor (EMFILE, ENFILE) or of memory is tried
+// again, as an accept is: the connection was accepted in a shortage, and
+// refusing it would turn a brief shortage into a reset the owner's own
+// client sees. Any other failure, one past peerCredRetryFor, or a peer
+// that hung up meanwhile, refuses (and frees the descriptor). A peer of
+// another user needs no descriptor to be refused (sockPeerCred).
+func (d *Daemon) peerCredOf(ctx context.Context, c net.Conn) (*ucred, error) {
+	deadline := time.Now().Add(peerCredRetryFor)
+	for delay := acceptRetryMin; ; delay = min(2*delay, peerCredRetryMax) {
+		cred, err := d.cfg.peerCred(c)
+		if err == nil || !shortage(err) || time.Now().After(deadline) || peerHungUp(c) {
+			return cred, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+	}
+}
+
+// shortage reports whether err is a lack of descriptors or memory, which
+// passes.
+func shortage(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
 // handle serves one connection; keep reports that the connection now
 // belongs to the shutdown waiters.
 func (d *Daemon) handle(ctx context.Context, c net.Conn) (keep bool) {
-	cred, err := d.cfg.peerCred(c)
+	cred, err := d.peerCredOf(ctx, c)
 	if err == nil {
 		err = checkPeer(cred, d.uid)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"syscall"
@@ -20,6 +21,11 @@ func sockPeerCred(fd int) (*ucred, error) {
 	cred, err := syscall.GetsockoptUcred(fd, syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	if err != nil {
 		return nil, fmt.Errorf("SO_PEERCRED: %w", err)
+	}
+	if cred.Uid != uint32(os.Geteuid()) {
+		// Refused for its user by checkPeer at once, with no descriptor
+		// spent on it and no wait in a shortage.
+		return cred, nil
 	}
 	if err := checkConfinement(fd, cred.Pid); err != nil {
 		return nil, err
@@ -117,4 +123,26 @@ func readConfinement(which string) (confinement, error) {
 		c.filters = 1
 	}
 	return c, nil
+}
+
+// peerHungUp reports whether c's peer has closed its end (POLLRDHUP),
+// without reading: a connection whose check waits out a shortage is given
+// up when nobody is left to answer, which frees its descriptor.
+func peerHungUp(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	hung := false
+	_ = raw.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			hung = fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+		}
+	})
+	return hung
 }
