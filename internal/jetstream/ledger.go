@@ -104,9 +104,9 @@ type Ledger struct {
 	// routines is the bucket of the daemon's routines (routines.go).
 	routines jetstream.KeyValue
 	opts     Options
-	log    *slog.Logger
-	types  *typeTable
-	losses []Loss
+	log      *slog.Logger
+	types    *typeTable
+	losses   []Loss
 	// skipped counts the unreadable entries and messages left out (skip).
 	skipped atomic.Int64
 
