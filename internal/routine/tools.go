@@ -237,5 +237,3 @@ func (s *Scheduler) view(r record, sch schedule, now time.Time) View {
 	}
 	return v
 }
-
-
