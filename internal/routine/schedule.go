@@ -168,9 +168,9 @@ func (s schedule) on(lt time.Time, d int) time.Time {
 	for range 24 * 60 {
 		l := o.In(s.zone)
 		if ly, lm, ld := l.Date(); ly != ty || lm != tm || ld != td || l.Hour()*60+l.Minute() >= want {
-			return o
+			return o.UTC()
 		}
 		o = o.Add(time.Minute)
 	}
-	return o
+	return o.UTC()
 }
