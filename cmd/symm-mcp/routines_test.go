@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -135,4 +139,70 @@ func TestClusterRoutineFiresOnce(t *testing.T) {
 			assert.Equal(t, 1, n, "occurrence %s", k)
 		}
 	}
+}
+
+// TestADaemonKilledBetweenFiringAndSpawningSpawnsOnce: the daemon writes
+// a run pending, then spawns its task; killed -9 in between (its spawn
+// held in git, making the run's worktree, by a git on its PATH that waits
+// on a FIFO), the next daemon spawns the run once: one task for the
+// occurrence, and its run recorded.
+func TestADaemonKilledBetweenFiringAndSpawningSpawnsOnce(t *testing.T) {
+	t.Parallel()
+	realGit, err := exec.LookPath("git")
+	require.NoError(t, err, "git is needed")
+	cat, err := exec.LookPath("cat")
+	require.NoError(t, err)
+	repo := t.TempDir()
+	for _, args := range [][]string{{"init", "-q"}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "first"}} {
+		out, err := exec.Command(realGit, append([]string{"-C", repo}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	wrap, gateDir := t.TempDir(), t.TempDir()
+	gate, held := filepath.Join(gateDir, "gate"), filepath.Join(gateDir, "held")
+	script := fmt.Sprintf("#!/bin/sh\nif [ -p %q ]; then : > %q; %q %q > /dev/null; fi\nexec %q \"$@\"\n", gate, held, cat, gate, realGit)
+	require.NoError(t, os.WriteFile(filepath.Join(wrap, "git"), []byte(script), 0o755))
+	env := agentPath(t)
+	env[0] += ":" + wrap
+	d := newShared(t, env)
+	s := d.front(t)
+	s.call(t, "create_routine", map[string]any{
+		"name": "wt", "schedule": "manual",
+		"spawn": map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": repo, "isolation": "worktree"},
+	})
+	require.NoError(t, syscall.Mkfifo(gate, 0o600))
+	s.request(t, "run_routine", map[string]any{"name": "wt"}) // not answered: the daemon dies first
+	poll(t, "the run's spawn never reached git", func() bool { _, err := os.Stat(held); return err == nil })
+
+	st, code := d.status(t)
+	require.Equal(t, 0, code)
+	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, daemon.WaitExited(ctx, st.PID))
+	require.NoError(t, s.stdin.Close())
+	s.waitExit(t)
+	// Let the held git go (its reader may be gone with the daemon), then
+	// git works again.
+	if f, err := os.OpenFile(gate, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+		f.Close()
+	}
+	require.NoError(t, os.Remove(gate))
+
+	b := d.front(t) // the next daemon finds the run pending
+	var run map[string]any
+	poll(t, "the pending run was not spawned", func() bool {
+		routines := b.call(t, "list_routines", map[string]any{})["routines"].([]any)
+		runs := routines[0].(map[string]any)["runs"].([]any)
+		if len(runs) == 1 && runs[0].(map[string]any)["task_id"] != nil {
+			run = runs[0].(map[string]any)
+		}
+		return run != nil
+	})
+	assert.Equal(t, "manual", run["trigger"])
+	id := run["task_id"].(string)
+	b.call(t, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 30})
+	tasks := routineTasks(t, b, "wt")
+	require.Len(t, tasks, 1, "one task for the occurrence")
+	assert.Equal(t, id, tasks[0]["task_id"])
+	assert.Equal(t, "succeeded", b.call(t, "get_task", map[string]any{"task_id": id})["status"])
 }
