@@ -89,21 +89,43 @@ func New(cfg Config) *Scheduler {
 	return &Scheduler{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), runs: make(chan runRequest), done: make(chan struct{})}
 }
 
-// Run fires the routines until ctx ends: each pass reads every routine,
-// fires what is due and waits until the next occurrence, a change made
-// through this scheduler, a run_routine, or the poll.
+// Run fires the routines until ctx ends. A full pass reads every routine
+// (at the start, after a change made through this scheduler, and every
+// Poll, for other daemons' changes); between them, a timer wakes it for
+// the routines due, which it reads alone: a thousand routines on
+// minute schedules cost a read each a minute, not a thousand.
 func (s *Scheduler) Run(ctx context.Context) {
 	defer close(s.done)
+	// looks is when each routine is to be looked at next (absent: only
+	// at a full pass); full is when the next full pass is due. Both are
+	// this goroutine's alone.
+	looks := make(map[string]time.Time)
+	full := true
+	var nextFull time.Time
 	for {
-		wait := s.pass(ctx)
+		now := s.cfg.Clock.Now()
+		if full || !now.Before(nextFull) {
+			s.fullPass(ctx, looks, now)
+			nextFull = now.Add(s.cfg.Poll)
+		} else {
+			s.duePass(ctx, looks, now)
+		}
+		wake := nextFull
+		for _, at := range looks {
+			if at.Before(wake) {
+				wake = at
+			}
+		}
+		full = false
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.kick:
+			full = true
 		case req := <-s.runs:
 			run, err := s.runNow(ctx, req.name)
 			req.reply <- runReply{run, err}
-		case <-s.cfg.Clock.After(wait):
+		case <-s.cfg.Clock.After(max(wake.Sub(s.cfg.Clock.Now()), 0)):
 		}
 	}
 }
@@ -115,31 +137,60 @@ func (s *Scheduler) wake() {
 	}
 }
 
-// pass handles every routine once and returns how long to wait.
-func (s *Scheduler) pass(ctx context.Context) time.Duration {
-	now := s.cfg.Clock.Now()
+// fullPass reads every routine and handles it.
+func (s *Scheduler) fullPass(ctx context.Context, looks map[string]time.Time, now time.Time) {
 	recs, err := s.cfg.Store.RoutineList(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("reading the routines", "err", err)
 		}
-		return s.cfg.Recheck
+		for name := range looks {
+			looks[name] = now.Add(s.cfg.Recheck)
+		}
+		return
 	}
-	wake := now.Add(s.cfg.Poll)
+	clear(looks)
 	for _, rec := range recs {
 		if ctx.Err() != nil {
-			return 0
+			return
 		}
-		r, sch, err := decode(rec)
-		if err != nil {
-			s.log.Warn("a routine's record is skipped", "err", err)
+		s.handle(ctx, looks, rec, now)
+	}
+}
+
+// duePass reads and handles the routines whose look is due.
+func (s *Scheduler) duePass(ctx context.Context, looks map[string]time.Time, now time.Time) {
+	for name, at := range looks {
+		if at.After(now) {
 			continue
 		}
-		if w := s.advance(ctx, rec.Revision, r, sch, now); !w.IsZero() && w.Before(wake) {
-			wake = w
+		if ctx.Err() != nil {
+			return
+		}
+		rec, err := s.cfg.Store.RoutineGet(ctx, name)
+		switch {
+		case errors.Is(err, ledger.ErrRoutineNotFound):
+			delete(looks, name)
+		case err != nil:
+			s.log.Warn("reading a routine", "routine", name, "err", err)
+			looks[name] = now.Add(s.cfg.Recheck)
+		default:
+			s.handle(ctx, looks, rec, now)
 		}
 	}
-	return max(wake.Sub(s.cfg.Clock.Now()), 0)
+}
+
+// handle advances one routine and notes when to look at it again.
+func (s *Scheduler) handle(ctx context.Context, looks map[string]time.Time, rec ledger.RoutineRecord, now time.Time) {
+	delete(looks, rec.Name)
+	r, sch, err := decode(rec)
+	if err != nil {
+		s.log.Warn("a routine's record is skipped", "err", err)
+		return
+	}
+	if w := s.advance(ctx, rec.Revision, r, sch, now); !w.IsZero() {
+		looks[rec.Name] = w
+	}
 }
 
 // floor is the time after which a scheduled occurrence is due.

@@ -411,3 +411,60 @@ func TestBadRoutinesAreInvalidRequests(t *testing.T) {
 	assert.ErrorContains(t, r.s.Delete(context.Background(), "missing"), `invalid_request: no routine named "missing"`)
 	assert.Len(t, r.list(), 1)
 }
+
+// countingStore counts the full reads of a store.
+type countingStore struct {
+	*store.Store
+	mu    sync.Mutex
+	lists int
+}
+
+func (c *countingStore) RoutineList(ctx context.Context) ([]ledger.RoutineRecord, error) {
+	c.mu.Lock()
+	c.lists++
+	c.mu.Unlock()
+	return c.Store.RoutineList(ctx)
+}
+
+func (c *countingStore) Lists() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lists
+}
+
+// Routines due at different moments wake the scheduler for themselves:
+// between the full reads (one a Poll), each wake reads the routines due,
+// not all of them.
+func TestATimerWakeReadsOnlyTheRoutinesDue(t *testing.T) {
+	clock, tasks := newFakeClock(T0), newFakeTasks()
+	st := &countingStore{Store: store.New()}
+	s := New(Config{Store: st, Tasks: tasks, Clock: clock})
+	for i := range 30 {
+		clock.Advance(time.Second) // each created a second after the last
+		_, err := s.Create(context.Background(), Definition{Name: fmt.Sprintf("r%d", i), Schedule: "every 1m", Spawn: spawnOf("w")})
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	n := clock.Passes()
+	wg.Go(func() { s.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	require.Eventually(t, func() bool { return clock.Passes() > n }, 10*time.Second, time.Millisecond)
+	lists := st.Lists()
+	step := func(d time.Duration) {
+		n := clock.Passes()
+		clock.Advance(d)
+		require.Eventually(t, func() bool { return clock.Passes() > n }, 10*time.Second, time.Millisecond)
+	}
+	// Started at T0+30s: the first is due at T0+61s, the last at T0+90s,
+	// with the next full read.
+	step(31 * time.Second)
+	for range 28 {
+		step(time.Second)
+	}
+	assert.Equal(t, lists, st.Lists(), "29 wakes, no full read")
+	assert.Len(t, tasks.Spawns(), 29)
+	step(time.Second)
+	assert.Equal(t, lists+1, st.Lists(), "the full read a Poll after the last")
+	assert.Len(t, tasks.Spawns(), 30, "each routine fired on its own wake")
+}
