@@ -417,7 +417,7 @@ func daemonServed(c serveConfig, tasks daemon.Tasks, front frontService, hub *we
 			return mcpserver.HTTPHandler(front, version, token, log.With("http", true), c.httpIdle)
 		}
 		served.WebHandler = func(token string) http.Handler {
-			return webview.New(webview.Config{Tasks: front, Hub: hub, Token: token, Actions: c.actions, Version: version, Logger: log.With("view", true)})
+			return webview.New(webview.Config{Tasks: front, Routines: viewRoutines(front), Hub: hub, Token: token, Actions: c.actions, Version: version, Logger: log.With("view", true)})
 		}
 	}
 	return served
