@@ -32,6 +32,10 @@ const (
 	MaxQueue = 10
 	// MaxRuns is how many runs a routine keeps (and list_routines shows).
 	MaxRuns = 20
+	// MaxPromptBytes bounds a routine's prompt: its record, with the
+	// spawn's other arguments and its runs, stays under the ledger's
+	// bound of a record (2 MiB in JetStream).
+	MaxPromptBytes = 512 << 10
 )
 
 // Overlap is what a scheduled occurrence does while the routine's last
@@ -184,6 +188,8 @@ func checkSpawnFields(req task.SpawnRequest) error {
 		return invalid("spawn.idempotency_key is set by the routine (its occurrence)")
 	case len(req.Ask) > 0:
 		return invalid("spawn.ask: nobody is at a routine's session to answer; use allow")
+	case len(req.Prompt) > MaxPromptBytes:
+		return invalid("spawn.prompt has %d bytes, more than a routine's %d", len(req.Prompt), MaxPromptBytes)
 	}
 	return nil
 }

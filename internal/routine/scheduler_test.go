@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -397,6 +398,7 @@ func TestBadRoutinesAreInvalidRequests(t *testing.T) {
 		{"initiator", func(d *Definition) { d.Spawn.InitiatorID = "me" }, "invalid_request: spawn.initiator_id"},
 		{"key", func(d *Definition) { d.Spawn.IdempotencyKey = "k" }, "invalid_request: spawn.idempotency_key"},
 		{"ask", func(d *Definition) { d.Spawn.Ask = []string{"edit"} }, "invalid_request: spawn.ask"},
+		{"prompt size", func(d *Definition) { d.Spawn.Prompt = strings.Repeat("p", MaxPromptBytes+1) }, "invalid_request: spawn.prompt has"},
 	} {
 		d := ok
 		c.edit(&d)

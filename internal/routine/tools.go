@@ -64,7 +64,7 @@ func (s *Scheduler) Update(ctx context.Context, name string, p Patch) (View, err
 	if err := checkName(name); err != nil {
 		return View{}, err
 	}
-	for {
+	for range 5 {
 		cur, r, err := s.get(ctx, name)
 		if err != nil {
 			return View{}, err
@@ -100,6 +100,7 @@ func (s *Scheduler) Update(ctx context.Context, name string, p Patch) (View, err
 		s.wake()
 		return s.view(r, sch, s.cfg.Clock.Now()), nil
 	}
+	return View{}, errors.New("the routine kept changing while it was updated; try again")
 }
 
 // Delete removes a routine; its tasks stay.
