@@ -470,3 +470,39 @@ func TestATimerWakeReadsOnlyTheRoutinesDue(t *testing.T) {
 	assert.Equal(t, lists+1, st.Lists(), "the full read a Poll after the last")
 	assert.Len(t, tasks.Spawns(), 30, "each routine fired on its own wake")
 }
+
+// Records in the ledger are another daemon's or a person's (the NATS
+// CLI): one that does not decode or check out is skipped, never fired,
+// and the others run.
+func TestHostileRecordsAreSkipped(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	many := make([]Run, MaxRuns+1)
+	for name, value := range map[string]string{
+		"garbage":   `{not json`,
+		"renamed":   `{"name":"other","schedule":"every 1m","spawn":{"agent":"fake","prompt":"p"},"runs":[]}`,
+		"badsched":  `{"name":"badsched","schedule":"every 1s","spawn":{"agent":"fake","prompt":"p"},"runs":[]}`,
+		"BadName":   `{"name":"BadName","schedule":"every 1m","spawn":{"agent":"fake","prompt":"p"},"runs":[]}`,
+		"toomany":   string(must(json.Marshal(record{Definition: Definition{Name: "toomany", Schedule: "every 1m"}, Runs: many}))),
+		"arraynull": `null`,
+	} {
+		_, err := r.store.RoutinePut(ctx, name, []byte(value), 0)
+		require.NoError(t, err)
+	}
+	r.create(Definition{Name: "good", Schedule: "every 1m", Spawn: spawnOf("work")})
+	r.advance(time.Minute)
+	r.advance(time.Minute)
+	spawns := r.tasks.Spawns()
+	require.Len(t, spawns, 2)
+	for _, s := range spawns {
+		assert.Equal(t, "routine:good", s.InitiatorID)
+	}
+	assert.Len(t, r.list(), 1, "list_routines shows the readable one")
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
