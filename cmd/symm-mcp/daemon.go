@@ -20,8 +20,10 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/jetstream"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
 	"github.com/symm-mcp/symm-mcp/internal/notify"
+	"github.com/symm-mcp/symm-mcp/internal/routine"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 	"github.com/symm-mcp/symm-mcp/internal/version"
@@ -296,6 +298,8 @@ type daemonServer struct {
 	// over, routed calls) before the service shuts down: one taken after
 	// would only end failed, "shutting down".
 	stopIntake func()
+	// stopRoutines stops the routine scheduler and waits for it (routines.go).
+	stopRoutines func()
 
 	shutdown    sync.Once
 	shutdownErr error
@@ -353,6 +357,7 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	if sk, ok := led.(interface{ Skipped() int }); ok {
 		s.skipped = sk.Skipped
 	}
+	routineStore, _ := led.(ledger.Routines) // before the hub wraps it
 	if hub != nil {
 		led = hub.Watch(led)
 	}
@@ -368,6 +373,7 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	// What the daemon's sessions, HTTP handler and live view call: svc,
 	// or on a cluster the router over it (internal/routing).
 	var front frontService = svc
+	var routineTasks routine.Tasks = svc
 	if s.cluster != nil {
 		// The name is claimed before this host's tasks are recovered: a
 		// daemon that would take a live host's name touches none of them.
@@ -375,8 +381,10 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 		if err != nil {
 			return nil, err
 		}
-		front = router
+		front, routineTasks = router, router
 	}
+	var runRoutines func()
+	front, runRoutines, s.stopRoutines = withRoutines(front, routineStore, routineTasks, log)
 	s.served = daemonServed(c, s, front, hub, version, log)
 	// Before the first connection is accepted, the tasks a killed daemon
 	// left live are ended failed (their agents died with it).
@@ -386,6 +394,7 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	if len(s.recovered.Ended) > 0 {
 		log.Warn("tasks live when the previous daemon stopped are ended failed", "tasks", s.recovered.Ended)
 	}
+	runRoutines()
 	if s.cluster != nil {
 		s.stopIntake = s.cluster.stopIntake
 		if err := s.cluster.serveDispatch(log); err != nil {
@@ -411,7 +420,7 @@ func daemonServed(c serveConfig, tasks daemon.Tasks, front frontService, hub *we
 			return mcpserver.HTTPHandler(front, version, token, log.With("http", true), c.httpIdle)
 		}
 		served.WebHandler = func(token string) http.Handler {
-			return webview.New(webview.Config{Tasks: front, Hub: hub, Token: token, Actions: c.actions, Version: version, Logger: log.With("view", true)})
+			return webview.New(webview.Config{Tasks: front, Routines: viewRoutines(front), Hub: hub, Token: token, Actions: c.actions, Version: version, Logger: log.With("view", true)})
 		}
 	}
 	return served
@@ -424,6 +433,9 @@ func daemonServed(c serveConfig, tasks daemon.Tasks, front frontService, hub *we
 // call returns the first one's error.
 func (s *daemonServer) Shutdown(ctx context.Context) error {
 	s.shutdown.Do(func() {
+		if s.stopRoutines != nil {
+			s.stopRoutines()
+		}
 		if s.stopIntake != nil {
 			s.stopIntake()
 		}

@@ -141,7 +141,7 @@ func TestServeHTTP(t *testing.T) {
 	cs := connectHTTP(t, url, token)
 	tools, err := cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
-	assert.Len(t, tools.Tools, 12, "the same tools")
+	assert.Len(t, tools.Tools, 17, "the daemon's tools: the twelve and the five routine tools (intent 0054)")
 	out := callHTTP(t, cs, "spawn_task", map[string]any{"agent": "opencode", "prompt": quickPrompt, "workspace": t.TempDir()})
 	id := out["task_id"].(string)
 	waited := callHTTP(t, cs, "wait_tasks", map[string]any{"task_ids": []string{id}, "timeout_seconds": 30})

@@ -748,3 +748,8 @@ func TestUpdateKeepsAnUnflushedTail(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(rec), title)
 }
+
+func TestRoutinesContract(t *testing.T) {
+	t.Parallel()
+	ledgertest.RunRoutines(t, func(t *testing.T) ledger.Routines { return open(t, start(t, t.TempDir())) })
+}

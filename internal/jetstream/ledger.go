@@ -101,10 +101,12 @@ type Ledger struct {
 	shared *follow
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
-	opts   Options
-	log    *slog.Logger
-	types  *typeTable
-	losses []Loss
+	// routines is the bucket of the daemon's routines (routines.go).
+	routines jetstream.KeyValue
+	opts     Options
+	log      *slog.Logger
+	types    *typeTable
+	losses   []Loss
 	// skipped counts the unreadable entries and messages left out (skip).
 	skipped atomic.Int64
 
@@ -238,6 +240,9 @@ func openLedger(ctx context.Context, be backend, host string, opts Options) (*Le
 		return nil, err
 	}
 	l.stream = stream
+	if l.routines, err = bindRoutines(ctx, be); err != nil {
+		return nil, err
+	}
 	ends, err := l.restore(ctx, stream)
 	if err != nil {
 		if be.srv == nil {

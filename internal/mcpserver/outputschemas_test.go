@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"go/format"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -43,7 +44,9 @@ func TestGeneratedOutputSchemas(t *testing.T) {
 func generateOutputSchemas(t *testing.T) []byte {
 	t.Helper()
 	var types []reflect.Type
-	for _, typ := range toolOutputs() {
+	outputs := toolOutputs()
+	maps.Copy(outputs, routineToolOutputs())
+	for _, typ := range outputs {
 		if !slices.Contains(types, typ) {
 			types = append(types, typ)
 		}

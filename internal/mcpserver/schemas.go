@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -46,7 +47,9 @@ func toolOutputs() map[string]reflect.Type {
 // results, on copies of the SDK's tools.
 func publishOutputSchemas(next mcp.MethodHandler) mcp.MethodHandler {
 	schemas := make(map[string]json.RawMessage)
-	for name, t := range toolOutputs() {
+	outputs := toolOutputs()
+	maps.Copy(outputs, routineToolOutputs())
+	for name, t := range outputs {
 		s := generatedOutputSchema(t.String())
 		if s == "" {
 			panic(fmt.Sprintf("mcpserver: no generated output schema for %s (%s): run go generate ./internal/mcpserver", name, t))

@@ -116,6 +116,7 @@ func register(s *mcp.Server, svc Service, o options) {
 	addTool(s, spawnTasksTool, h.spawnTasks)
 	addTool(s, cleanupWorktreesTool, h.cleanupWorktrees)
 	addTool(s, listHostsTool, h.listHosts)
+	registerRoutines(s, svc)
 }
 
 type handlers struct {

@@ -26,6 +26,8 @@ type Store struct {
 	keys  map[string]keyHolder // by idempotency key
 	names map[string]string    // interned agent names
 	types *typeTable           // event types of every task's log
+
+	routines routineTable // the daemon's routines (routines.go); a lock of its own, a leaf
 }
 
 // entry is one task: its record, the record's encoding and its events.

@@ -79,3 +79,7 @@ func TestDroppedLinesLetGoOfTheirSlots(t *testing.T) {
 		require.Equal(t, stderr[k-1]+1, stderr[k], "the kept lines are the newest, contiguous")
 	}
 }
+
+func TestRoutinesContract(t *testing.T) {
+	ledgertest.RunRoutines(t, func(*testing.T) ledger.Routines { return New() })
+}

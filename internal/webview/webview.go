@@ -48,6 +48,17 @@ type Tasks interface {
 
 var _ Tasks = (*task.Service)(nil)
 
+// Routines is the daemon's routines as the view lists and acts on them
+// (intent 0054): the scheduler's, through cmd, in list_routines' JSON.
+type Routines interface {
+	// RoutinesJSON is list_routines' reply: {"routines":[...]}.
+	RoutinesJSON(ctx context.Context) (json.RawMessage, error)
+	// RunRoutine runs one now (run_routine); PauseRoutine pauses or
+	// resumes one (update_routine's paused).
+	RunRoutine(ctx context.Context, name string) (json.RawMessage, error)
+	PauseRoutine(ctx context.Context, name string, paused bool) (json.RawMessage, error)
+}
+
 // Defaults of Config.
 const (
 	DefaultSessionTTL   = 12 * time.Hour
@@ -71,8 +82,11 @@ type Config struct {
 	Hub   *Hub
 	// Token is the daemon's bearer token, exchanged once for a session.
 	Token string
-	// Actions serves cancel and resolve (--dashboard-actions).
+	// Actions serves cancel and resolve (--dashboard-actions), and a
+	// routine's run, pause and resume.
 	Actions bool
+	// Routines lists the daemon's routines (nil: the view shows none).
+	Routines Routines
 	// Version is the daemon's version, as --version prints it; the page
 	// shows it in its header.
 	Version string
@@ -133,6 +147,10 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("POST /api/tasks/{id}/cancel", s.authed(s.csrf(s.action(s.cancel))))
 	mux.HandleFunc("POST /api/tasks/{id}/resolve", s.authed(s.csrf(s.action(s.resolve))))
 	mux.HandleFunc("POST /api/tasks/{id}/decide", s.authed(s.csrf(s.action(s.decide))))
+	mux.HandleFunc("GET /api/routines", s.authed(s.routines))
+	mux.HandleFunc("POST /api/routines/{name}/run", s.authed(s.csrf(s.action(s.routineAction(routineRun)))))
+	mux.HandleFunc("POST /api/routines/{name}/pause", s.authed(s.csrf(s.action(s.routineAction(routinePause)))))
+	mux.HandleFunc("POST /api/routines/{name}/resume", s.authed(s.csrf(s.action(s.routineAction(routineResume)))))
 	s.h = secure(http.NewCrossOriginProtection().Handler(mux))
 	return s
 }

@@ -56,6 +56,9 @@ type rigConfig struct {
 	actions   bool
 	ttl       time.Duration
 	realClock bool
+	// routines gives the view a routine scheduler over the rig's service
+	// (routines_test.go).
+	routines func(svc *task.Service) webview.Routines
 }
 
 func newRigWith(t *testing.T, cfg rigConfig) *rig {
@@ -68,8 +71,12 @@ func newRigWith(t *testing.T, cfg rigConfig) *rig {
 	if cfg.realClock {
 		now = time.Now
 	}
+	var routines webview.Routines
+	if cfg.routines != nil {
+		routines = cfg.routines(r.svc)
+	}
 	view := webview.New(webview.Config{
-		Tasks: r.svc, Hub: hub, Token: token, Actions: cfg.actions, PushInterval: time.Millisecond,
+		Tasks: r.svc, Routines: routines, Hub: hub, Token: token, Actions: cfg.actions, PushInterval: time.Millisecond,
 		Now: now, SessionTTL: cfg.ttl, Version: testVersion,
 	})
 	r.srv = httptest.NewServer(view)

@@ -187,6 +187,13 @@ async function api(path, init = {}) {
 
 let session = null;
 
+// getJSON reads an /api path's JSON; an answer not 2xx throws.
+export async function getJSON(path) {
+  const r = await api(path);
+  if (!r.ok) throw Object.assign(new Error(`HTTP ${r.status}`), { status: r.status });
+  return r.json();
+}
+
 // getSession reads the page's CSRF token and whether actions are on; a
 // page whose session ended goes to the login.
 export async function getSession() {

@@ -1,6 +1,6 @@
 // The list page: every task the stream sends, newest first, grouped by
 // initiator, filtered by status and agent (the filters live in the URL).
-import { el, taskLink, age, usageText, costText, badge, healthBadge, sandboxBadge, wireLogout, showVersion, openStream, TERMINAL } from './common.js';
+import { el, taskLink, age, usageText, costText, badge, healthBadge, sandboxBadge, wireLogout, showVersion, openStream, TERMINAL, getJSON, getSession, act } from './common.js';
 
 const rows = new Map(); // task id -> row
 let waiting = {}; // task id -> permission questions open on it
@@ -127,5 +127,63 @@ openStream('/api/stream/tasks', {
   },
 }, document.getElementById('conn'));
 setInterval(schedule, 30000); // ages move on
+
+// The daemon's routines (intent 0054): each with its schedule, next run
+// and last run; with actions on, run now, pause and resume. Read on load,
+// after an action and with the ages; a routine's runs show in the list as
+// tasks of initiator routine:<name>.
+const routinesEl = document.getElementById('routines');
+const routineRows = document.getElementById('routine-rows');
+const routineError = document.getElementById('routine-error');
+
+function routineRow(r, actionsOn) {
+  const last = r.runs && r.runs[0];
+  let lastCell = el('span', { class: 'sub', text: 'none yet' });
+  if (last && last.task_id) lastCell = el('span', {}, badge(last.status), ' ', taskLink(last.task_id, last.task_id));
+  else if (last) lastCell = el('span', { text: last.status, title: last.error || '' });
+  const tr = el('tr', { data: { routine: r.name } });
+  tr.append(
+    el('td', { class: 'name', text: r.name }),
+    el('td', { text: r.paused ? `${r.schedule} (paused)` : r.schedule }),
+    el('td', { text: r.next_run ? new Date(r.next_run).toLocaleString() : '—', title: r.next_run || '' }),
+    el('td', {}, lastCell),
+  );
+  const cell = el('td', { class: 'actions' });
+  if (actionsOn) {
+    const button = (label, verb) => {
+      const b = el('button', { text: label, data: { verb } });
+      b.type = 'button';
+      b.addEventListener('click', async () => {
+        b.disabled = true;
+        routineError.hidden = true;
+        try {
+          await act(`/api/routines/${encodeURIComponent(r.name)}/${verb}`);
+        } catch (e) {
+          routineError.textContent = `${r.name}: ${e.message}`;
+          routineError.hidden = false;
+        }
+        await loadRoutines();
+      });
+      return b;
+    };
+    cell.append(button('Run now', 'run'), r.paused ? button('Resume', 'resume') : button('Pause', 'pause'));
+  }
+  tr.append(cell);
+  return tr;
+}
+
+async function loadRoutines() {
+  let data;
+  let actionsOn = false;
+  try {
+    data = await getJSON('/api/routines');
+    actionsOn = (await getSession()).actions;
+  } catch { return; }
+  const list = data.routines || [];
+  routinesEl.hidden = list.length === 0;
+  routineRows.replaceChildren(...list.map((r) => routineRow(r, actionsOn)));
+}
+loadRoutines();
+setInterval(loadRoutines, 30000);
 wireLogout();
 showVersion();
