@@ -89,6 +89,13 @@ func TestImportRules(t *testing.T) {
 			"internal/routing imports nothing of ours but task, ledger and jetstream")
 	}
 	require.Contains(t, imports, module+"/internal/routing")
+	// The daemon's routines stand on the task service (a run is a spawn)
+	// and the ledger (their records); intent 0054.
+	require.Contains(t, imports, module+"/internal/routine")
+	for _, imp := range ours(module + "/internal/routine") {
+		assert.Contains(t, []string{module + "/internal/task", module + "/internal/ledger"}, imp,
+			"internal/routine imports nothing of ours but task and ledger")
+	}
 	// The test rig the packages' tests share stands on the parts a task
 	// service is wired from, never on the service (internal/task's own
 	// tests import it), and only test files import it (intent 0046).
@@ -118,6 +125,9 @@ func TestImportRules(t *testing.T) {
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports %s", imp)
 			case imp == module+"/internal/routing":
 				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the router")
+			case imp == module+"/internal/routine":
+				assert.Contains(t, []string{module + "/cmd/symm-mcp", module + "/internal/mcpserver"}, pkg,
+					"nothing but cmd and the MCP layer imports the routines")
 			case imp == module+"/internal/testrig":
 				assert.Fail(t, "only test files import the test rig", "%s imports it", pkg)
 			case imp == module+"/internal/jetstream":
