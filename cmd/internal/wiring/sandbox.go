@@ -1,4 +1,4 @@
-package main
+package wiring
 
 import (
 	"flag"
@@ -14,14 +14,14 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
-// sandboxFlags are --sandbox and --sandbox-allow-port, flags of every
+// SandboxFlags are --sandbox and --sandbox-allow-port, flags of every
 // server (plain, --shared's daemon, serve).
-type sandboxFlags struct {
-	mode  sandbox.Mode // "": the server's default (serverSandbox)
+type SandboxFlags struct {
+	mode  sandbox.Mode // "": the server's default (ServerSandbox)
 	ports []uint16
 }
 
-func addSandboxFlags(fs *flag.FlagSet, f *sandboxFlags) {
+func AddSandboxFlags(fs *flag.FlagSet, f *SandboxFlags) {
 	fs.Var(modeFlag{&f.mode}, "sandbox", "`MODE` of the spawns that name none: off, read-only or workspace, confining the agent with the kernel "+
 		"(Landlock; default off, and for serve workspace when the kernel supports it)")
 	fs.Var(portsFlag{&f.ports}, "sandbox-allow-port", "TCP `PORT` (1-65535) a sandboxed agent may also connect to, besides 443, 53 and its "+
@@ -73,11 +73,11 @@ func (f portsFlag) Set(s string) error {
 	return nil
 }
 
-// serverSandbox is the mode in force for the spawns that name none: the
+// ServerSandbox is the mode in force for the spawns that name none: the
 // flag's, else off for the plain server (Symm's meaning) and, for the
 // daemon, workspace when the kernel can confine a task, else off, said
 // in the log and by status.
-func serverSandbox(f sandboxFlags, daemonDefault bool, log *slog.Logger) *daemon.SandboxStatus {
+func ServerSandbox(f SandboxFlags, daemonDefault bool, log *slog.Logger) *daemon.SandboxStatus {
 	abi, err := sandbox.Check()
 	st := &daemon.SandboxStatus{Mode: string(f.mode), ABI: abi}
 	switch {
@@ -100,14 +100,14 @@ func serverSandbox(f sandboxFlags, daemonDefault bool, log *slog.Logger) *daemon
 	return st
 }
 
-// sandboxConfig is the service's sandbox settings: the mode in force,
-// this binary as the pre-exec step, the user's home, the state
+// SandboxConfig is the service's sandbox settings: the mode in force,
+// self (the light symm-mcp, absolute) as the pre-exec step, the user's home, the state
 // directory closed, and the daemon's HTTP port (httpURL, "" without one)
 // never reachable.
-func sandboxConfig(st *daemon.SandboxStatus, f sandboxFlags, env agentEnvironment, stateDir, httpURL string) task.SandboxConfig {
+func SandboxConfig(st *daemon.SandboxStatus, f SandboxFlags, env AgentEnvironment, self, stateDir, httpURL string) task.SandboxConfig {
 	home, _ := os.UserHomeDir() // "": a sandboxed spawn fails, naming why
 	c := task.SandboxConfig{
-		Default: sandbox.Mode(st.Mode), Self: selfPath(), Home: home, Environ: env.all,
+		Default: sandbox.Mode(st.Mode), Self: self, Home: home, Environ: env.All,
 		AllowPorts: f.ports,
 	}
 	if stateDir != "" {
