@@ -12,9 +12,10 @@ BUILD       := CGO_ENABLED=0 $(GO) build -trimpath
 
 all: check
 
-## build: the server binary, bin/symm-mcp
+## build: the server binaries, bin/symm-mcp and beside it the daemon
+## bin/symm-mcpd, which symm-mcp serve becomes (intent 0049)
 build:
-	$(BUILD) -o $(BIN) ./cmd/symm-mcp
+	$(BUILD) -o bin/ ./cmd/symm-mcp ./cmd/symm-mcpd
 
 ## run: build and start the server on stdio (an MCP client normally does this).
 ## stdout is the MCP channel, so nothing but the server writes there: the
