@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,6 +47,16 @@ func TestServeFindsTheDaemonBeside(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "symm-mcp serve: symm-mcpd is missing beside "+filepath.Dir(alone))
 	assert.Contains(t, out, "go install github.com/symm-mcp/symm-mcp/cmd/...@latest")
+	// --shared, starting the daemon, says the same where its host sees it.
+	d := newShared(t, agentPath(t))
+	front := exec.Command(alone, "--shared", "--socket", d.socket, "--state-dir", d.state, "--no-notify")
+	front.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n")
+	var frontErr bytes.Buffer
+	front.Stderr = &frontErr
+	var exit *exec.ExitError
+	require.ErrorAs(t, front.Run(), &exit)
+	assert.Equal(t, 1, exit.ExitCode())
+	assert.Contains(t, frontErr.String(), "the daemon did not start: symm-mcp serve: symm-mcpd is missing beside "+filepath.Dir(alone))
 
 	// symm-mcpd has one command, as symm-mcp hands it over.
 	out, code = runOf(t, filepath.Join(filepath.Dir(binary), "symm-mcpd"))
