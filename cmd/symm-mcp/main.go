@@ -2,7 +2,12 @@
 // over the Agent Client Protocol and keeps a ledger of what happened.
 //
 // It only wires the packages under internal/: flags, logging, signals, and
-// the order of shutdown.
+// the order of shutdown. It is the light binary of two (intent 0049): the
+// plain server, the --shared front, status, shutdown, doctor, setup and
+// the sandbox's pre-exec step; serve is symm-mcpd's, installed beside it,
+// which this program becomes by exec, so that none of the daemon's
+// packages (NATS, JetStream, the router, the live view) is linked here and
+// initialised at every start.
 package main
 
 import (
