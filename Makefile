@@ -12,12 +12,12 @@ BUILD       := CGO_ENABLED=0 $(GO) build -trimpath
 
 all: check
 
-## build: the server binary, bin/symm-mcp, and beside it the sandbox's
-## pre-exec step, bin/symm-sandbox-exec (a small binary that starts a
-## sandboxed agent some 4 ms sooner than symm-mcp's own subcommand)
+## build: the server binaries, bin/symm-mcp and beside it the daemon
+## bin/symm-mcpd, which symm-mcp serve becomes (intent 0049), and the
+## sandbox's pre-exec step, bin/symm-sandbox-exec (a small binary that
+## starts a sandboxed agent some 4 ms sooner than symm-mcp's own subcommand)
 build:
-	$(BUILD) -o $(BIN) ./cmd/symm-mcp
-	$(BUILD) -o bin/symm-sandbox-exec ./cmd/symm-sandbox-exec
+	$(BUILD) -o bin/ ./cmd/symm-mcp ./cmd/symm-mcpd ./cmd/symm-sandbox-exec
 
 ## run: build and start the server on stdio (an MCP client normally does this).
 ## stdout is the MCP channel, so nothing but the server writes there: the

@@ -9,7 +9,8 @@
 # is), a commit of this repository's history (its tree taken with git
 # archive into a temporary directory and built there as make build builds
 # the server, CGO_ENABLED=0 go build -trimpath, into
-# CACHE/baseline/<full commit>/symm-mcp, kept for the next run), or
+# CACHE/baseline/<full commit>/symm-mcp, with symm-mcpd beside it from the
+# split of intent 0049 on, kept for the next run), or
 # empty or "none": no baseline, nothing printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,15 @@ if [ ! -x "$out" ]; then
 	git archive "$rev" | tar -x -C "$src"
 	mkdir -p "$(dirname "$out")"
 	# The module's own go.mod and go.sum at that commit; no workspace.
-	(cd "$src" && CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod "$GO" build -trimpath -o "$out.tmp" ./cmd/symm-mcp) >&2
-	mv "$out.tmp" "$out"
+	# From the split on (intent 0049), serve is symm-mcpd, built beside it.
+	pkgs=./cmd/symm-mcp
+	if [ -d "$src/cmd/symm-mcpd" ]; then pkgs="$pkgs ./cmd/symm-mcpd"; fi
+	tmp=$(dirname "$out")/tmp
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	# shellcheck disable=SC2086 # pkgs is a list of words
+	(cd "$src" && CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod "$GO" build -trimpath -o "$tmp/" $pkgs) >&2
+	if [ -x "$tmp/symm-mcpd" ]; then mv "$tmp/symm-mcpd" "$(dirname "$out")/symm-mcpd"; fi
+	mv "$tmp/symm-mcp" "$out"
+	rmdir "$tmp"
 fi
 echo "$out"

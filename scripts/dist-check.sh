@@ -2,9 +2,10 @@
 # The release archives are reproducible: make dist twice on this commit,
 # the second time from an empty Go build cache, another temporary
 # directory and a strict umask, and the two outputs must be byte-identical
-# (every archive and SHA256SUMS). Then the linux/amd64 archive's binary
-# runs and prints the version and commit it was built with; the archive
-# holds the sandbox's pre-exec step beside it.
+# (every archive and SHA256SUMS). Then the linux/amd64 archive's binaries
+# run and print the version and commit they were built with: symm-mcp,
+# and its serve, which is symm-mcpd beside it (intent 0049); the archive
+# holds the sandbox's pre-exec step beside them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,8 +32,10 @@ done
 archive=$(ls "$work/a"/symm-mcp_*_linux_amd64.tar.gz)
 tar -C "$work" -xzf "$archive"
 dir=$(basename "$archive" .tar.gz)
-[ "$(cd "$work/$dir" && ls | tr '\n' ' ')" = "LICENSE-APACHE LICENSE-MIT README.md symm-mcp symm-sandbox-exec " ] || { echo "dist-check: $dir holds $(ls "$work/$dir")" >&2; exit 1; }
+[ "$(cd "$work/$dir" && ls | tr '\n' ' ')" = "LICENSE-APACHE LICENSE-MIT README.md symm-mcp symm-mcpd symm-sandbox-exec " ] || { echo "dist-check: $dir holds $(ls "$work/$dir")" >&2; exit 1; }
 got=$("$work/$dir/symm-mcp" --version 2>&1)
 want="symm-mcp $version+${commit:0:12}"
 [ "$got" = "$want" ] || { echo "dist-check: --version: got '$got', want '$want'" >&2; exit 1; }
+got=$("$work/$dir/symm-mcp" serve --version 2>&1)
+[ "$got" = "$want" ] || { echo "dist-check: serve --version (symm-mcpd): got '$got', want '$want'" >&2; exit 1; }
 echo "dist-check: two builds byte-identical; $dir: $got" >&2

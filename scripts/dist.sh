@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # make dist: the release archives, reproducibly, with the Go toolchain
-# alone (intent 0034). For each of linux and darwin on amd64 and arm64, a
-# static binary (CGO_ENABLED=0, -trimpath, no VCS stamp, no build id, the
-# version and commit linked in; on Linux with the sandbox's pre-exec step,
-# symm-sandbox-exec, beside it) packed with the licenses and the README as
+# alone (intent 0034). For each of linux and darwin on amd64 and arm64,
+# the two static binaries, symm-mcp and the daemon symm-mcpd it hands
+# serve to (intent 0049) (CGO_ENABLED=0, -trimpath, no VCS stamp, no
+# build id, the version and commit linked in; on Linux with the sandbox's
+# pre-exec step, symm-sandbox-exec, beside them), packed with the licenses
+# and the README as
 # symm-mcp_<version>_<os>_<arch>.tar.gz, and SHA256SUMS over them.
 #
 # Two runs on one commit give the same bytes: nothing in an archive
@@ -39,7 +41,7 @@ for p in "${platforms[@]}"; do
   # GOFLAGS is cleared so that a user's go env (say -buildvcs=true or
   # -race) cannot change the bytes.
   GOFLAGS= CGO_ENABLED=0 GOOS=$os GOARCH=$arch "$GO" build -trimpath -buildvcs=false \
-    -ldflags "$ldflags" -o "$stage/$dir/symm-mcp" ./cmd/symm-mcp
+    -ldflags "$ldflags" -o "$stage/$dir/" ./cmd/symm-mcp ./cmd/symm-mcpd
   if [ "$os" = linux ]; then
     # The sandbox's pre-exec step (Landlock: Linux only), which symm-mcp
     # uses from beside itself when it is of the same build (intent 0048).
@@ -48,7 +50,7 @@ for p in "${platforms[@]}"; do
     chmod 0755 "$stage/$dir/symm-sandbox-exec"
   fi
   cp LICENSE-APACHE LICENSE-MIT README.md "$stage/$dir/"
-  chmod 0755 "$stage/$dir" "$stage/$dir/symm-mcp"
+  chmod 0755 "$stage/$dir" "$stage/$dir/symm-mcp" "$stage/$dir/symm-mcpd"
   chmod 0644 "$stage/$dir/LICENSE-APACHE" "$stage/$dir/LICENSE-MIT" "$stage/$dir/README.md"
   tar -C "$stage" --sort=name --format=gnu --mtime="@$COMMIT_TIME" \
     --owner=0 --group=0 --numeric-owner -cf - "$dir" |

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# `go install github.com/symm-mcp/symm-mcp/cmd/symm-mcp@VERSION` works
+# `go install github.com/symm-mcp/symm-mcp/cmd/...@VERSION` works, and
+# installs the three binaries: symm-mcp, the daemon symm-mcpd it hands serve
+# to (intent 0049) and the sandbox's pre-exec step symm-sandbox-exec
+# (intent 0048)
 # (intent 0034): a module proxy made of this checkout's HEAD, a file://
 # GOPROXY directory as the module proxy protocol lays it out
 # (<module>/@v/{list,V.info,V.mod,V.zip}; the zip is git archive's with the
@@ -28,9 +31,15 @@ echo "$version" >"$at/list"
 cache=$(go env GOMODCACHE)/cache/download
 env GOFLAGS=-modcacherw GOMODCACHE="$work/modcache" GOBIN="$work/bin" GOTOOLCHAIN=local \
   GOPROXY="file://$work/proxy,file://$cache,https://proxy.golang.org" GONOSUMDB="$module" GOPRIVATE= \
-  go install "$module/cmd/symm-mcp@$version"
+  go install "$module/cmd/...@$version"
+[ "$(cd "$work/bin" && ls | tr '\n' ' ')" = "symm-mcp symm-mcpd symm-sandbox-exec " ] || { echo "goinstall-check: installed $(ls "$work/bin"); want symm-mcp, symm-mcpd and symm-sandbox-exec" >&2; exit 1; }
 got=$("$work/bin/symm-mcp" --version 2>&1)
 [ "$got" = "symm-mcp $version" ] || { echo "goinstall-check: --version said '$got'; want 'symm-mcp $version'" >&2; exit 1; }
-go version -m "$work/bin/symm-mcp" | grep -q "^[[:space:]]mod[[:space:]]$module[[:space:]]$version[[:space:]]" ||
-  { echo "goinstall-check: the binary's build information names another module version:" >&2; go version -m "$work/bin/symm-mcp" >&2; exit 1; }
-echo "goinstall-check: go install $module/cmd/symm-mcp@$version from a file:// proxy: $got" >&2
+# serve is symm-mcpd's, found beside symm-mcp.
+served=$("$work/bin/symm-mcp" serve --version 2>&1)
+[ "$served" = "symm-mcp $version" ] || { echo "goinstall-check: serve --version said '$served'; want 'symm-mcp $version'" >&2; exit 1; }
+for b in symm-mcp symm-mcpd symm-sandbox-exec; do
+  go version -m "$work/bin/$b" | grep -q "^[[:space:]]mod[[:space:]]$module[[:space:]]$version[[:space:]]" ||
+    { echo "goinstall-check: $b's build information names another module version:" >&2; go version -m "$work/bin/$b" >&2; exit 1; }
+done
+echo "goinstall-check: go install $module/cmd/...@$version from a file:// proxy: $got; serve: $served" >&2

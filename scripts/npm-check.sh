@@ -34,6 +34,9 @@ binary=$prefix/node_modules/@symm-mcp/$platform/bin/symm-mcp
 said=$("$binary" --version 2>&1)
 through=$(cd "$work" && npx --prefix "$prefix" --no -- symm-mcp --version 2>&1)
 [ "$through" = "$said" ] || { echo "npm-check: npx symm-mcp --version said '$through'; the binary '$said'" >&2; exit 1; }
+# serve is the daemon, symm-mcpd, installed beside the binary (intent 0049).
+served=$(cd "$work" && npx --prefix "$prefix" --no -- symm-mcp serve --version 2>&1)
+[ "$served" = "$said" ] || { echo "npm-check: npx symm-mcp serve --version said '$served'; the binary '$said'" >&2; exit 1; }
 status=0
 (cd "$work" && npx --prefix "$prefix" --no -- symm-mcp --no-such-flag 2>/dev/null) || status=$?
 [ "$status" = 2 ] || { echo "npm-check: a usage error exits $status through the launcher; want 2" >&2; exit 1; }

@@ -3,7 +3,9 @@
 # packed with npm pack into DIST_DIR/npm (intent 0034):
 #   symm-mcp                 the launcher (npm/symm-mcp), its optional
 #                            dependencies the four below, at the same version
-#   @symm-mcp/<os>-<cpu>     one binary each, with "os" and "cpu" so that npm
+#   @symm-mcp/<os>-<cpu>     the binaries of one platform each (symm-mcp and
+#                            the daemon symm-mcpd beside it, intent 0049),
+#                            with "os" and "cpu" so that npm
 #                            installs only the one of the machine
 #   server.json              the MCP Registry entry, at this version
 # The version is VERSION's without the v. Needs node and npm.
@@ -30,8 +32,8 @@ for archive in "$DIST_DIR"/symm-mcp_"${version}"_*.tar.gz; do
   dir=$out/src/$os-$cpu
   mkdir -p "$dir/bin"
   tar -xzf "$archive" -C "$dir" --strip-components=1
-  mv "$dir/symm-mcp" "$dir/bin/symm-mcp"
-  files=bin/symm-mcp
+  mv "$dir/symm-mcp" "$dir/symm-mcpd" "$dir/bin/"
+  files="bin/symm-mcp bin/symm-mcpd"
   if [ -f "$dir/symm-sandbox-exec" ]; then
     # The sandbox's pre-exec step, beside the binary that looks for it.
     mv "$dir/symm-sandbox-exec" "$dir/bin/symm-sandbox-exec"
@@ -44,7 +46,7 @@ for archive in "$DIST_DIR"/symm-mcp_"${version}"_*.tar.gz; do
     process.stdout.write(JSON.stringify({
       name: `@symm-mcp/${OS}-${CPU}`,
       version: VERSION,
-      description: `The symm-mcp binary for ${names[OS]} on ${CPU} (installed by the symm-mcp package).`,
+      description: `The symm-mcp binaries for ${names[OS]} on ${CPU} (installed by the symm-mcp package).`,
       homepage: "https://github.com/symm-mcp/symm-mcp",
       repository: { type: "git", url: "git+https://github.com/symm-mcp/symm-mcp.git" },
       license: "Apache-2.0 OR MIT",
@@ -54,7 +56,7 @@ for archive in "$DIST_DIR"/symm-mcp_"${version}"_*.tar.gz; do
       preferUnplugged: true,
     }, null, 2) + "\n");
   ' >"$dir/package.json"
-  printf '# @symm-mcp/%s-%s\n\nThe symm-mcp binary for %s/%s, installed by the [symm-mcp](https://www.npmjs.com/package/symm-mcp) package: `npx -y symm-mcp`.\n' \
+  printf '# @symm-mcp/%s-%s\n\nThe symm-mcp binaries (symm-mcp and its daemon, symm-mcpd) for %s/%s, installed by the [symm-mcp](https://www.npmjs.com/package/symm-mcp) package: `npx -y symm-mcp`.\n' \
     "$os" "$cpu" "$os" "$cpu" >"$dir/README.md"
   (cd "$dir" && npm pack --pack-destination "$out" --loglevel=error >/dev/null)
 done

@@ -21,7 +21,7 @@ if [ -z "$browser" ]; then
   echo "webview-e2e: no chromium on PATH (apt-get install chromium, or set CHROMIUM)" >&2
   exit 1
 fi
-go build -o bin/symm-mcp ./cmd/symm-mcp
+go build -o bin/ ./cmd/symm-mcp ./cmd/symm-mcpd # serve is bin/symm-mcpd (intent 0049)
 go build -o bin/fake-acp-agent ./internal/acpsession/fakeagent/cmd/fake-acp-agent
 if [ "$suite" = testdata/webview/bench.test.mjs ]; then go build -o bin/floodbase ./testdata/webview/floodbase; fi
 npm ci --prefix testdata/webview --no-audit --no-fund --loglevel=error >/dev/null # errors still reach stderr

@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/symm-mcp/symm-mcp/cmd/internal/wiring"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/doctor"
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
@@ -44,8 +44,8 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	envFile := fs.String("env-file", "", "`FILE` of the agents' environment, as for the server (see symm-mcp --help)")
-	var o options
-	fs.Var(&o.roots, "workspace-root", "`DIR` tasks may run in, as for the server (repeatable; see symm-mcp --help)")
+	var o wiring.Options
+	fs.Var(&o.Roots, "workspace-root", "`DIR` tasks may run in, as for the server (repeatable; see symm-mcp --help)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: symm-mcp doctor [--json] [--env-file FILE] [--workspace-root DIR]...\n\n"+
 			"Starts each registered agent found on PATH, as describe_agent does, and reports\n"+
@@ -57,10 +57,10 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 			"Exit status 1 means an installed agent is unusable.\n\nFlags:\n", task.DescribeDeadline)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseArgs(fs, args, stderr); !ok {
+	if code, ok := wiring.ParseArgs(fs, args, stderr); !ok {
 		return code
 	}
-	if code := resolveRoots(&o, "symm-mcp doctor", stderr); code != 0 {
+	if code := wiring.ResolveRoots(&o, "symm-mcp doctor", stderr); code != 0 {
 		return code
 	}
 	if *envFile != "" {
@@ -68,11 +68,11 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 		if base == nil {
 			base = os.Environ()
 		}
-		env, code := agentEnv(*envFile, base, "symm-mcp doctor", stderr)
+		env, code := wiring.AgentEnv(*envFile, base, "symm-mcp doctor", stderr)
 		if code != 0 {
 			return code
 		}
-		cfg.env = env.all
+		cfg.env = env.All
 	}
 	if cfg.dir == "" {
 		wd, err := os.Getwd()
@@ -82,7 +82,7 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 		}
 		cfg.dir = wd
 	}
-	if code := doctorDirInRoots(cfg.dir, o.rootsResolved, stderr); code != 0 {
+	if code := wiring.DoctorDirInRoots(cfg.dir, o.RootsResolved, stderr); code != 0 {
 		return code
 	}
 	if cfg.deadline == 0 {
@@ -94,7 +94,7 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	reg := agents.Default()
 	getenv := os.Getenv
 	if cfg.env != nil {
-		getenv = func(k string) string { return envValue(cfg.env, k) }
+		getenv = func(k string) string { return wiring.EnvValue(cfg.env, k) }
 	}
 	environ := cfg.env
 	if environ == nil {
@@ -103,9 +103,9 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	home, _ := os.UserHomeDir() // "": the confined start fails, naming why
 	// Each agent is also started confined, as a task with sandbox
 	// "workspace" would be: the same pre-exec step, home and environment.
-	sb := task.SandboxConfig{Self: preExecPath(selfPath()), Home: home, Environ: environ, Cache: sandbox.NewCache()}
+	sb := task.SandboxConfig{Self: wiring.PreExecPath(wiring.SelfPath()), Home: home, Environ: environ, Cache: sandbox.NewCache()}
 	svc := task.New(task.Config{Store: store.New(), Agents: reg, Supervisor: sup, Workspace: cfg.dir, Getenv: getenv, Logger: log, Version: version.String(),
-		WorkspaceRoots: o.rootsResolved, Sandbox: sb})
+		WorkspaceRoots: o.RootsResolved, Sandbox: sb})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -113,8 +113,8 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	probed := doctor.Probe(ctx, svc, reg.Names(), cfg.dir)
 	cancel()
 	report := doctor.Judge(version.String(), cfg.dir, probed, reg.Lookup)
-	if o.rootsResolved != nil {
-		report.WorkspaceRoots = o.rootsResolved
+	if o.RootsResolved != nil {
+		report.WorkspaceRoots = o.RootsResolved
 	}
 
 	// Every describe ended its agent; Shutdown confirms nothing is left.
@@ -136,16 +136,6 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 		return 1
 	}
 	return 0
-}
-
-func envValue(env []string, key string) string {
-	v := ""
-	for _, kv := range env {
-		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
-			v = val // the last one wins, as in exec
-		}
-	}
-	return v
 }
 
 // shutdownBound caps the confirmation that every described agent is gone:

@@ -11,7 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const module = "github.com/symm-mcp/symm-mcp"
+const (
+	module = "github.com/symm-mcp/symm-mcp"
+	// The light binary and the daemon (intent 0049).
+	light     = module + "/cmd/symm-mcp"
+	daemonCmd = module + "/cmd/symm-mcpd"
+)
 
 // TestImportRules holds the boundaries PROJECT.md states, on the packages'
 // non-test imports.
@@ -115,28 +120,64 @@ func TestImportRules(t *testing.T) {
 				assert.Equal(t, module+"/internal/jetstream", pkg, "only the JetStream ledger imports NATS")
 			case strings.HasPrefix(imp, "github.com/coder/acp-go-sdk"):
 				assert.True(t, within(pkg, module+"/internal/acpsession"), "%s: only the ACP session imports the ACP SDK", pkg)
-			case imp == module+"/internal/mcpserver":
-				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the MCP layer")
-			case imp == module+"/internal/daemon":
-				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the daemon")
+			case imp == module+"/internal/mcpserver", imp == module+"/internal/daemon":
+				assert.True(t, within(pkg, module+"/cmd"), "%s: nothing but cmd imports %s", pkg, imp)
+			case imp == module+"/internal/doctor":
+				assert.Equal(t, light, pkg, "nothing but symm-mcp imports the doctor")
+			case imp == module+"/internal/gctune":
+				assert.Contains(t, []string{light, daemonCmd}, pkg, "nothing but the commands import %s", imp)
 			case imp == module+"/internal/webview":
-				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the live view")
-			case imp == module+"/internal/doctor", imp == module+"/internal/gctune":
-				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports %s", imp)
+				assert.Equal(t, daemonCmd, pkg, "nothing but symm-mcpd imports the live view")
 			case imp == module+"/internal/routing":
-				assert.Equal(t, module+"/cmd/symm-mcp", pkg, "nothing but cmd imports the router")
+				assert.Equal(t, daemonCmd, pkg, "nothing but symm-mcpd imports the router")
 			case imp == module+"/internal/routine":
-				assert.Contains(t, []string{module + "/cmd/symm-mcp", module + "/internal/mcpserver"}, pkg,
-					"nothing but cmd and the MCP layer imports the routines")
+				assert.Contains(t, []string{daemonCmd, module + "/internal/mcpserver"}, pkg,
+					"nothing but symm-mcpd and the MCP layer imports the routines")
 			case imp == module+"/internal/testrig":
 				assert.Fail(t, "only test files import the test rig", "%s imports it", pkg)
 			case imp == module+"/internal/jetstream":
-				assert.Contains(t, []string{module + "/cmd/symm-mcp", module + "/internal/routing"}, pkg,
-					"nothing but cmd and the router imports the cluster (the task service knows one host)")
+				assert.Contains(t, []string{daemonCmd, module + "/internal/routing"}, pkg,
+					"nothing but symm-mcpd and the router imports the cluster (the task service knows one host)")
+			case imp == module+"/cmd/internal/wiring":
+				assert.Contains(t, []string{light, daemonCmd}, pkg, "nothing but the commands import their shared wiring")
 			}
 		}
 	}
 	for _, pkg := range []string{"mcpserver", "doctor", "gctune"} {
-		assert.True(t, slices.Contains(imports[module+"/cmd/symm-mcp"], module+"/internal/"+pkg), pkg)
+		assert.True(t, slices.Contains(imports[light], module+"/internal/"+pkg), pkg)
 	}
+	for _, pkg := range []string{"mcpserver", "webview", "routing", "jetstream", "gctune"} {
+		assert.True(t, slices.Contains(imports[daemonCmd], module+"/internal/"+pkg), pkg)
+	}
+	// The shared wiring links nothing only the daemon needs.
+	for _, imp := range ours(module + "/cmd/internal/wiring") {
+		assert.NotContains(t, []string{module + "/internal/mcpserver", module + "/internal/jetstream", module + "/internal/routing", module + "/internal/webview"}, imp,
+			"cmd/internal/wiring imports nothing only the daemon needs")
+	}
+}
+
+// TestLightBinary holds the layout of intent 0049: the light binary a
+// host launches links neither NATS, the JetStream ledger, the router nor
+// the live view, whose packages' init would run at every start (intent
+// 0008); they are symm-mcpd's.
+func TestLightBinary(t *testing.T) {
+	t.Parallel()
+	deps := func(pkg string) []string {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		require.NoError(t, err)
+		return strings.Fields(string(out))
+	}
+	heavy := func(dep string) bool {
+		return strings.Contains(dep, "nats") ||
+			slices.Contains([]string{module + "/internal/jetstream", module + "/internal/routing", module + "/internal/webview"}, dep)
+	}
+	var linked []string
+	for _, dep := range deps(light) {
+		if heavy(dep) {
+			linked = append(linked, dep)
+		}
+	}
+	assert.Empty(t, linked, "symm-mcp links what only symm-mcpd needs")
+	// The check sees what it looks for: the daemon links it.
+	assert.True(t, slices.ContainsFunc(deps(daemonCmd), heavy), "symm-mcpd links NATS")
 }

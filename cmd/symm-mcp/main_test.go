@@ -22,7 +22,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
-// binary is the built symm-mcp (with the race detector), fakeBin the fake
+// binary is the built symm-mcp (with the race detector; symm-mcpd beside it), fakeBin the fake
 // ACP agent and natsBin the loopback NATS cluster helper, built once for
 // every test of this package.
 var binary, fakeBin, natsBin string
@@ -50,6 +50,15 @@ func runTests(m *testing.M) int {
 			out, err := exec.CommandContext(ctx, "go", "build", "-race", "-o", binary, ".").CombinedOutput()
 			if err != nil {
 				return fmt.Errorf("go build -race: %w\n%s", err, out)
+			}
+			return nil
+		},
+		// The daemon, beside the server, as installed: `symm-mcp serve`
+		// becomes it by exec (intent 0049).
+		func() error {
+			out, err := exec.CommandContext(ctx, "go", "build", "-race", "-o", filepath.Join(dir, "symm-mcpd"), "../symm-mcpd").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("go build -race symm-mcpd: %w\n%s", err, out)
 			}
 			return nil
 		},

@@ -89,7 +89,7 @@ func TestRegistryServerJSON(t *testing.T) {
 	// travel as publisher-provided metadata.
 	meta := doc.Meta["io.modelcontextprotocol.registry/publisher-provided"]
 	assert.Equal(t, "github.com/symm-mcp/symm-mcp", meta["goModule"])
-	assert.Equal(t, "go install github.com/symm-mcp/symm-mcp/cmd/symm-mcp@v"+doc.Version, meta["goInstall"])
+	assert.Equal(t, "go install github.com/symm-mcp/symm-mcp/cmd/...@v"+doc.Version, meta["goInstall"], "both binaries (intent 0049)")
 }
 
 // TestRegistrySchemaRejects: the schema check is not vacuous: server.json

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/symm-mcp/symm-mcp/cmd/internal/wiring"
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 )
 
@@ -32,7 +33,7 @@ func TestSandboxExecConfinesTheAgent(t *testing.T) {
 		`(echo out > ` + filepath.Join(outside, "out") + `) 2>/dev/null; echo $?;` +
 		`cat ` + secret + ` 2>/dev/null; echo $?`
 	// The subcommand of symm-mcp, and the pre-exec step's own binary.
-	for _, self := range []string{binary, filepath.Join(filepath.Dir(binary), PreExecName)} {
+	for _, self := range []string{binary, filepath.Join(filepath.Dir(binary), wiring.PreExecName)} {
 		argv, env, err := sandbox.Command(self, p, []string{"/bin/sh", "-c", script})
 		require.NoError(t, err)
 		cmd := exec.Command(argv[0], argv[1:]...)
@@ -59,17 +60,17 @@ func TestSandboxExecConfinesTheAgent(t *testing.T) {
 // symm-sandbox-exec beside it when that is the pre-exec step of the same
 // build that no other user may write; else through its own subcommand.
 func TestPreExecPath(t *testing.T) {
-	helper := filepath.Join(filepath.Dir(binary), PreExecName)
-	assert.Equal(t, helper, preExecPath(binary), "the helper TestMain built beside the server")
+	helper := filepath.Join(filepath.Dir(binary), wiring.PreExecName)
+	assert.Equal(t, helper, wiring.PreExecPath(binary), "the helper TestMain built beside the server")
 
 	dir := t.TempDir()
 	self := filepath.Join(dir, "symm-mcp")
 	require.NoError(t, os.Link(binary, self))
-	assert.Equal(t, self, preExecPath(self), "no helper")
+	assert.Equal(t, self, wiring.PreExecPath(self), "no helper")
 
 	put := func(src string, mode os.FileMode) {
 		t.Helper()
-		dst := filepath.Join(dir, PreExecName)
+		dst := filepath.Join(dir, wiring.PreExecName)
 		require.NoError(t, os.RemoveAll(dst))
 		data, err := os.ReadFile(src)
 		require.NoError(t, err)
@@ -77,16 +78,16 @@ func TestPreExecPath(t *testing.T) {
 		require.NoError(t, os.Chmod(dst, mode))
 	}
 	put(helper, 0o755)
-	assert.Equal(t, filepath.Join(dir, PreExecName), preExecPath(self), "a copy of the helper")
+	assert.Equal(t, filepath.Join(dir, wiring.PreExecName), wiring.PreExecPath(self), "a copy of the helper")
 	put(helper, 0o775)
-	assert.Equal(t, self, preExecPath(self), "a helper its group may write")
+	assert.Equal(t, self, wiring.PreExecPath(self), "a helper its group may write")
 	put(helper, 0o644)
-	assert.Equal(t, self, preExecPath(self), "a helper that is not executable")
+	assert.Equal(t, self, wiring.PreExecPath(self), "a helper that is not executable")
 	put(fakeBin, 0o755)
-	assert.Equal(t, self, preExecPath(self), "another program of the module under the helper's name")
-	other := filepath.Join(t.TempDir(), PreExecName)
+	assert.Equal(t, self, wiring.PreExecPath(self), "another program of the module under the helper's name")
+	other := filepath.Join(t.TempDir(), wiring.PreExecName)
 	out, err := exec.Command("go", "build", "-ldflags=-X=main.build=other", "-o", other, "../symm-sandbox-exec").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	put(other, 0o755)
-	assert.Equal(t, self, preExecPath(self), "the helper of another build (other linker flags)")
+	assert.Equal(t, self, wiring.PreExecPath(self), "the helper of another build (other linker flags)")
 }

@@ -34,11 +34,13 @@ func TestReleaseVersionEverywhere(t *testing.T) {
 	t.Parallel()
 	const rev = "0123456789abcdef0123456789abcdef01234567"
 	const want = "v9.8.7+0123456789ab"
-	bin := filepath.Join(t.TempDir(), "symm-mcp")
-	// Built as TestMain built binary, so that only the link is new: the
-	// version and commit are the linker's, as make dist sets them.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "symm-mcp")
+	// Built as TestMain built binary and its daemon, so that only the link
+	// is new: the version and commit are the linker's, as make dist sets
+	// them, in both binaries (serve is symm-mcpd's).
 	build := exec.Command("go", "build", "-race", "-ldflags",
-		"-X "+module+"/internal/version.version=v9.8.7 -X "+module+"/internal/version.commit="+rev, "-o", bin, ".")
+		"-X "+module+"/internal/version.version=v9.8.7 -X "+module+"/internal/version.commit="+rev, "-o", dir+"/", ".", "../symm-mcpd")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 

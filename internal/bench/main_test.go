@@ -270,8 +270,9 @@ func TestHarness(t *testing.T) {
 		clusterEvents: 20, natscluster: filepath.Join(dir, "natscluster"),
 		launcher: filepath.Join(root, "npm", "symm-mcp", "bin", "symm-mcp.js"),
 	}
-	// The five in one go build (each binary named as cfg names it).
-	require.NoError(t, testrig.Build(context.Background(), dir, "github.com/symm-mcp/symm-mcp/cmd/symm-mcp", testrig.FakeAgentPkg, testrig.NATSClusterPkg,
+	// The six in one go build (each binary named as cfg names it; the
+	// daemon beside the server, which serve becomes, intent 0049).
+	require.NoError(t, testrig.Build(context.Background(), dir, "github.com/symm-mcp/symm-mcp/cmd/symm-mcp", "github.com/symm-mcp/symm-mcp/cmd/symm-mcpd", testrig.FakeAgentPkg, testrig.NATSClusterPkg,
 		"github.com/symm-mcp/symm-mcp/internal/bench/testdata/lightagent", "github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec"))
 	// The peer runs when make acpx has installed it; make test installs
 	// nothing.

@@ -60,9 +60,16 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		// The shared cases start the daemon, symm-mcpd, found beside it
+		// (intent 0049): make build puts both in bin/.
+		if _, err := os.Stat(filepath.Join(filepath.Dir(binary), "symm-mcpd")); err != nil {
+			fmt.Fprintf(os.Stderr, "E2E_SYMM_MCP: no symm-mcpd beside %s (make build builds both): %v\n", binary, err)
+			return 1
+		}
 	} else {
+		// The daemon beside it: serve and --shared become it (intent 0049).
 		binary = filepath.Join(logDir, "symm-mcp")
-		if out, err := exec.Command("go", "build", "-o", binary, filepath.Join(root, "cmd", "symm-mcp")).CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-o", logDir+string(filepath.Separator), filepath.Join(root, "cmd", "symm-mcp"), filepath.Join(root, "cmd", "symm-mcpd")).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building symm-mcp: %v\n%s", err, out)
 			return 1
 		}

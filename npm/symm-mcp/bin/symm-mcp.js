@@ -2,7 +2,8 @@
 // The symm-mcp launcher of the npm package: it finds the binary of this
 // platform's package (@symm-mcp/<os>-<cpu>, an optional dependency npm
 // installs only where its os and cpu match, as esbuild and biome do) and
-// runs it with this process's stdin, stdout and stderr: the MCP host's
+// runs it with this process's stdin, stdout and stderr (its serve is the
+// daemon symm-mcpd, installed beside it in the same package): the MCP host's
 // pipes reach the server itself, and nothing here reads or writes them.
 // Node cannot replace itself with another program (no exec(2)), so it
 // stays as the server's parent: it passes the signals a host sends on,
@@ -26,7 +27,7 @@ function fail(msg) {
 const pkg = packages[`${process.platform} ${process.arch}`];
 if (!pkg) {
   fail(`no binary for ${process.platform}/${process.arch}: symm-mcp is built for linux and darwin on x64 and arm64; ` +
-    'elsewhere, build it with Go: go install github.com/symm-mcp/symm-mcp/cmd/symm-mcp@latest');
+    'elsewhere, build it with Go: go install github.com/symm-mcp/symm-mcp/cmd/...@latest');
 }
 let binary;
 try {

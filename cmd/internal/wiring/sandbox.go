@@ -1,4 +1,4 @@
-package main
+package wiring
 
 import (
 	"debug/buildinfo"
@@ -17,14 +17,14 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
-// sandboxFlags are --sandbox and --sandbox-allow-port, flags of every
+// SandboxFlags are --sandbox and --sandbox-allow-port, flags of every
 // server (plain, --shared's daemon, serve).
-type sandboxFlags struct {
-	mode  sandbox.Mode // "": the server's default (serverSandbox)
+type SandboxFlags struct {
+	mode  sandbox.Mode // "": the server's default (ServerSandbox)
 	ports []uint16
 }
 
-func addSandboxFlags(fs *flag.FlagSet, f *sandboxFlags) {
+func AddSandboxFlags(fs *flag.FlagSet, f *SandboxFlags) {
 	fs.Var(modeFlag{&f.mode}, "sandbox", "`MODE` of the spawns that name none: off, read-only or workspace, confining the agent with the kernel "+
 		"(Landlock; default off, and for serve workspace when the kernel supports it)")
 	fs.Var(portsFlag{&f.ports}, "sandbox-allow-port", "TCP `PORT` (1-65535) a sandboxed agent may also connect to, besides 443, 53 and its "+
@@ -76,11 +76,11 @@ func (f portsFlag) Set(s string) error {
 	return nil
 }
 
-// serverSandbox is the mode in force for the spawns that name none: the
+// ServerSandbox is the mode in force for the spawns that name none: the
 // flag's, else off for the plain server (Symm's meaning) and, for the
 // daemon, workspace when the kernel can confine a task, else off, said
 // in the log and by status.
-func serverSandbox(f sandboxFlags, daemonDefault bool, log *slog.Logger) *daemon.SandboxStatus {
+func ServerSandbox(f SandboxFlags, daemonDefault bool, log *slog.Logger) *daemon.SandboxStatus {
 	abi, err := sandbox.Check()
 	st := &daemon.SandboxStatus{Mode: string(f.mode), ABI: abi}
 	switch {
@@ -103,14 +103,15 @@ func serverSandbox(f sandboxFlags, daemonDefault bool, log *slog.Logger) *daemon
 	return st
 }
 
-// sandboxConfig is the service's sandbox settings: the mode in force,
-// the pre-exec step (preExecPath), the user's home, the state
+// SandboxConfig is the service's sandbox settings: the mode in force,
+// the pre-exec step (PreExecPath of self, the light symm-mcp, absolute),
+// the user's home, the state
 // directory closed, and the daemon's HTTP port (httpURL, "" without one)
 // never reachable.
-func sandboxConfig(st *daemon.SandboxStatus, f sandboxFlags, env agentEnvironment, stateDir, httpURL string) task.SandboxConfig {
+func SandboxConfig(st *daemon.SandboxStatus, f SandboxFlags, env AgentEnvironment, self, stateDir, httpURL string) task.SandboxConfig {
 	home, _ := os.UserHomeDir() // "": a sandboxed spawn fails, naming why
 	c := task.SandboxConfig{
-		Default: sandbox.Mode(st.Mode), Self: preExecPath(selfPath()), Home: home, Environ: env.all,
+		Default: sandbox.Mode(st.Mode), Self: PreExecPath(self), Home: home, Environ: env.All,
 		AllowPorts: f.ports, Cache: sandbox.NewCache(),
 	}
 	if stateDir != "" {
@@ -131,14 +132,14 @@ const PreExecName = "symm-sandbox-exec"
 // preExecPackage is its main package, as its build information names it.
 const preExecPackage = "github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec"
 
-// preExecPath is the program that applies a task's policy and execs its
+// PreExecPath is the program that applies a task's policy and execs its
 // agent: symm-sandbox-exec beside self when it is there, a regular
 // executable no other user may write, of the same build as self; else
 // self, whose sandbox-exec subcommand does the same. One binary is
 // enough; the small one starts about 4 ms sooner, every spawn (intent
 // 0048). A helper of another build is passed over: a policy it could not
 // read would fail each sandboxed task (never run it unconfined).
-func preExecPath(self string) string {
+func PreExecPath(self string) string {
 	p := filepath.Join(filepath.Dir(self), PreExecName)
 	fi, err := os.Stat(p)
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 || fi.Mode().Perm()&0o100 == 0 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/symm-mcp/symm-mcp/cmd/internal/wiring"
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
@@ -77,50 +76,6 @@ func openLedger(kind, stateDir string, log *slog.Logger) (led task.Ledger, close
 	return l, func() { l.Close(); srv.Close() }, nil
 }
 
-// daemonPaths resolves --state-dir and --socket, or their defaults, to
-// absolute paths: an autostarted daemon and every front must name the
-// same socket whatever their working directories and environments. The
-// state directory defaults to ~/.local/state/symm-mcp and the socket to
-// symm.sock in the state directory, neither read from an XDG variable,
-// which hosts pass or strip as they please (intent 0031).
-func daemonPaths(o *options) error {
-	if o.stateDir == "" {
-		d, err := daemon.DefaultStateDir(daemon.Env{UID: os.Geteuid()})
-		if err != nil {
-			return err
-		}
-		o.stateDir = d
-	}
-	var err error
-	if o.stateDir, err = filepath.Abs(o.stateDir); err != nil {
-		return err
-	}
-	if o.socket == "" {
-		o.socket = daemon.DefaultSocket(o.stateDir)
-	}
-	if o.socket, err = filepath.Abs(o.socket); err != nil {
-		return err
-	}
-	return daemon.CheckSocketPath(o.socket)
-}
-
-// otherDaemonsWait bounds the look for other daemons of the user: the
-// sockets are local, and a missing one answers at once.
-const otherDaemonsWait = time.Second
-
-// otherDaemons lists the daemons of this user that answer on another
-// socket than socket: each keeps a ledger of its own. The daemon on
-// socket, if one answers, is left out however else it is reached.
-func otherDaemons(socket string) []daemon.OtherDaemon {
-	ctx, cancel := context.WithTimeout(context.Background(), otherDaemonsWait)
-	defer cancel()
-	exclude := 0
-	if st, err := daemon.QueryStatus(ctx, socket); err == nil {
-		exclude = st.PID
-	}
-	return daemon.FindOthers(ctx, daemon.OtherSockets(daemon.Env{UID: os.Geteuid()}, socket), exclude)
-}
-
 // markerBase is where serve keeps its completion markers when
 // --notify-dir is not given: in its state directory, which is ours and
 // private, rather than in a runtime directory that a host may not name
@@ -130,7 +85,7 @@ func markerBase(stateDir string) string { return filepath.Join(stateDir, "marker
 // serveConfig is what `symm-mcp serve` was told, checked: its flags, the
 // paths they resolve to, what started it and the agents' environment.
 type serveConfig struct {
-	o         options
+	o         wiring.Options
 	ledger    string // ledgerMemory or ledgerJetStream
 	httpAddr  string // "" when --http is not given
 	httpConns int
@@ -139,7 +94,7 @@ type serveConfig struct {
 	readyFD   int
 	cluster   clusterFlags
 	origin    daemon.Origin
-	env       agentEnvironment
+	env       wiring.AgentEnvironment
 }
 
 // parseServe parses and checks serve's arguments. done ends the command
@@ -147,8 +102,8 @@ type serveConfig struct {
 func parseServe(args []string, stderr io.Writer) (c serveConfig, code int, done bool) {
 	fs := flag.NewFlagSet("symm-mcp serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f := addServerFlags(fs, &c.o)
-	addDaemonFlags(fs, &c.o)
+	f := wiring.AddServerFlags(fs, &c.o)
+	wiring.AddDaemonFlags(fs, &c.o)
 	fs.StringVar(&c.ledger, "ledger", defaultLedger, "where tasks and events are kept: jetstream (in the state directory, kept across restarts) or memory (lost when the daemon ends)")
 	fs.StringVar(&c.httpAddr, "http", "", "also serve Streamable HTTP at /mcp on this loopback `ADDR` (127.0.0.1:PORT; port 0 picks one), behind the bearer token in <state-dir>/token")
 	fs.IntVar(&c.httpConns, "http-max-conns", daemon.DefaultHTTPMaxConns, "cap on the --http listener's connections open at once; more wait until one closes")
@@ -162,10 +117,10 @@ func parseServe(args []string, stderr io.Writer) (c serveConfig, code int, done 
 			"connection, all sharing one ledger and its agents. symm-mcp --shared attaches to it.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseArgs(fs, args, stderr); !ok {
+	if code, ok := wiring.ParseArgs(fs, args, stderr); !ok {
 		return c, code, true
 	}
-	if *f.showVersion {
+	if *f.ShowVersion {
 		fmt.Fprintf(stderr, "symm-mcp %s\n", version.String())
 		return c, 0, true
 	}
@@ -173,7 +128,7 @@ func parseServe(args []string, stderr io.Writer) (c serveConfig, code int, done 
 		fmt.Fprintf(stderr, "symm-mcp serve: "+format+"\n", args...)
 		return c, 2, true
 	}
-	if err := c.o.logLevel.UnmarshalText([]byte(*f.level)); err != nil {
+	if err := c.o.LogLevel.UnmarshalText([]byte(*f.Level)); err != nil {
 		return usageErr("--log-level: %v", err)
 	}
 	switch c.ledger {
@@ -192,23 +147,23 @@ func parseServe(args []string, stderr io.Writer) (c serveConfig, code int, done 
 			return usageErr("%v", err)
 		}
 	}
-	if err := daemonPaths(&c.o); err != nil {
+	if err := wiring.DaemonPaths(&c.o); err != nil {
 		return usageErr("%v", err)
 	}
-	if code := checkWaitFlags(c.o.waits, "symm-mcp serve", stderr); code != 0 {
+	if code := wiring.CheckWaitFlags(c.o.Waits, "symm-mcp serve", stderr); code != 0 {
 		return c, code, true
 	}
-	if code := resolveRoots(&c.o, "symm-mcp serve", stderr); code != 0 {
+	if code := wiring.ResolveRoots(&c.o, "symm-mcp serve", stderr); code != 0 {
 		return c, code, true
 	}
 	// Read first, while the front that started this daemon still waits
 	// for it as its parent.
-	c.origin = daemon.ReadOrigin(c.o.envFile)
-	if c.env, code = agentEnv(c.o.envFile, os.Environ(), "symm-mcp serve", stderr); code != 0 {
+	c.origin = daemon.ReadOrigin(c.o.EnvFile)
+	if c.env, code = wiring.AgentEnv(c.o.EnvFile, os.Environ(), "symm-mcp serve", stderr); code != 0 {
 		return c, code, true
 	}
-	if c.o.notifyDir == "" {
-		c.o.notifyDir = markerBase(c.o.stateDir)
+	if c.o.NotifyDir == "" {
+		c.o.NotifyDir = markerBase(c.o.StateDir)
 	}
 	return c, 0, false
 }
@@ -222,7 +177,7 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	sigpipe := make(chan os.Signal, 1)
 	signal.Notify(sigpipe, syscall.SIGPIPE)
 	defer signal.Stop(sigpipe)
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.o.logLevel}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.o.LogLevel}))
 
 	s, err := newDaemonServer(c, log)
 	var wd *workdirError
@@ -237,10 +192,10 @@ func serveDaemon(args []string, stderr io.Writer) int {
 	// After Serve, which ended the tasks and reported their cleanup, Close
 	// has nothing left but what Serve released already.
 	defer func() { _ = s.Close() }()
-	log.Info("daemon listening", "pid", os.Getpid(), "socket", c.o.socket, "state_dir", c.o.stateDir, "ledger", s.ledgerName, "tasks", s.recovered.Tasks, "version", version.String(),
+	log.Info("daemon listening", "pid", os.Getpid(), "socket", c.o.Socket, "state_dir", c.o.StateDir, "ledger", s.ledgerName, "tasks", s.recovered.Tasks, "version", version.String(),
 		"started_by", c.origin.PID, "command", c.origin.Command, "host", c.origin.Host, "dir", c.origin.Dir, "env_file", c.origin.EnvFile)
 	if u := s.d.HTTPURL(); u != "" {
-		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(c.o.stateDir))
+		log.Info("serving Streamable HTTP", "url", u, "token_file", daemon.TokenPath(c.o.StateDir))
 		log.Info("serving the live view", "url", strings.TrimSuffix(u, daemon.HTTPPath)+"/", "actions", c.actions)
 	}
 	if c.readyFD > 0 {
@@ -315,15 +270,22 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	if c.httpAddr != "" {
 		hub = webview.NewHub()
 	}
-	groups := daemon.NewGroups(c.o.stateDir, log)
+	groups := daemon.NewGroups(c.o.StateDir, log)
 	version := version.String()
-	sandboxStatus := serverSandbox(c.o.sandbox, true, log)
+	sandboxStatus := wiring.ServerSandbox(c.o.Sandbox, true, log)
+	// The sandbox's pre-exec step is the light binary beside this one: its
+	// start-up is paid by every sandboxed agent (intent 0049).
+	preExec, perr := wiring.FindSibling(wiring.LightName)
+	if perr != nil {
+		preExec = wiring.Sibling(wiring.LightName)
+		log.Warn("no symm-mcp beside the daemon: every sandboxed spawn fails", "err", perr)
+	}
 	// Listen serves nothing: the ledger opens only under the state
 	// directory's lock it takes, and what the daemon serves (built from
 	// the ledger) is handed to Serve whole (s.served).
 	s.d, err = daemon.Listen(daemon.Config{
-		Socket: c.o.socket, StateDir: c.o.stateDir, Version: version, Ledger: c.ledger, Logger: log, Origin: &c.origin,
-		Sandbox: sandboxStatus, ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(c.ledger), WorkspaceRoots: c.o.rootsResolved,
+		Socket: c.o.Socket, StateDir: c.o.StateDir, Version: version, Ledger: c.ledger, Logger: log, Origin: &c.origin,
+		Sandbox: sandboxStatus, ShutdownBound: mcpserver.ShutdownBound, Groups: groups, MinFree: minFree(c.ledger), WorkspaceRoots: c.o.RootsResolved,
 		HTTP: c.httpAddr, HTTPLimits: daemon.HTTPLimits{MaxConns: c.httpConns},
 	})
 	if err != nil {
@@ -341,18 +303,18 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 		keys  task.KeyClaims
 	)
 	if c.cluster.nats != "" {
-		if s.cluster, err = openClusterLedger(c.cluster, c.o.stateDir, c.env.all, log); err != nil {
+		if s.cluster, err = openClusterLedger(c.cluster, c.o.StateDir, c.env.All, log); err != nil {
 			return nil, err
 		}
 		led, hosts, keys, s.ledgerName = s.cluster.led, s.cluster, s.cluster.keys, "nats"
 		s.closeLedger = sync.OnceFunc(s.cluster.close)
 	} else {
 		var closeLedger func()
-		if led, closeLedger, err = openLedger(c.ledger, c.o.stateDir, log); err != nil {
+		if led, closeLedger, err = openLedger(c.ledger, c.o.StateDir, log); err != nil {
 			return nil, err
 		}
 		s.closeLedger = sync.OnceFunc(closeLedger)
-		hosts = newOneHost(c.env.all)
+		hosts = wiring.NewOneHost(c.env.All)
 	}
 	if sk, ok := led.(interface{ Skipped() int }); ok {
 		s.skipped = sk.Skipped
@@ -361,14 +323,14 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 	if hub != nil {
 		led = hub.Watch(led)
 	}
-	sb := sandboxConfig(sandboxStatus, c.o.sandbox, c.env, c.o.stateDir, s.d.HTTPURL())
-	svc, markers, err := newService(c.o, c.env, log, groups, led, c.cluster.host, hosts, keys, sb)
+	sb := wiring.SandboxConfig(sandboxStatus, c.o.Sandbox, c.env, preExec, c.o.StateDir, s.d.HTTPURL())
+	svc, markers, err := wiring.NewService(c.o, c.env, log, groups, led, c.cluster.host, hosts, keys, sb)
 	if err != nil {
 		return nil, &workdirError{err}
 	}
 	s.svc, s.markers = svc, markers
-	if one, ok := hosts.(*oneHost); ok {
-		one.svc.Store(svc)
+	if one, ok := hosts.(*wiring.OneHost); ok {
+		one.Svc.Store(svc)
 	}
 	// What the daemon's sessions, HTTP handler and live view call: svc,
 	// or on a cluster the router over it (internal/routing).
@@ -475,174 +437,4 @@ func (s *daemonServer) SkippedEntries() int {
 		return 0
 	}
 	return s.skipped()
-}
-
-// front is `symm-mcp --shared`: the host's stdio relayed to the daemon.
-func front(o options, stderr io.Writer) int {
-	if err := daemonPaths(&o); err != nil {
-		fmt.Fprintf(stderr, "symm-mcp: %v\n", err)
-		return 2
-	}
-	// The env file is the daemon's to read; checked here too, so that a
-	// bad one is refused where the user sees it.
-	if _, code := agentEnv(o.envFile, os.Environ(), "symm-mcp", stderr); code != 0 {
-		return code
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	exe, err := os.Executable()
-	if err != nil {
-		log.Error("cannot find this executable to start the daemon", "err", err)
-		return 1
-	}
-	// A second daemon of the user keeps a second ledger: this host would
-	// not see its tasks, nor its host this one's. Said, never stopped:
-	// it may be running tasks.
-	for _, od := range otherDaemons(o.socket) {
-		log.Warn("another daemon of yours is running on another socket: its tasks are not seen here, nor this daemon's there; "+
-			"stop it with `symm-mcp shutdown --socket "+od.Socket+"` once its tasks are done",
-			"pid", od.PID, "socket", od.Socket, "state_dir", od.StateDir, "this_socket", o.socket)
-	}
-	f := daemon.NewFront(daemon.FrontConfig{
-		Socket: o.socket, StateDir: o.stateDir, Logger: log,
-		Daemon: func() *exec.Cmd {
-			args := append([]string{"serve", "--socket", o.socket, "--state-dir", o.stateDir,
-				fmt.Sprintf("--ready-fd=%d", daemon.ReadyFD)}, o.set...)
-			return exec.Command(exe, args...)
-		},
-	})
-	sigpipe := make(chan os.Signal, 1)
-	signal.Notify(sigpipe, syscall.SIGPIPE)
-	defer signal.Stop(sigpipe)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer stop()
-	if err := f.Relay(ctx, daemon.OpenStdin(), os.Stdout); err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("symm-mcp --shared", "err", err)
-		return 1
-	}
-	return 0
-}
-
-// controlFlags parses status's and shutdown's flags.
-func controlFlags(name string, args []string, stderr io.Writer, jsonFlag bool) (o options, asJSON bool, code int, done bool) {
-	fs := flag.NewFlagSet("symm-mcp "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addDaemonFlags(fs, &o)
-	if jsonFlag {
-		fs.BoolVar(&asJSON, "json", false, "print the status as one JSON object")
-	}
-	if code, ok := parseArgs(fs, args, stderr); !ok {
-		return o, false, code, true
-	}
-	if err := daemonPaths(&o); err != nil {
-		fmt.Fprintf(stderr, "symm-mcp %s: %v\n", name, err)
-		return o, false, 2, true
-	}
-	return o, asJSON, 0, false
-}
-
-// status is `symm-mcp status`: exit 0 when a daemon answers, 1 when none
-// does, 2 on a usage error.
-func status(args []string, stdout, stderr io.Writer) int {
-	o, asJSON, code, done := controlFlags("status", args, stderr, true)
-	if done {
-		return code
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := daemon.QueryStatus(ctx, o.socket)
-	others := otherDaemons(o.socket)
-	if err != nil {
-		if asJSON {
-			b, _ := json.Marshal(map[string]any{"running": false, "socket": o.socket, "state_dir": o.stateDir, "error": err.Error(), "other_daemons": others})
-			fmt.Fprintf(stdout, "%s\n", b)
-		} else {
-			fmt.Fprintf(stdout, "not running: %v\n", err)
-			printOthers(stdout, others)
-		}
-		return 1
-	}
-	if asJSON {
-		b, _ := json.Marshal(statusOutput{Status: st, OtherDaemons: others})
-		fmt.Fprintf(stdout, "%s\n", b)
-		return 0
-	}
-	httpAddr := "off"
-	if st.HTTP != nil {
-		httpAddr = *st.HTTP
-	}
-	fmt.Fprintf(stdout, "running: pid %d, version %s\nsocket:     %s\nstate dir:  %s\nledger:     %s\nhttp:       %s\nhost:       %s\nlive tasks: %d\n",
-		st.PID, st.Version, st.Socket, st.StateDir, st.Ledger, httpAddr, st.Host, st.LiveTasks)
-	if o := st.StartedBy; o != nil {
-		by := fmt.Sprintf("pid %d", o.PID)
-		if o.Command != "" {
-			by = fmt.Sprintf("%s (pid %d)", o.Command, o.PID)
-		}
-		if o.Host != "" {
-			by += fmt.Sprintf(", run by %s (pid %d)", o.Host, o.HostPID)
-		}
-		envFile := "none"
-		if o.EnvFile != "" {
-			envFile = o.EnvFile
-		}
-		fmt.Fprintf(stdout, "started by: %s\ndirectory:  %s\nenv file:   %s\n", by, o.Dir, envFile)
-	}
-	fmt.Fprintf(stdout, "workspace roots: %s\n", rootsText(st.WorkspaceRoots))
-	if sb := st.Sandbox; sb != nil {
-		note := ""
-		if sb.Note != "" {
-			note = " (" + sb.Note + ")"
-		}
-		fmt.Fprintf(stdout, "sandbox:    %s, Landlock ABI %d%s\n", sb.Mode, sb.ABI, note)
-	}
-	if st.SkippedEntries > 0 {
-		fmt.Fprintf(stdout, "skipped:    %d unreadable ledger entries (named in the daemon's log)\n", st.SkippedEntries)
-	}
-	printOthers(stdout, others)
-	return 0
-}
-
-// statusOutput is status --json: the daemon's answer, and the other
-// daemons of the user that status found.
-type statusOutput struct {
-	daemon.Status
-	OtherDaemons []daemon.OtherDaemon `json:"other_daemons"`
-}
-
-func printOthers(w io.Writer, others []daemon.OtherDaemon) {
-	for _, od := range others {
-		fmt.Fprintf(w, "another daemon of yours: pid %d on %s (state dir %s), with a ledger of its own; `symm-mcp shutdown --socket %s` stops it\n",
-			od.PID, od.Socket, od.StateDir, od.Socket)
-	}
-}
-
-// shutdown is `symm-mcp shutdown`: exit 0 once the daemon exited (or none
-// ran), 1 when its cleanup could not be confirmed.
-func shutdown(args []string, stdout, stderr io.Writer) int {
-	o, _, code, done := controlFlags("shutdown", args, stderr, false)
-	if done {
-		return code
-	}
-	// The daemon ends its tasks (ShutdownBound), then its sessions answer
-	// what they read (ShutdownBound each, at once): the wait covers both.
-	ctx, cancel := context.WithTimeout(context.Background(), daemon.ShutdownWait(mcpserver.ShutdownBound, mcpserver.ShutdownBound))
-	defer cancel()
-	reply, err := daemon.RequestShutdown(ctx, o.socket)
-	if errors.Is(err, daemon.ErrNotRunning) {
-		fmt.Fprintf(stdout, "no daemon was running on %s\n", o.socket)
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "symm-mcp shutdown: %v\n", err)
-		return 1
-	}
-	if err := daemon.WaitExited(ctx, reply.PID); err != nil {
-		fmt.Fprintf(stderr, "symm-mcp shutdown: the daemon (pid %d) released its socket but did not exit: %v\n", reply.PID, err)
-		return 1
-	}
-	if !reply.CleanupConfirmed {
-		fmt.Fprintf(stderr, "symm-mcp shutdown: the daemon (pid %d) exited, but some agent processes could not be confirmed gone: %s\n", reply.PID, reply.Error)
-		return 1
-	}
-	fmt.Fprintf(stdout, "daemon (pid %d) stopped; every task ended\n", reply.PID)
-	return 0
 }

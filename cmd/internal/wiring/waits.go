@@ -1,4 +1,4 @@
-package main
+package wiring
 
 import (
 	"flag"
@@ -9,15 +9,16 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/task"
 )
 
-// waitFlags are the server's bounds of long work (intents 0044, 0052):
+// WaitFlags are the server's bounds of long work (intents 0044, 0052):
 // the longest wait_tasks it keeps, and how long a live task may show no
 // sign of work before its health is stalled.
-type waitFlags struct {
+type WaitFlags struct {
 	maxWaitS    int
 	stallAfterS int
 }
 
-func addWaitFlags(fs *flag.FlagSet, f *waitFlags) {
+// AddWaitFlags declares --max-wait and --stall-after on fs, into f.
+func AddWaitFlags(fs *flag.FlagSet, f *WaitFlags) {
 	fs.IntVar(&f.maxWaitS, "max-wait", int(task.MaxWait.Seconds()),
 		fmt.Sprintf("the longest wait_tasks `SECONDS` a call keeps (1 to %d): raise it for a host that keeps a tool call that long "+
 			"(Claude Code; Codex when its tool_timeout_sec is longer)", int(task.LongestWait.Seconds())))
@@ -26,9 +27,9 @@ func addWaitFlags(fs *flag.FlagSet, f *waitFlags) {
 			"stalled: its health says so, and wait_tasks returns once with reason stalled; nothing is stopped")
 }
 
-// checkWaitFlags refuses bounds out of range: exit status 2, said on
+// CheckWaitFlags refuses bounds out of range: exit status 2, said on
 // stderr.
-func checkWaitFlags(f waitFlags, prog string, stderr io.Writer) int {
+func CheckWaitFlags(f WaitFlags, prog string, stderr io.Writer) int {
 	if longest := int(task.LongestWait.Seconds()); f.maxWaitS < 1 || f.maxWaitS > longest {
 		fmt.Fprintf(stderr, "%s: --max-wait %d: want 1 to %d seconds\n", prog, f.maxWaitS, longest)
 		return 2
@@ -40,5 +41,8 @@ func checkWaitFlags(f waitFlags, prog string, stderr io.Writer) int {
 	return 0
 }
 
-func (f waitFlags) maxWait() time.Duration    { return time.Duration(f.maxWaitS) * time.Second }
-func (f waitFlags) stallAfter() time.Duration { return time.Duration(f.stallAfterS) * time.Second }
+// MaxWait is the longest wait_tasks a call keeps.
+func (f WaitFlags) MaxWait() time.Duration { return time.Duration(f.maxWaitS) * time.Second }
+
+// StallAfter is the stall threshold of a live task's health.
+func (f WaitFlags) StallAfter() time.Duration { return time.Duration(f.stallAfterS) * time.Second }

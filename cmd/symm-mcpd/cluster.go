@@ -17,13 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/cmd/internal/wiring"
 	"github.com/symm-mcp/symm-mcp/internal/fsowner"
 	"github.com/symm-mcp/symm-mcp/internal/jetstream"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/mcpserver"
 	"github.com/symm-mcp/symm-mcp/internal/routing"
-	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 	"github.com/symm-mcp/symm-mcp/internal/version"
 	"github.com/symm-mcp/symm-mcp/internal/webview"
@@ -209,7 +208,7 @@ func openClusterLedger(c clusterFlags, stateDir string, env []string, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	x := &clusterLedger{cl: cl, host: c.host, id: id, agents: agentsOnPath(env)}
+	x := &clusterLedger{cl: cl, host: c.host, id: id, agents: wiring.AgentsOnPath(env)}
 	x.lost, x.lose = context.WithCancelCause(context.Background())
 	if x.keys, err = jetstream.OpenKeys(ctx, cl, jetstream.KeysOptions{Host: c.host}); err != nil {
 		cl.Close()
@@ -334,43 +333,4 @@ func (x *clusterLedger) close() {
 	x.led.Close()
 	x.cl.Close()
 	x.lose(nil)
-}
-
-// oneHost is list_hosts without a cluster: the machine this server runs
-// on.
-type oneHost struct {
-	name string
-	// agents are looked up at the first list_hosts, not at every start.
-	agents func() []ledger.HostAgent
-	svc    atomic.Pointer[task.Service]
-}
-
-func newOneHost(env []string) *oneHost {
-	name, _ := os.Hostname()
-	return &oneHost{name: name, agents: sync.OnceValue(func() []ledger.HostAgent { return agentsOnPath(env) })}
-}
-
-func (h *oneHost) ListHosts(context.Context) ([]ledger.Host, error) {
-	live := 0
-	if s := h.svc.Load(); s != nil {
-		live = s.LiveTasks()
-	}
-	return []ledger.Host{{Name: h.name, Version: version.String(), Agents: h.agents(), LiveTasks: live, LastSeen: ledger.Time{Time: time.Now()}}}, nil
-}
-
-// agentsOnPath lists the registered agents whose executables are on the
-// agents' PATH, found as the supervisor finds them when it starts one
-// (absolute entries only). Their versions are not asked here (doctor
-// starts each agent for it): null.
-func agentsOnPath(env []string) []ledger.HostAgent {
-	look := supervisor.New(supervisor.Config{Env: env})
-	reg := agents.Default()
-	out := []ledger.HostAgent{}
-	for _, name := range reg.Names() {
-		a, _ := reg.Lookup(name)
-		if p, err := look.LookPath(a.Executable); err == nil {
-			out = append(out, ledger.HostAgent{Agent: name, Path: p})
-		}
-	}
-	return out
 }
