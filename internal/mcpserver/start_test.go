@@ -2,20 +2,30 @@ package mcpserver
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/symm-mcp/symm-mcp/internal/agents"
+	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/task"
+	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
 )
 
 // BenchmarkNew is the server's share of start-up that is ours to make: a
 // server with its twelve tools registered. make bench measures the whole,
 // exec → initialize answered.
 func BenchmarkNew(b *testing.B) {
+	// A service as the server has one (its bound of a wait is in the
+	// instructions); nothing runs on it.
+	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: b.TempDir()})
+	b.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
 	b.ReportAllocs()
 	for b.Loop() {
-		New(nil, "bench")
+		New(svc, "bench")
 	}
 }
 
