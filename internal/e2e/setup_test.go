@@ -240,7 +240,8 @@ func TestSharedSetup(t *testing.T) {
 		daemons := 0
 		for _, pid := range byHome(w.home) {
 			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && filepath.Base(args[0]) == "symm-mcp" && args[1] == "serve" {
+			// symm-mcp serve becomes symm-mcpd serve by exec (intent 0049).
+			if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && filepath.Base(args[0]) == "symm-mcpd" && args[1] == "serve" {
 				daemons++
 			}
 		}
