@@ -465,8 +465,6 @@ func (s *Session) noteOutgoing(b []byte) (cancelRequest bool) {
 		Method string          `json:"method"`
 		Params struct {
 			ModeID string `json:"modeId"`
-			// A steer's prompt, for its event (decoded for a steer only).
-			Prompt json.RawMessage `json:"prompt"`
 		} `json:"params"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil && !isTypeError(err) {
@@ -480,7 +478,15 @@ func (s *Session) noteOutgoing(b []byte) (cancelRequest bool) {
 	}
 	out := outRequest{method: m.Method, modeID: m.Params.ModeID}
 	if m.Method == methodSteering {
-		out.steer = steerText(m.Params.Prompt)
+		// A steer's prompt, for its event: decoded for a steer only, not
+		// copied out of every session/prompt.
+		var p struct {
+			Params struct {
+				Prompt json.RawMessage `json:"prompt"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal(b, &p)
+		out.steer = steerText(p.Params.Prompt)
 	}
 	s.pending.add(idKey(m.ID), out)
 	switch m.Method {

@@ -514,6 +514,11 @@ func (r *mcpTasks) forgetOldestFinished() {
 	case spawn >= 0:
 		drop = spawn
 	}
+	// A wait dropped while it runs ends: nothing could see or cancel it
+	// once it is forgotten.
+	if t := r.tasks[r.order[drop]]; t.cancelWait != nil {
+		t.cancelWait()
+	}
 	delete(r.tasks, r.order[drop])
 	r.order = slices.Delete(r.order, drop, drop+1)
 }

@@ -208,6 +208,7 @@ func (r *record) floor() time.Time {
 func (s *Scheduler) advance(ctx context.Context, rev uint64, r record, sch schedule, now time.Time) time.Time {
 	for range 4 {
 		var ok bool
+		occ := sch.latest(now, r.floor())
 		switch {
 		case r.Pending != nil:
 			rev, r, ok = s.complete(ctx, rev, r)
@@ -215,8 +216,7 @@ func (s *Scheduler) advance(ctx context.Context, rev uint64, r record, sch sched
 			next := r
 			next.Pending, next.Queue = &r.Queue[0], r.Queue[1:]
 			rev, r, ok = s.write(ctx, rev, next)
-		case !r.Paused && sch.latest(now, r.floor()).After(r.floor()):
-			occ := sch.latest(now, r.floor())
+		case !r.Paused && occ.After(r.floor()):
 			rev, r, ok = s.occur(ctx, rev, r, occ)
 		default:
 			return s.nextLook(&r, sch, now)
