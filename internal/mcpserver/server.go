@@ -53,6 +53,9 @@ type Service interface {
 	// the delivery of a person's answer (ask.go).
 	Decisions(ids []string) []task.Decision
 	Answer(key string, a permission.Answer) bool
+	// DecisionsChanged is closed when a question opens or closes (or a
+	// task ends): an MCP wait task that asks follows it.
+	DecisionsChanged() <-chan struct{}
 	// Shutdown stops every task; Serve calls it when the session ends.
 	Shutdown(ctx context.Context) error
 }
@@ -95,6 +98,9 @@ func newServer(svc Service, version string, o options) (*mcp.Server, *subscripti
 	// schemas, and answers a task-augmented call before the SDK would.
 	tasks := newMCPTasks(svc, o.clock)
 	tasks.install(s)
+	if o.tasks != nil {
+		o.tasks(tasks)
+	}
 	addResources(s, svc)
 	return s, subs, tasks
 }
