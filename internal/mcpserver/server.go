@@ -2,7 +2,8 @@
 // arguments into TaskService calls and stored JSON into replies, and the
 // task resources, which read what the tools return. It holds no state but
 // its sessions' resource subscriptions and the MCP tasks its clients run
-// spawn_task and wait_tasks as (mcptasks.go), which end with them. Waits report
+// spawn_task and wait_tasks as (mcptasks.go), which end with them (over
+// HTTP, with the handler's Close). Waits report
 // progress to a client that asked for it. Domain failures are tool errors
 // whose text is "<code>: <message>"; arguments that do not fit a tool's
 // input schema are rejected by the MCP SDK before a handler runs.
