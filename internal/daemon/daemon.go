@@ -288,8 +288,9 @@ func (d *Daemon) Serve(ctx context.Context, served Served) error {
 	}()
 	servedHTTP := make(chan struct{})
 	var httpSrv *http.Server
+	var handlers []io.Closer
 	if d.httpLn != nil {
-		httpSrv = d.httpLn.server(served.HTTPHandler, served.WebHandler, &d.httpReqs)
+		httpSrv, handlers = d.httpLn.server(served.HTTPHandler, served.WebHandler, &d.httpReqs)
 		go func() {
 			defer close(servedHTTP)
 			if err := httpSrv.Serve(d.httpLn.ln); !errors.Is(err, http.ErrServerClosed) {
@@ -325,6 +326,11 @@ func (d *Daemon) Serve(ctx context.Context, served Served) error {
 	}
 	<-servedHTTP
 	d.httpReqs.Wait()
+	for _, h := range handlers {
+		if err := h.Close(); err != nil {
+			d.log.Warn("closing the HTTP handler", "err", err)
+		}
+	}
 
 	reply := ShutdownReply{PID: os.Getpid(), CleanupConfirmed: err == nil}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -20,7 +21,9 @@ import (
 
 // HTTPHandlerFunc builds the handler of /mcp from the bearer token it must
 // require: the daemon owns the listener and the token, the MCP layer the
-// handler and its protections.
+// handler and its protections. A handler that is an io.Closer owns work
+// past its requests (the MCP tasks' background waits): the daemon closes
+// it once the listener's requests ended.
 type HTTPHandlerFunc func(token string) http.Handler
 
 // HTTPPath is where the Streamable HTTP endpoint is served.
@@ -142,10 +145,14 @@ func listenHTTP(addr, token string, lim HTTPLimits, log *slog.Logger) (*httpList
 
 // server builds the server of the handler at HTTPPath and, when web is
 // not nil, of web at every other path, every request counted in reqs,
-// which the daemon's end waits for (http.Server.Close does not).
-func (l *httpListener) server(handler, web HTTPHandlerFunc, reqs *sync.WaitGroup) *http.Server {
+// which the daemon's end waits for (http.Server.Close does not); closers
+// are the handlers to close after that.
+func (l *httpListener) server(handler, web HTTPHandlerFunc, reqs *sync.WaitGroup) (_ *http.Server, closers []io.Closer) {
 	token, lim := l.token, l.lim
 	h := handler(token)
+	if c, ok := h.(io.Closer); ok {
+		closers = append(closers, c)
+	}
 	mux := http.NewServeMux()
 	mux.Handle(HTTPPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reqs.Add(1)
@@ -154,6 +161,9 @@ func (l *httpListener) server(handler, web HTTPHandlerFunc, reqs *sync.WaitGroup
 	}))
 	if web != nil {
 		wh := web(token)
+		if c, ok := wh.(io.Closer); ok {
+			closers = append(closers, c)
+		}
 		mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			reqs.Add(1)
 			defer reqs.Done()
@@ -168,7 +178,7 @@ func (l *httpListener) server(handler, web HTTPHandlerFunc, reqs *sync.WaitGroup
 		ReadHeaderTimeout: lim.ReadHeader,
 		ReadTimeout:       lim.Read,
 		IdleTimeout:       lim.Idle,
-	}
+	}, closers
 }
 
 // httpURL is the endpoint's URL on the bound listener.

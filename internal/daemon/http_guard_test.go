@@ -313,3 +313,48 @@ func TestHTTPRefusalLog(t *testing.T) {
 	assert.LessOrEqual(t, first+summaries, 2*bound, "lines: %d first, %d summaries over %v", first, summaries, elapsed)
 	assert.Less(t, first+summaries, flood/2)
 }
+
+// closingHandler is an HTTP handler with work past its requests, as
+// mcpserver's (its MCP tasks): it counts its requests in flight and the
+// closes, and what was in flight at the close.
+type closingHandler struct {
+	inFlight, closes, atClose atomic.Int64
+}
+
+func (h *closingHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	h.inFlight.Add(1)
+	defer h.inFlight.Add(-1)
+	fmt.Fprint(w, "ok")
+}
+
+func (h *closingHandler) Close() error {
+	h.closes.Add(1)
+	h.atClose.Store(h.inFlight.Load())
+	return nil
+}
+
+// TestHTTPHandlerClosed: a handler that is an io.Closer (and the live
+// view's, when it is one) is closed once, when the daemon's end waited for
+// the listener's requests.
+func TestHTTPHandlerClosed(t *testing.T) {
+	mcpH, webH := &closingHandler{}, &closingHandler{}
+	cfg := testConfig(t, &fakeTasks{})
+	cfg.HTTP = "127.0.0.1:0"
+	cfg.HTTPHandler = func(string) http.Handler { return mcpH }
+	cfg.WebHandler = func(string) http.Handler { return webH }
+	d, wait := serve(t, cfg)
+	c := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+	defer c.CloseIdleConnections()
+	resp, err := c.Post(d.HTTPURL(), "application/json", strings.NewReader("{}"))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Zero(t, mcpH.closes.Load(), "open while the daemon serves")
+
+	_, err = RequestShutdown(context.Background(), cfg.Socket)
+	require.NoError(t, err)
+	require.NoError(t, wait())
+	for _, h := range []*closingHandler{mcpH, webH} {
+		assert.Equal(t, int64(1), h.closes.Load())
+		assert.Zero(t, h.atClose.Load(), "closed after its requests ended")
+	}
+}

@@ -181,8 +181,14 @@ func (h handlers) questions(ctx context.Context, ids []string) error {
 
 // carries reports whether d is a question this call's session carries.
 func (handlers) carries(req *mcp.CallToolRequest, d task.Decision) bool {
+	return carriedBy(req.Session, d)
+}
+
+// carriedBy reports whether d is a question session ss carries: one of
+// its 2026-07-28 spawns asks it.
+func carriedBy(ss *mcp.ServerSession, d task.Decision) bool {
 	e, ok := d.Asker.(*elicitor)
-	return ok && e.deferred && e.ss == req.Session
+	return ok && e.deferred && e.ss == ss
 }
 
 // mine is an *inputRequired for the decisions this session is to carry,

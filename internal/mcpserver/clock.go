@@ -48,6 +48,8 @@ type options struct {
 	clock clock
 	// hub, when set, is told of the server's subscriptions (tests).
 	hub func(*subscriptions)
+	// tasks, when set, is told of the server's MCP tasks (tests).
+	tasks func(*mcpTasks)
 	// gone, when not nil, is closed when the one session the server
 	// serves ends (stdio); nil when it serves many.
 	gone <-chan struct{}

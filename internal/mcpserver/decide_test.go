@@ -54,12 +54,17 @@ func TestDashboardAnswersFirst(t *testing.T) {
 		t.Run(version, func(t *testing.T) {
 			r := newRig(t, rigOptions{})
 			withdrawn := make(chan struct{})
+			elicited := make(chan struct{}, 1)
 			var mu sync.Mutex
 			asked := 0
 			cs, _ := connectEliciting(t, r.svc, version, func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 				mu.Lock()
 				asked++
 				mu.Unlock()
+				select {
+				case elicited <- struct{}{}:
+				default:
+				}
 				if version == multiRoundTrip {
 					// A retried call would carry this answer: it must
 					// never be asked for.
@@ -73,7 +78,11 @@ func TestDashboardAnswersFirst(t *testing.T) {
 			d := openQuestion(t, r.svc, id)
 			if version != multiRoundTrip {
 				// The elicitation is in flight before the dashboard answers.
-				require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return asked == 1 }, 30*time.Second, 5*time.Millisecond)
+				select {
+				case <-elicited:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the client was not asked")
+				}
 			}
 			require.True(t, r.svc.Answer(d.Key, dashboardAllow), "the first answer is taken")
 			assert.False(t, r.svc.Answer(d.Key, permission.Answer{Via: permission.ViaDashboard}), "a second answer is not")

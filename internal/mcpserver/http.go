@@ -35,28 +35,46 @@ import (
 // no request for sessionIdle (0: DefaultSessionIdle) is closed by the
 // SDK (its SessionTimeout): a client that never ends its session does not
 // keep it for the daemon's life. Its tasks go on.
-func HTTPHandler(svc Service, version, token string, log *slog.Logger, sessionIdle time.Duration) http.Handler {
+//
+// The MCP tasks its sessions run (mcptasks.go) are the handler's: its
+// owner calls Close once the listener's requests ended, which ends their
+// background waits and waits for them.
+func HTTPHandler(svc Service, version, token string, log *slog.Logger, sessionIdle time.Duration) *HTTPServer {
 	return httpHandler(svc, version, token, log, sessionIdle, options{})
+}
+
+// HTTPServer is the HTTP listener's MCP handler and the MCP tasks its
+// sessions run.
+type HTTPServer struct {
+	http.Handler
+	tasks *mcpTasks
+}
+
+// Close ends the MCP tasks' background waits and waits for them; a task
+// created after it is refused. It is idempotent and returns nil.
+func (h *HTTPServer) Close() error {
+	h.tasks.close()
+	return nil
 }
 
 // DefaultSessionIdle is how long a Streamable HTTP session may go without
 // a request before it is closed.
 const DefaultSessionIdle = 30 * time.Minute
 
-func httpHandler(svc Service, version, token string, log *slog.Logger, sessionIdle time.Duration, o options) http.Handler {
+func httpHandler(svc Service, version, token string, log *slog.Logger, sessionIdle time.Duration, o options) *HTTPServer {
 	if sessionIdle <= 0 {
 		sessionIdle = DefaultSessionIdle
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv, _, _ := newServer(svc, version, o)
+	srv, _, tasks := newServer(svc, version, o)
 	register(srv, svc, o)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: sessionIdle})
 	bearer := auth.RequireBearerToken(tokenVerifier(token), &auth.RequireBearerTokenOptions{
 		AllowMissingExpiration: true, // the token lives in the state directory until it is removed
 	})
-	return http.NewCrossOriginProtection().Handler(bearer(liftHTTP(h)))
+	return &HTTPServer{Handler: http.NewCrossOriginProtection().Handler(bearer(liftHTTP(h))), tasks: tasks}
 }
 
 // liftHTTP is the framing layer's liftTaskFields for the HTTP listener: a

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -61,6 +63,8 @@ const (
 	// maxMCPTasks bounds the MCP tasks a server keeps; past it the oldest
 	// finished one is forgotten (its symm task stays in the ledger).
 	maxMCPTasks = 10000
+	// listPage is the most tasks one tasks/list page holds.
+	listPage = 100
 )
 
 // taskForm is which of the two forms a task was created in; each answers
@@ -77,17 +81,17 @@ const (
 // by the registry's mu.
 type mcpTask struct {
 	id      string
+	seq     uint64 // its place in the registry's creation order (tasks/list cursors)
 	form    taskForm
-	session *mcp.ServerSession // the session that created it (tasks/list)
+	session *mcp.ServerSession // the session that created it, the only one that sees it
 	ids     []string           // the symm tasks it follows (spawn: its own; wait: the waited ones)
 	spawn   bool
 	created time.Time
 	// cancelWait ends a wait's background call; nil for a spawn.
 	cancelWait context.CancelFunc
 	// finished is closed when a wait's background call returned for good
-	// (nil for a spawn); rerun wakes it to retry after answers.
+	// (nil for a spawn).
 	finished chan struct{}
-	rerun    chan struct{}
 
 	updated   time.Time
 	cancelled bool
@@ -109,16 +113,34 @@ type mcpTasks struct {
 	wg    sync.WaitGroup
 
 	limit int // maxMCPTasks; smaller in tests
+	page  int // listPage; smaller in tests
 
 	mu     sync.Mutex
 	closed bool // no background wait starts once close began
 	tasks  map[string]*mcpTask
 	order  []string // ids in creation order, for the bound
+	seq    uint64   // the last task's seq
+	// moved is closed and replaced when a wait's state changes (its
+	// questions, its end): what waits for a wait task wakes on it.
+	moved chan struct{}
 }
 
 func newMCPTasks(svc Service, c clock) *mcpTasks {
 	ctx, stop := context.WithCancel(context.Background())
-	return &mcpTasks{svc: svc, clock: c, ctx: ctx, stop: stop, limit: maxMCPTasks, tasks: make(map[string]*mcpTask)}
+	return &mcpTasks{svc: svc, clock: c, ctx: ctx, stop: stop, limit: maxMCPTasks, page: listPage,
+		tasks: make(map[string]*mcpTask), moved: make(chan struct{})}
+}
+
+// changes is closed at the next change of a wait task's state.
+func (r *mcpTasks) changes() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.moved
+}
+
+func (r *mcpTasks) movedLocked() {
+	close(r.moved)
+	r.moved = make(chan struct{})
 }
 
 // close ends every background wait and waits for them.
@@ -392,7 +414,7 @@ func (r *mcpTasks) create(ctx context.Context, next mcp.MethodHandler, call *mcp
 		}
 		_ = json.Unmarshal(call.Params.Arguments, &a)
 		t.ids = a.TaskIDs
-		t.finished, t.rerun = make(chan struct{}), make(chan struct{}, 1)
+		t.finished = make(chan struct{})
 		var wctx context.Context
 		wctx, t.cancelWait = context.WithCancel(context.WithoutCancel(ctx))
 		stop := context.AfterFunc(r.ctx, t.cancelWait)
@@ -455,24 +477,24 @@ func spawnedID(res *mcp.CallToolResult) string {
 
 // runWait runs a wait_tasks call to its end. An input-required result
 // (a 2026-07-28 session's own questions) makes the task input_required
-// until tasks/update answers, then the call runs again.
+// until those questions are no longer the ones open (answered by
+// tasks/update, the live view, another call of the session, or timed
+// out; or a new one asked), then the call runs again.
 func (r *mcpTasks) runWait(ctx context.Context, next mcp.MethodHandler, call *mcp.CallToolRequest, t *mcpTask) {
-	defer close(t.finished)
+	defer func() {
+		r.mu.Lock()
+		close(t.finished)
+		r.movedLocked()
+		r.mu.Unlock()
+	}()
 	for {
 		res, err := next(ctx, "tools/call", call)
 		ctr, _ := res.(*mcp.CallToolResult)
 		if err == nil && ctr != nil && ctr.NeedsInput() {
-			r.mu.Lock()
-			t.input, t.updated = ctr.InputRequests, r.clock.Now()
-			r.mu.Unlock()
-			select {
-			case <-t.rerun:
-				r.mu.Lock()
-				t.input = nil
-				r.mu.Unlock()
+			r.setInput(t, ctr.InputRequests)
+			if err = r.awaitDecisions(ctx, t, ctr.InputRequests); err == nil {
+				r.setInput(t, nil)
 				continue
-			case <-ctx.Done():
-				err = ctx.Err()
 			}
 		}
 		r.mu.Lock()
@@ -482,12 +504,49 @@ func (r *mcpTasks) runWait(ctx context.Context, next mcp.MethodHandler, call *mc
 	}
 }
 
+func (r *mcpTasks) setInput(t *mcpTask, input mcp.InputRequestMap) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.input, t.updated = input, r.clock.Now()
+	r.movedLocked()
+}
+
+// awaitDecisions returns once the questions the session carries on the
+// wait's tasks are no longer exactly asked, or with ctx's error. It
+// follows the service's decisions as its Wait does: the change signal
+// taken before the read, so that no change falls between.
+func (r *mcpTasks) awaitDecisions(ctx context.Context, t *mcpTask, asked mcp.InputRequestMap) error {
+	for {
+		changed := r.svc.DecisionsChanged()
+		open := 0
+		for _, d := range r.svc.Decisions(t.ids) {
+			if !carriedBy(t.session, d) {
+				continue
+			}
+			if _, ok := asked[d.Key]; !ok {
+				return nil // a new question: the call asks it
+			}
+			open++
+		}
+		if open < len(asked) {
+			return nil // one was decided
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 func (r *mcpTasks) add(t *mcpTask) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.order) >= r.limit {
 		r.forgetOldestFinished()
 	}
+	r.seq++
+	t.seq = r.seq
 	r.tasks[t.id] = t
 	r.order = append(r.order, t.id)
 }
@@ -523,14 +582,21 @@ func (r *mcpTasks) forgetOldestFinished() {
 	r.order = slices.Delete(r.order, drop, drop+1)
 }
 
-// lookup finds the task a tasks/* request names, refusing one of the
-// 2026-07-28 form to a request that does not declare the extension.
-func (r *mcpTasks) lookup(req mcp.Request, id string) (*mcpTask, error) {
+// errTaskNotFound answers a task id the asking session does not have:
+// unknown, forgotten, or another session's (which it must not learn
+// exists).
+var errTaskNotFound = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: Task not found"}
+
+// lookup finds the task a tasks/* request of session ss names, refusing
+// one of the 2026-07-28 form to a request that does not declare the
+// extension. Only the session that created a task sees it: over the HTTP
+// listener one server's sessions share the registry.
+func (r *mcpTasks) lookup(ss *mcp.ServerSession, req mcp.Request, id string) (*mcpTask, error) {
 	r.mu.Lock()
 	t := r.tasks[id]
 	r.mu.Unlock()
-	if t == nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: Task not found"}
+	if t == nil || t.session != ss {
+		return nil, errTaskNotFound
 	}
 	if t.form == form2026 && !declares2026(req) {
 		data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}})
@@ -654,7 +720,8 @@ type taskResult2025 struct {
 
 type listTasksResult2025 struct {
 	mcp.ResultBase
-	Tasks []task2025 `json:"tasks"`
+	Tasks      []task2025 `json:"tasks"`
+	NextCursor string     `json:"nextCursor,omitempty"`
 }
 
 // task2026 is a 2026-07-28 DetailedTask (and, with resultType "task", a
@@ -733,7 +800,7 @@ type updateTaskParams struct {
 
 // get is tasks/get in the task's form.
 func (r *mcpTasks) get(_ context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
-	t, err := r.lookup(requestOf(ss, p), p.TaskID)
+	t, err := r.lookup(ss, requestOf(ss, p), p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -754,7 +821,7 @@ func requestOf[P mcp.Params](ss *mcp.ServerSession, p P) mcp.Request {
 // result is 2025-11-25's tasks/result: it waits for the task's end and
 // answers what the call would have, with the related-task _meta.
 func (r *mcpTasks) result(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
-	t, err := r.lookup(requestOf(ss, p), p.TaskID)
+	t, err := r.lookup(ss, requestOf(ss, p), p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -796,22 +863,39 @@ func (r *mcpTasks) result(ctx context.Context, ss *mcp.ServerSession, p *taskIDP
 }
 
 // list is 2025-11-25's tasks/list: the session's own tasks of that form,
-// in one page.
+// newest first, at most a page at a time. The cursor is the seq of the
+// last task of the page before (decimal): the next page is the older
+// tasks, however many were created since.
 func (r *mcpTasks) list(_ context.Context, ss *mcp.ServerSession, p *listTasksParams) (mcp.Result, error) {
+	before := uint64(math.MaxUint64)
 	if p.Cursor != "" {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid cursor"}
+		n, err := strconv.ParseUint(p.Cursor, 10, 64)
+		if err != nil || strconv.FormatUint(n, 10) != p.Cursor {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid cursor"}
+		}
+		before = n
 	}
 	r.mu.Lock()
-	var mine []*mcpTask
-	for _, id := range r.order {
-		if t := r.tasks[id]; t.session == ss && t.form == form2025 {
-			mine = append(mine, t)
+	var page []*mcpTask
+	more := false
+	for _, id := range slices.Backward(r.order) {
+		t := r.tasks[id]
+		if t.session != ss || t.form != form2025 || t.seq >= before {
+			continue
 		}
+		if len(page) == r.page {
+			more = true
+			break
+		}
+		page = append(page, t)
 	}
 	r.mu.Unlock()
 	out := &listTasksResult2025{Tasks: []task2025{}}
-	for _, t := range slices.Backward(mine) {
+	for _, t := range page {
 		out.Tasks = append(out.Tasks, r.view(t).task2025())
+	}
+	if more {
+		out.NextCursor = strconv.FormatUint(page[len(page)-1].seq, 10)
 	}
 	return out, nil
 }
@@ -819,7 +903,7 @@ func (r *mcpTasks) list(_ context.Context, ss *mcp.ServerSession, p *listTasksPa
 // cancel is tasks/cancel: cancel_task for a spawn, the end of the call for
 // a wait. The task is cancelled from then on, whatever its symm task does.
 func (r *mcpTasks) cancel(ctx context.Context, ss *mcp.ServerSession, p *taskIDParams) (mcp.Result, error) {
-	t, err := r.lookup(requestOf(ss, p), p.TaskID)
+	t, err := r.lookup(ss, requestOf(ss, p), p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -846,35 +930,39 @@ func (r *mcpTasks) cancel(ctx context.Context, ss *mcp.ServerSession, p *taskIDP
 	return &ackResult{ResultType: "complete"}, nil
 }
 
-// update is 2026-07-28's tasks/update: the answers to the questions open
-// on the task's symm tasks. Answers to keys not open on them are ignored.
+// update is 2026-07-28's tasks/update: the answers to the questions the
+// task shows open (its inputRequests). Answers to other keys are ignored,
+// as the extension asks: a question of another task, one decided since,
+// or a name made up; an answer that is not an ElicitResult is invalid.
 func (r *mcpTasks) update(_ context.Context, ss *mcp.ServerSession, p *updateTaskParams) (mcp.Result, error) {
-	t, err := r.lookup(requestOf(ss, p), p.TaskID)
+	t, err := r.lookup(ss, requestOf(ss, p), p.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	if t.form != form2026 {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tasks/update is part of the 2026-07-28 tasks extension only"}
 	}
-	answered := false
-	for _, d := range r.svc.Decisions(t.ids) {
-		raw, ok := p.InputResponses[d.Key]
+	v := r.view(t)
+	if v.status != "input_required" {
+		return &ackResult{ResultType: "complete"}, nil
+	}
+	// Decoded first, all of them: an invalid answer answers nothing.
+	answers := make(map[string]*mcp.ElicitResult)
+	for key := range v.input {
+		raw, ok := p.InputResponses[key]
 		if !ok {
 			continue
 		}
-		var res mcp.ElicitResult
-		if err := json.Unmarshal(raw, &res); err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "inputResponses." + d.Key + ": " + err.Error()}
+		var res *mcp.ElicitResult
+		if err := json.Unmarshal(raw, &res); err != nil || res == nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "inputResponses." + key + ": not an elicitation result"}
 		}
-		if r.svc.Answer(d.Key, answerOf(&res)) {
-			answered = true
-		}
+		answers[key] = res
 	}
-	if answered && t.rerun != nil {
-		select {
-		case t.rerun <- struct{}{}:
-		default:
-		}
+	// A wait task that asked follows the service's decisions: the answer
+	// wakes it (runWait).
+	for key, res := range answers {
+		r.svc.Answer(key, answerOf(res))
 	}
 	return &ackResult{ResultType: "complete"}, nil
 }

@@ -470,6 +470,14 @@ func TestTaskWaitEndsWithTheSession(t *testing.T) {
 // the reply read from the JSON or event-stream response.
 type httpClient struct {
 	url, token, session, version string
+	hc                           *http.Client // nil: http.DefaultClient
+}
+
+func (c *httpClient) client() *http.Client {
+	if c.hc != nil {
+		return c.hc
+	}
+	return http.DefaultClient
 }
 
 func (c *httpClient) post(t *testing.T, msg map[string]any) (reply, *http.Response) {
@@ -485,7 +493,7 @@ func (c *httpClient) post(t *testing.T, msg map[string]any) (reply, *http.Respon
 		req.Header.Set("Mcp-Session-Id", c.session)
 		req.Header.Set("Mcp-Protocol-Version", c.version)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.client().Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var rep reply

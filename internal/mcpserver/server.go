@@ -2,7 +2,8 @@
 // arguments into TaskService calls and stored JSON into replies, and the
 // task resources, which read what the tools return. It holds no state but
 // its sessions' resource subscriptions and the MCP tasks its clients run
-// spawn_task and wait_tasks as (mcptasks.go), which end with them. Waits report
+// spawn_task and wait_tasks as (mcptasks.go), which end with them (over
+// HTTP, with the handler's Close). Waits report
 // progress to a client that asked for it. Domain failures are tool errors
 // whose text is "<code>: <message>"; arguments that do not fit a tool's
 // input schema are rejected by the MCP SDK before a handler runs.
@@ -53,6 +54,9 @@ type Service interface {
 	// the delivery of a person's answer (ask.go).
 	Decisions(ids []string) []task.Decision
 	Answer(key string, a permission.Answer) bool
+	// DecisionsChanged is closed when a question opens or closes (or a
+	// task ends): an MCP wait task that asks follows it.
+	DecisionsChanged() <-chan struct{}
 	// Shutdown stops every task; Serve calls it when the session ends.
 	Shutdown(ctx context.Context) error
 }
@@ -95,6 +99,9 @@ func newServer(svc Service, version string, o options) (*mcp.Server, *subscripti
 	// schemas, and answers a task-augmented call before the SDK would.
 	tasks := newMCPTasks(svc, o.clock)
 	tasks.install(s)
+	if o.tasks != nil {
+		o.tasks(tasks)
+	}
 	addResources(s, svc)
 	return s, subs, tasks
 }

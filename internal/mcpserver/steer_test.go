@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,14 +19,53 @@ import (
 // as a real child process: steered where the agent offers steering and
 // takes the steer, else queued as a follow-up, never dropped.
 
-// awaitMessage polls the task's log until an agent_message holds want: the
-// turn is under way.
+// awaitMessage reads the task's log until an agent_message holds want (the
+// turn is under way), woken by the task's changes: the signal is taken
+// before each read, so that no change falls between.
 func (r *rig) awaitMessage(t *testing.T, id, want string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(r.messages(t, id), want) {
-		require.True(t, time.Now().Before(deadline), "task %s: no message %q", id, want)
-		time.Sleep(10 * time.Millisecond)
+	deadline := time.After(30 * time.Second)
+	for {
+		changed, err := r.svc.Changes(id)
+		require.NoError(t, err)
+		if strings.Contains(r.messages(t, id), want) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("task %s: no message %q", id, want)
+		}
+	}
+}
+
+// awaitFIFO returns once a writer wrote to the named pipe path and closed
+// it: what a fake agent's write_file to it does. Reading it blocks until
+// then, so the test waits on the agent itself, not on a poll.
+func awaitFIFO(t *testing.T, path string) string {
+	t.Helper()
+	type read struct {
+		b   []byte
+		err error
+	}
+	got := make(chan read, 1)
+	go func() {
+		b, err := os.ReadFile(path)
+		got <- read{b, err}
+	}()
+	select {
+	case r := <-got:
+		require.NoError(t, r.err)
+		return string(r.b)
+	case <-time.After(30 * time.Second):
+		// Our own writer ends the read, so the reader does not outlive
+		// the test.
+		if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_ = f.Close()
+		}
+		<-got
+		t.Fatalf("nothing was written to %s", path)
+		return ""
 	}
 }
 
@@ -169,6 +209,7 @@ func TestSteeredTurnTail(t *testing.T) {
 	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
 	gate := filepath.Join(t.TempDir(), "tail")
 	tailDone := filepath.Join(ws, "tail-done")
+	require.NoError(t, syscall.Mkfifo(tailDone, 0o644)) // the agent's write_file to it is the test's signal
 	id := r.spawn(t, map[string]any{"workspace": ws, "keep_alive": true, "prompt": testrig.ScriptWith(
 		map[string]any{"after_response": []map[string]any{
 			{"wait_file": gate},
@@ -186,11 +227,7 @@ func TestSteeredTurnTail(t *testing.T) {
 	before := r.events(t, id)
 
 	require.NoError(t, os.WriteFile(gate, nil, 0o644))
-	deadline := time.Now().Add(30 * time.Second)
-	for _, err := os.Stat(tailDone); err != nil; _, err = os.Stat(tailDone) {
-		require.True(t, time.Now().Before(deadline), "the agent's tail did not run")
-		time.Sleep(10 * time.Millisecond)
-	}
+	assert.Equal(t, "x", awaitFIFO(t, tailDone), "the agent's tail ran")
 	// The agent wrote its tail before it answers this follow-up: once it
 	// ended, the tail has been read.
 	child := r.send(t, map[string]any{"task_id": id, "prompt": "next"})
