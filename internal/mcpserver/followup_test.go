@@ -38,18 +38,24 @@ func (r *rig) messages(t *testing.T, id string) string {
 	return b.String()
 }
 
-// awaitRecord polls the task's record until ok holds: a condition with a
-// deadline, for a change no event announces (a kept process's exit).
+// awaitRecord waits until the task's record satisfies ok, woken by the
+// task's changes (a kept process's exit edits the record, which no event
+// announces), with a deadline.
 func (r *rig) awaitRecord(t *testing.T, id string, ok func(map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.After(30 * time.Second)
 	for {
+		changed, err := r.svc.Changes(id)
+		require.NoError(t, err)
 		rec := call(t, r.cs, "get_task", map[string]any{"task_id": id})
 		if ok(rec) {
 			return rec
 		}
-		require.True(t, time.Now().Before(deadline), "task %s: the record did not change as awaited: %v", id, rec)
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-deadline:
+			require.Failf(t, "the record did not change as awaited", "task %s: %v", id, rec)
+		}
 	}
 }
 
@@ -413,17 +419,22 @@ func TestStdioDisconnectEndsKeptProcesses(t *testing.T) {
 	require.Len(t, pids, 1)
 	require.NoError(t, syscall.Kill(pids[0], 0), "the process is kept")
 	require.NoError(t, r.cs.Close()) // the host goes: Serve ends every task and kept process
-	// Polled: the kept process's end is recorded in the task, which no
-	// client is left to be told of.
-	deadline := time.Now().Add(30 * time.Second)
+	// The kept process's end is recorded in the task, which no client is
+	// left to be told of: woken by the task's changes.
+	deadline := time.After(30 * time.Second)
 	for {
+		changed, err := r.svc.Changes(id)
+		require.NoError(t, err)
 		b, err := r.svc.Task(id)
 		require.NoError(t, err)
 		if strings.Contains(string(b), `"kept_process":{`) {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "kept process %d outlived the stdio session", pids[0])
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-deadline:
+			require.Failf(t, "kept process outlived the stdio session", "pid %d", pids[0])
+		}
 	}
 	testrig.RequireGone(t, pids)
 }

@@ -361,4 +361,7 @@ func (r *taskRun) keptExited(x supervisor.Exit) {
 	if _, err := r.s.cfg.Store.Update(r.id, ledger.SetKeptProcess(x.PID, r.s.cfg.Now(), x.ExitCode, x.Signal)); err != nil {
 		r.s.log.Error("recording the end of a kept process", "task", r.id, "pid", x.PID, "err", err)
 	}
+	// A record edit, as Changes promises: a watcher of the task (a
+	// resource subscriber, a test) learns of the kept process's end.
+	r.touch("", 0)
 }
