@@ -16,6 +16,7 @@ import (
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/jetstream"
+	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task/tasktest"
 	"github.com/symm-mcp/symm-mcp/internal/testrig"
@@ -150,4 +151,54 @@ func TestClusterWaitEndsOnAnotherHostsStall(t *testing.T) {
 	a.mu.Lock()
 	assert.Empty(t, a.stalls, "an ended task of another host is not listed as stalled")
 	a.mu.Unlock()
+}
+
+// TestReadRemoteHealth: another host's summary is hostile input; only a
+// live task whose record says stalled, in the record's own form, is read
+// as stalled, with its evidence.
+func TestReadRemoteHealth(t *testing.T) {
+	at := time.Date(2026, 12, 6, 1, 2, 3, 0, time.UTC)
+	for _, c := range []struct {
+		name    string
+		status  ledger.Status
+		summary string
+		stalled bool
+	}{
+		{"stalled", ledger.Running, `{"task_id":"x","health":"stalled","last_update_at":"2026-12-06T01:02:03Z","last_cpu_at":"2026-12-06T01:02:03Z","digest":{"health":"stalled"}}`, true},
+		{"stalled, no evidence", ledger.Running, `{"health":"stalled"}`, true},
+		{"active", ledger.Running, `{"health":"active","digest":{"health":"stalled"}}`, false},
+		{"only the digest says so", ledger.Running, `{"digest":{"health":"stalled"}}`, false},
+		{"ended", ledger.Succeeded, `{"health":"stalled"}`, false},
+		{"not JSON", ledger.Running, `{"health":"stalled"`, false},
+		{"health of another type", ledger.Running, `{"health":["stalled"]}`, false},
+		{"evidence that is no time", ledger.Running, `{"health":"stalled","last_update_at":"yesterday"}`, false},
+		{"empty", ledger.Running, ``, false},
+	} {
+		h := readRemoteHealth("x", c.status, []byte(c.summary))
+		assert.Equal(t, c.stalled, h.stalled, c.name)
+		if c.name == "stalled" {
+			assert.True(t, h.lastUpdate.Equal(at) && h.lastCPU.Equal(at), "the evidence is read: %+v", h)
+		}
+	}
+}
+
+// TestRemoteStallsListedByTheirEvidence: another host's stall is listed
+// once per stall: the same evidence read again is the same stall, and a
+// stall after an active spell (new evidence) is a new one.
+func TestRemoteStallsListedByTheirEvidence(t *testing.T) {
+	s := &Service{}
+	t0 := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	stalled := func(at time.Time) remoteHealth {
+		return remoteHealth{id: "x", stalled: true, lastUpdate: at, lastCPU: at}
+	}
+	ids := []string{"x"}
+	s.noteRemoteHealthLocked(stalled(t0))
+	assert.True(t, s.stalledLocked(ids, 0), "a stall first seen")
+	before := s.stallSeq
+	s.noteRemoteHealthLocked(stalled(t0))
+	assert.False(t, s.stalledLocked(ids, before), "the same stall, read again")
+	s.noteRemoteHealthLocked(remoteHealth{id: "x"})
+	assert.Empty(t, s.stalls, "active again: unlisted")
+	s.noteRemoteHealthLocked(stalled(t0.Add(time.Hour)))
+	assert.True(t, s.stalledLocked(ids, before), "a new stall")
 }
