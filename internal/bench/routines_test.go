@@ -111,10 +111,20 @@ func measureRoutines(ctx context.Context, e *env, t *table) (err error) {
 		}
 	})
 	windowBegan := time.Now()
+	cpuBefore, err := processCPU(d.cmd.Process.Pid)
+	if err != nil {
+		stopProbe()
+		wg.Wait()
+		return err
+	}
 	firing, err := awaitRoutineRuns(ctx, s, n, began.Add(routineEvery), began.Add(routineEvery+created+2*time.Minute))
 	stopProbe()
 	wg.Wait()
 	window := time.Since(windowBegan)
+	if err != nil {
+		return err
+	}
+	cpuAfter, err := processCPU(d.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -140,8 +150,9 @@ func measureRoutines(ctx context.Context, e *env, t *table) (err error) {
 		"≤ 20 ms", p99 <= 20*time.Millisecond)
 	t.info(fmt.Sprintf("%s routines: get_task p50 / p99 while their runs start and end", thousands(n)),
 		fmt.Sprintf("%s / %s", ms(percentile(during, 50)), ms(percentile(during, 99))),
-		fmt.Sprintf("the calls of the row above made from the first run's creation to the last run's end (%s, %d calls): %d spawns of agent processes, %.0f a second",
-			ms(firing.last.Sub(firing.first)), len(during), n, float64(n)/firing.last.Sub(firing.first).Seconds()))
+		fmt.Sprintf("the calls of the row above made from the first run's creation to the last run's end (%s, %d calls): %d spawns of agent processes, %.0f a second; the daemon's CPU over the window %s, %s a run",
+			ms(firing.last.Sub(firing.first)), len(during), n, float64(n)/firing.last.Sub(firing.first).Seconds(),
+			ms(cpuAfter-cpuBefore), ms((cpuAfter-cpuBefore)/time.Duration(n))))
 	return nil
 }
 
