@@ -55,6 +55,11 @@ type daemonProc struct {
 
 // serve starts a daemon and returns once it reported readiness.
 func (e *env) serve(ctx context.Context, socket, state string, args ...string) (*daemonProc, error) {
+	return e.serveIn(ctx, e.pathDir, socket, state, args...)
+}
+
+// serveIn is serve with the agents found on pathDir.
+func (e *env) serveIn(ctx context.Context, pathDir, socket, state string, args ...string) (*daemonProc, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -63,7 +68,7 @@ func (e *env) serve(ctx context.Context, socket, state string, args ...string) (
 	cmd := exec.Command(e.server, append([]string{"serve", "--socket", socket, "--state-dir", state,
 		"--log-level", "warn", "--no-notify", "--ready-fd=3"}, args...)...)
 	cmd.Dir = e.workspace
-	cmd.Env = []string{"PATH=" + e.pathDir, "HOME=" + e.dir, "TMPDIR=" + e.dir}
+	cmd.Env = []string{"PATH=" + pathDir, "HOME=" + e.dir, "TMPDIR=" + e.dir}
 	d := &daemonProc{cmd: cmd, stderr: &syncbuf.Buffer{Max: 8 << 10}}
 	cmd.Stderr = d.stderr
 	cmd.ExtraFiles = []*os.File{w}

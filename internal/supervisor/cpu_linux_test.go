@@ -55,11 +55,17 @@ func TestCPUCountsTheGroup(t *testing.T) {
 
 func TestParseStatCPU(t *testing.T) {
 	line := []byte("42 (a) b) c) S 1 7 7 0 -1 4194560 100 0 0 0 11 22 33 44 20 0 1 0 5 0 0")
-	pgrp, ticks, ok := parseStatCPU(line)
-	if !ok || pgrp != 7 || ticks != 11+22+33+44 {
-		t.Errorf("parseStatCPU = %d, %d, %v; want 7, 110, true", pgrp, ticks, ok)
+	st, ok := parseStat(line)
+	if !ok || !st.hasTicks || st.pgrp != 7 || st.ticks != 11+22+33+44 {
+		t.Errorf("parseStat = %+v, %v; want pgrp 7, 110 ticks, true", st, ok)
 	}
-	if _, _, ok := parseStatCPU([]byte("42 (a) S 1 7")); ok {
-		t.Error("a short line parsed")
+	if st, ok := parseStat([]byte("42 (a) S 1 7")); !ok || st.hasTicks {
+		t.Errorf("a short line: %+v, %v; want its group and no ticks", st, ok)
+	}
+	if st, ok := parseStat([]byte("42 (a) S 1 7 7 0 -1")); !ok || st.hasTicks {
+		t.Errorf("a line without the CPU times: %+v, %v; want no ticks", st, ok)
+	}
+	if _, ok := parseStat([]byte("42 (a) S 1 7 7 0 -1 4194560 100 0 0 0 11 x 33 44 20")); ok {
+		t.Error("a line with a CPU time that is no number parsed")
 	}
 }

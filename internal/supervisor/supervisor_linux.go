@@ -178,11 +178,13 @@ type procStat struct {
 	state byte
 	ppid  int
 	pgrp  int
+	// ticks is utime+stime+cutime+cstime (fields 14 to 17), when the
+	// line has them (hasTicks): every line the kernel writes does.
+	ticks    uint64
+	hasTicks bool
 }
 
-// readStat reads state, ppid and pgrp from /proc/<pid>/stat. The command
-// name is in parentheses and may itself contain spaces and parentheses, so
-// fields are counted from the last ')'.
+// readStat reads state, ppid and pgrp from /proc/<pid>/stat.
 func readStat(pid int) (procStat, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -191,12 +193,22 @@ func readStat(pid int) (procStat, bool) {
 	return parseStat(b)
 }
 
-func parseStat(b []byte) (procStat, bool) {
+// statFields splits a /proc/<pid>/stat line after the command name, so
+// that f[0] is field 3 (state). The name is in parentheses and may itself
+// contain spaces and parentheses, so fields are counted from the last
+// ')'. nil when the line has no ')'.
+func statFields(b []byte) [][]byte {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return procStat{}, false
+		return nil
 	}
-	f := bytes.Fields(b[i+1:])
+	return bytes.Fields(b[i+1:])
+}
+
+// parseStat is the one parser of a /proc/<pid>/stat line: state, ppid
+// and pgrp (fields 3 to 5) and, when present, the CPU times (ticks).
+func parseStat(b []byte) (procStat, bool) {
+	f := statFields(b)
 	if len(f) < 3 || len(f[0]) != 1 {
 		return procStat{}, false
 	}
@@ -205,7 +217,20 @@ func parseStat(b []byte) (procStat, bool) {
 	if err1 != nil || err2 != nil {
 		return procStat{}, false
 	}
-	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp}, true
+	st := procStat{state: f[0][0], ppid: ppid, pgrp: pgrp}
+	if len(f) < 15 {
+		return st, true
+	}
+	// utime..cstime (14..17) are f[11]..f[14].
+	for _, v := range f[11:15] {
+		n, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return procStat{}, false
+		}
+		st.ticks += n
+	}
+	st.hasTicks = true
+	return st, true
 }
 
 // processStart is the start time of pid in clock ticks since boot
@@ -215,13 +240,9 @@ func processStart(pid int) uint64 {
 	if err != nil {
 		return 0
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
 	// Field 3 (state) is the first after the command name; field 22 is
 	// the twentieth.
-	f := bytes.Fields(b[i+1:])
+	f := statFields(b)
 	if len(f) < 20 {
 		return 0
 	}
@@ -280,36 +301,9 @@ func scanGroupCPU() (map[int]uint64, error) {
 		if err != nil {
 			continue // gone since the listing
 		}
-		if pgrp, ticks, ok := parseStatCPU(b); ok {
-			out[pgrp] += ticks
+		if st, ok := parseStat(b); ok && st.hasTicks {
+			out[st.pgrp] += st.ticks
 		}
 	}
 	return out, nil
-}
-
-// parseStatCPU reads the process group and the four CPU times of a
-// /proc/<pid>/stat line, counting fields from the last ')' as parseStat.
-func parseStatCPU(b []byte) (pgrp int, ticks uint64, ok bool) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	// Field 3 (state) is f[0]: pgrp (5) is f[2], utime..cstime (14..17)
-	// are f[11]..f[14].
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 15 {
-		return 0, 0, false
-	}
-	pgrp, err := strconv.Atoi(string(f[2]))
-	if err != nil {
-		return 0, 0, false
-	}
-	for _, v := range f[11:15] {
-		n, err := strconv.ParseUint(string(v), 10, 64)
-		if err != nil {
-			return 0, 0, false
-		}
-		ticks += n
-	}
-	return pgrp, ticks, true
 }

@@ -17,8 +17,8 @@ func TestParseStat(t *testing.T) {
 		want procStat
 		ok   bool
 	}{
-		{"42 (sleep) S 1 42 42 0 -1", procStat{'S', 1, 42}, true},
-		{"7 (a) b) (c) Z 99 5 5 0", procStat{'Z', 99, 5}, true},
+		{"42 (sleep) S 1 42 42 0 -1", procStat{state: 'S', ppid: 1, pgrp: 42}, true},
+		{"7 (a) b) (c) Z 99 5 5 0", procStat{state: 'Z', ppid: 99, pgrp: 5}, true},
 		{"7 (x y) Z 3", procStat{}, false},
 		{"garbage", procStat{}, false},
 	}

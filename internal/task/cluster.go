@@ -79,7 +79,17 @@ func (s *Service) LedgerChanged(id string) {
 	s.mu.Lock()
 	s.wakeLocked()
 	r := s.runs[id]
+	listed := r == nil && s.stalls[id] != nil
 	s.mu.Unlock()
+	if listed {
+		// Another host's task a wait listed as stalled: unlisted at its
+		// end, should no wait read it again.
+		if st, err := s.cfg.Store.Status(id); err == nil && st.Terminal() {
+			s.mu.Lock()
+			delete(s.stalls, id)
+			s.mu.Unlock()
+		}
+	}
 	if r == nil {
 		return
 	}

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
@@ -188,6 +189,61 @@ func (r *taskRun) stalledEventLocked(now time.Time) {
 type stallMark struct {
 	seq      uint64 // when it stalled, in the order of stalls
 	reported bool   // a Wait returned early for it
+	// lastUpdate and lastCPU are the evidence another host recorded
+	// with its task's stall: a stall with other evidence is a new one
+	// (the task was active between). Zero for a task of this server.
+	lastUpdate, lastCPU time.Time
+}
+
+// remoteHealth is the health another host recorded for its task, as a
+// Wait read it from the task's summary in the shared ledger.
+type remoteHealth struct {
+	id                  string
+	stalled             bool
+	lastUpdate, lastCPU time.Time
+}
+
+// readRemoteHealth reads the health of another host's task from its
+// summary: stalled only while the task is live and its record says so.
+// A summary that does not decode is read as not stalled: the ledger's
+// record is the owner's to write, and a wait is no place to fail on it.
+func readRemoteHealth(id string, st ledger.Status, summary []byte) remoteHealth {
+	h := remoteHealth{id: id}
+	if st.Terminal() || len(summary) == 0 {
+		return h
+	}
+	var lh ledger.LiveHealth
+	if json.Unmarshal(summary, &lh) != nil || lh.Health != ledger.HealthStalled {
+		return h
+	}
+	h.stalled = true
+	if lh.LastUpdateAt != nil {
+		h.lastUpdate = lh.LastUpdateAt.Time
+	}
+	if lh.LastCPUAt != nil {
+		h.lastCPU = lh.LastCPUAt.Time
+	}
+	return h
+}
+
+// noteRemoteHealthLocked lists another host's task as stalled when its
+// record shows a stall not listed yet (first seen, or seen with other
+// evidence), so that stalledLocked reports it once as it reports this
+// server's; a task no longer stalled is unlisted. Service.mu is held.
+func (s *Service) noteRemoteHealthLocked(h remoteHealth) {
+	m := s.stalls[h.id]
+	if !h.stalled {
+		delete(s.stalls, h.id)
+		return
+	}
+	if m != nil && m.lastUpdate.Equal(h.lastUpdate) && m.lastCPU.Equal(h.lastCPU) {
+		return
+	}
+	if s.stalls == nil {
+		s.stalls = make(map[string]*stallMark)
+	}
+	s.stallSeq++
+	s.stalls[h.id] = &stallMark{seq: s.stallSeq, lastUpdate: h.lastUpdate, lastCPU: h.lastCPU}
 }
 
 // noteStall lists a task that stalled, and wakes the waits, or unlists

@@ -623,9 +623,11 @@ type WaitResult struct {
 // needs_decision when a permission question opens on one of the tasks, or
 // one is open that no Wait reported yet: a question already reported does
 // not end the next Wait at once, which would have a caller poll while the
-// person thinks. A task of this server whose health turns stalled ends the
-// waits the same way, once, with reason stalled (health.go).
-// A negative timeout is invalid_request.
+// person thinks. A task whose health turns stalled ends the waits the
+// same way, once, with reason stalled (health.go): a task of this server
+// as its check judges it, a task of another host of a cluster as its
+// owner recorded it in the shared ledger. A negative timeout is
+// invalid_request.
 func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration) (WaitResult, error) {
 	if len(ids) == 0 {
 		return WaitResult{}, errorf(InvalidRequest, "task_ids is empty")
@@ -633,9 +635,19 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 	if timeout < 0 {
 		return WaitResult{}, errorf(InvalidRequest, "timeout_seconds must not be negative")
 	}
+	// remote: the tasks another host runs, whose health this wait reads
+	// from the ledger (a task's host never changes).
+	var remote map[string]bool
 	for _, id := range ids {
-		if _, err := s.lookupShared(id); err != nil {
+		r, err := s.lookupShared(id)
+		if err != nil {
 			return WaitResult{}, err
+		}
+		if r == nil {
+			if remote == nil {
+				remote = make(map[string]bool)
+			}
+			remote[id] = true
 		}
 	}
 	timeout = min(timeout, s.maxWait)
@@ -649,6 +661,7 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 		changed := s.changed
 		s.mu.Unlock()
 		res := WaitResult{Completed: []json.RawMessage{}, Pending: []json.RawMessage{}, Reason: "timeout"}
+		var seen []remoteHealth
 		for _, id := range ids {
 			st, _ := s.cfg.Store.Status(id)
 			sum, _ := s.cfg.Store.SummaryJSON(id)
@@ -657,8 +670,14 @@ func (s *Service) Wait(ctx context.Context, ids []string, timeout time.Duration)
 			} else {
 				res.Pending = append(res.Pending, sum)
 			}
+			if remote[id] {
+				seen = append(seen, readRemoteHealth(id, st, sum))
+			}
 		}
 		s.mu.Lock()
+		for _, h := range seen {
+			s.noteRemoteHealthLocked(h)
+		}
 		decisions, fresh := s.decisionsLocked(ids, askedBefore, true)
 		stalled := len(res.Completed) == 0 && !fresh && s.stalledLocked(ids, stalledBefore)
 		s.mu.Unlock()
