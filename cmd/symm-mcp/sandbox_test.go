@@ -33,26 +33,29 @@ func TestSandboxExecConfinesTheAgent(t *testing.T) {
 		`(echo out > ` + filepath.Join(outside, "out") + `) 2>/dev/null; echo $?;` +
 		`cat ` + secret + ` 2>/dev/null; echo $?`
 	// The subcommand of symm-mcp, and the pre-exec step's own binary.
+	rs, err := sandbox.Prepare(p)
+	require.NoError(t, err)
+	defer rs.Close()
 	for _, self := range []string{binary, filepath.Join(filepath.Dir(binary), wiring.PreExecName)} {
-		argv, env, err := sandbox.Command(self, p, []string{"/bin/sh", "-c", script})
+		argv, files, err := sandbox.Command(self, rs, []string{"/bin/sh", "-c", script})
 		require.NoError(t, err)
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), env...)
+		cmd.ExtraFiles = files
 		out, err := cmd.Output()
 		require.NoError(t, err)
 		assert.Equal(t, "0\n2\n1\n", string(out), "%s: written inside, refused outside, the key unread", self)
 		_, err = os.Stat(filepath.Join(outside, "out"))
 		assert.ErrorIs(t, err, os.ErrNotExist)
 
-		// Without a policy nothing starts.
-		cmd = exec.Command(self, sandbox.Subcommand, "--", "/bin/sh", "-c", "echo started")
+		// Without a ruleset nothing starts.
+		cmd = exec.Command(self, sandbox.Subcommand, "0", "--", "/bin/sh", "-c", "echo started")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		var exit *exec.ExitError
 		require.ErrorAs(t, cmd.Run(), &exit)
 		assert.Equal(t, sandbox.ExitRefused, exit.ExitCode())
 		assert.Empty(t, stdout.String())
-		assert.Contains(t, stderr.String(), sandbox.PolicyEnv+" is not set")
+		assert.Contains(t, stderr.String(), "landlock_restrict_self (descriptor 3, the ruleset)")
 	}
 }
 

@@ -97,6 +97,16 @@ func probe(args []string) int {
 		case "signal":
 			pid, _ := strconv.Atoi(arg)
 			err = syscall.Kill(pid, syscall.Signal(0))
+		case "rulesets": // how many Landlock rulesets it holds
+			var fds []os.DirEntry
+			fds, err = os.ReadDir("/proc/self/fd")
+			n := 0
+			for _, fd := range fds {
+				if l, _ := os.Readlink("/proc/self/fd/" + fd.Name()); strings.Contains(l, "landlock-ruleset") {
+					n++
+				}
+			}
+			r.Value = strconv.Itoa(n)
 		case "pdeathsig":
 			var sig int32 // the kernel writes a C int
 			err = unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0)
@@ -236,13 +246,16 @@ func run(t *testing.T, p *Policy, ops ...string) map[int]map[string]string {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	argv := append([]string{self, "probe"}, ops...)
-	var env []string
+	var files []*os.File
 	if p != nil {
-		argv, env, err = Command(self, p, argv)
+		rs, err := Prepare(p)
+		require.NoError(t, err)
+		defer rs.Close()
+		argv, files, err = Command(self, rs, argv)
 		require.NoError(t, err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.ExtraFiles = files
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -256,7 +269,7 @@ func run(t *testing.T, p *Policy, ops ...string) map[int]map[string]string {
 			got[r.Depth] = map[string]string{}
 		}
 		key := r.Op + " " + r.Arg
-		if r.Op == "pdeathsig" {
+		if r.Op == "pdeathsig" || r.Op == "rulesets" {
 			got[r.Depth][key] = r.Value
 			continue
 		}
@@ -342,13 +355,16 @@ func TestDeathSignalSurvivesThePreExecStep(t *testing.T) {
 	require.NoError(t, err)
 	self, err := os.Executable()
 	require.NoError(t, err)
-	argv, env, err := Command(self, p, []string{self, "probe", "pdeathsig", "-"})
+	rs, err := Prepare(p)
+	require.NoError(t, err)
+	defer rs.Close()
+	argv, files, err := Command(self, rs, []string{self, "probe", "pdeathsig", "-"})
 	require.NoError(t, err)
 	// Several times: exec'd from a thread other than the main one, the
 	// agent lost it in about one start in two under -race.
 	for range 10 {
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), env...)
+		cmd.ExtraFiles = files
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		out, err := cmd.Output()
 		require.NoError(t, err)
@@ -358,47 +374,44 @@ func TestDeathSignalSurvivesThePreExecStep(t *testing.T) {
 	}
 }
 
+// TestPreExecRefusesBadInput: the pre-exec step takes its command line
+// and descriptor 3 as hostile input; whatever is wrong, it exits
+// ExitRefused with one line on stderr and the agent never runs.
 func TestPreExecRefusesBadInput(t *testing.T) {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	f := newFixture(t)
 	good, err := Build(f.spec(t, Workspace))
 	require.NoError(t, err)
-	goodJSON, err := good.Encode()
+	rs, err := Prepare(good)
 	require.NoError(t, err)
-	withMode := func(m Mode) string {
-		p := *good
-		p.Mode = m
-		b, err := json.Marshal(p)
-		require.NoError(t, err)
-		return string(b)
-	}
+	defer rs.Close()
+	_, files, err := Command(self, rs, []string{self})
+	require.NoError(t, err)
+	flags := strconv.FormatUint(uint64(rs.flags), 10)
+	notRuleset, err := os.Open(f.gitconfig)
+	require.NoError(t, err)
+	defer notRuleset.Close()
 	agent := []string{self, "probe", "write", filepath.Join(f.outside, "escaped")}
 	for _, c := range []struct {
-		name   string
-		args   []string
-		policy *string
-		want   string
+		name  string
+		args  []string
+		files []*os.File
+		want  string
 	}{
-		{"no policy", append([]string{"--"}, agent...), nil, PolicyEnv + " is not set"},
-		{"not JSON", append([]string{"--"}, agent...), ptr("{"), "not a policy"},
-		{"unknown field", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":[],"readable":[],"connect_tcp":[],"scope":true,"allow_all":true}`), "unknown field"},
-		{"two objects", append([]string{"--"}, agent...), ptr(string(goodJSON) + string(goodJSON)), "not one JSON object"},
-		{"mode off", append([]string{"--"}, agent...), ptr(withMode(Off)), `mode "off"`},
-		{"relative path", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":["etc"],"readable":[],"connect_tcp":[],"scope":true}`), "not absolute"},
-		{"unclean path", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":["/tmp/../etc"],"readable":[],"connect_tcp":[],"scope":true}`), "not clean"},
-		{"port 0", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":[],"readable":[],"connect_tcp":[0],"scope":true}`), "port 0"},
-		{"port out of range", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":[],"readable":[],"connect_tcp":[65536],"scope":true}`), "not a policy"},
-		{"create outside writable", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":["/tmp/a"],"create":["/etc/x"],"readable":[],"connect_tcp":[],"scope":true}`), "not writable"},
-		{"no separator", agent, ptr(string(goodJSON)), "usage"},
-		{"relative agent", []string{"--", "probe"}, ptr(string(goodJSON)), "not an absolute path"},
+		{"no ruleset", slices.Concat([]string{flags, "--"}, agent), nil, "landlock_restrict_self (descriptor 3, the ruleset): "},
+		{"not a ruleset", slices.Concat([]string{flags, "--"}, agent), []*os.File{notRuleset}, "landlock_restrict_self (descriptor 3, the ruleset): file descriptor in bad state"},
+		{"unknown flags", slices.Concat([]string{"2147483648", "--"}, agent), files, "invalid argument"},
+		{"flags not a number", slices.Concat([]string{"all", "--"}, agent), files, "is not a decimal"},
+		{"flags out of range", slices.Concat([]string{"4294967296", "--"}, agent), files, "is not a decimal"},
+		{"no flags", slices.Concat([]string{"--"}, agent), files, "usage"},
+		{"no separator", slices.Concat([]string{flags}, agent), files, "usage"},
+		{"no agent", []string{flags, "--"}, files, "usage"},
+		{"relative agent", []string{flags, "--", "probe"}, files, "not an absolute path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(self, append([]string{Subcommand}, c.args...)...)
-			cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, PolicyEnv+"=") })
-			if c.policy != nil {
-				cmd.Env = append(cmd.Env, PolicyEnv+"="+*c.policy)
-			}
+			cmd.ExtraFiles = c.files
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -406,6 +419,7 @@ func TestPreExecRefusesBadInput(t *testing.T) {
 			require.ErrorAs(t, err, &exit)
 			assert.Equal(t, ExitRefused, exit.ExitCode())
 			assert.Contains(t, stderr.String(), c.want)
+			assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
 			assert.Empty(t, stdout.String(), "the agent never ran")
 			_, err = os.Stat(filepath.Join(f.outside, "escaped"))
 			assert.ErrorIs(t, err, os.ErrNotExist)
@@ -413,7 +427,14 @@ func TestPreExecRefusesBadInput(t *testing.T) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
+// TestPreExecClosesTheRuleset: the agent does not inherit descriptor 3.
+func TestPreExecClosesTheRuleset(t *testing.T) {
+	f := newFixture(t)
+	p, err := Build(f.spec(t, Workspace))
+	require.NoError(t, err)
+	got := run(t, p, "rulesets", "-")[0]
+	assert.Equal(t, "0", got["rulesets -"])
+}
 
 // BenchmarkStart is the time the pre-exec step adds to starting a
 // process: the probe, doing nothing, started directly and through
@@ -430,7 +451,10 @@ func BenchmarkStart(b *testing.B) {
 		Env: []string{"PATH=" + os.Getenv("PATH")}, Executable: self})
 	require.NoError(b, err)
 	direct := []string{self, "probe"}
-	wrapped, env, err := Command(self, p, direct)
+	rs, err := Prepare(p)
+	require.NoError(b, err)
+	defer rs.Close()
+	wrapped, files, err := Command(self, rs, direct)
 	require.NoError(b, err)
 	for _, c := range []struct {
 		name string
@@ -440,7 +464,7 @@ func BenchmarkStart(b *testing.B) {
 			var took []time.Duration
 			for b.Loop() {
 				cmd := exec.Command(c.argv[0], c.argv[1:]...)
-				cmd.Env = append(os.Environ(), env...)
+				cmd.ExtraFiles = files
 				start := time.Now()
 				if err := cmd.Run(); err != nil {
 					b.Fatal(err)

@@ -1,0 +1,99 @@
+// Package preexec is the sandbox's pre-exec step (intent 0043, 0048): the
+// program a sandboxed agent is started through, which sets no_new_privs,
+// applies the Landlock ruleset the server built and handed it, adds the
+// Multipath TCP filter and execs the agent, so that the agent and
+// everything it starts stay confined.
+//
+// The protocol, between symm-mcp (internal/sandbox's Command) and this
+// step, in the process symm-mcp starts:
+//
+//	<pre-exec program> sandbox-exec FLAGS -- /absolute/agent [args...]
+//
+// with descriptor 3 (RulesetFD) the Landlock ruleset and FLAGS the
+// decimal landlock_restrict_self flags to apply it with. Nothing else is
+// read: no environment variable, no file. Everything is hostile input: a
+// malformed command line, a descriptor 3 that is not a Landlock ruleset
+// (the kernel refuses it), a kernel without Landlock end the step with
+// ExitRefused and one line on stderr, and the agent never runs
+// unconfined. The descriptor is closed before the exec, so the agent
+// never holds it. A process that runs this step for itself gains nothing:
+// Landlock only ever narrows what a process already may do.
+//
+// The package imports only the standard library's smallest packages, the
+// kernel's system calls and go-landlock's system call wrappers: its
+// program's start-up is paid by every sandboxed spawn.
+package preexec
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// Subcommand is the argument that names the step, to symm-mcp (a hidden
+// subcommand) and to its own binary, cmd/symm-sandbox-exec.
+const Subcommand = "sandbox-exec"
+
+// RulesetFD is the descriptor that holds the Landlock ruleset.
+const RulesetFD = 3
+
+// ExitRefused is the step's exit status when it does not start the agent;
+// its reason is its one line on stderr.
+const ExitRefused = 126
+
+// The step execs from the process's main thread: the death signal the
+// supervisor sets (PR_SET_PDEATHSIG) belongs to that thread alone, and a
+// program exec'd from another thread starts without it (seen in
+// TestDeathSignalSurvivesThePreExecStep before this). Locking the main
+// goroutine in an init keeps main, and so Main, on the main thread; only
+// the step's own process is affected.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == Subcommand {
+		runtime.LockOSThread()
+	}
+}
+
+// Error is why the step did not start the agent.
+type Error struct {
+	Step string // what failed: "usage", "no_new_privs", "landlock_restrict_self", ...
+	Err  error  // the system call's error; nil for a usage error
+	Msg  string // for a usage error, what is wrong
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return "sandbox-exec: " + e.Msg
+	}
+	return "sandbox-exec: " + e.Step + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Usage is the step's command line.
+const Usage = "usage: " + Subcommand + " FLAGS -- /absolute/agent [args...], the Landlock ruleset on descriptor 3 (started by symm-mcp)"
+
+// Main is the step, given the arguments after Subcommand. It returns only
+// when it does not start the agent: with ExitRefused, the reason written
+// to stderr as one line.
+func Main(args []string, stderr interface{ WriteString(string) (int, error) }) int {
+	err := run(args)
+	stderr.WriteString("symm-mcp " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n")
+	return ExitRefused
+}
+
+// parse checks the command line as hostile input.
+func parse(args []string) (flags uint32, argv []string, err error) {
+	if len(args) < 3 || args[1] != "--" {
+		return 0, nil, &Error{Step: "usage", Msg: Usage}
+	}
+	f, err := strconv.ParseUint(args[0], 10, 32)
+	if err != nil {
+		return 0, nil, &Error{Step: "usage", Msg: "FLAGS " + strconv.Quote(args[0]) + " is not a decimal 32-bit number; " + Usage}
+	}
+	argv = args[2:]
+	if !strings.HasPrefix(argv[0], "/") || strings.ContainsRune(argv[0], 0) {
+		return 0, nil, &Error{Step: "usage", Msg: "the agent " + strconv.Quote(argv[0]) + " is not an absolute path"}
+	}
+	return uint32(f), argv, nil
+}
