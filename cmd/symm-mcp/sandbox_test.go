@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,25 +38,26 @@ func TestSandboxExecConfinesTheAgent(t *testing.T) {
 	require.NoError(t, err)
 	defer rs.Close()
 	for _, self := range []string{binary, filepath.Join(filepath.Dir(binary), wiring.PreExecName)} {
-		argv, files, err := sandbox.Command(self, rs, []string{"/bin/sh", "-c", script})
+		l, err := sandbox.Command(self, []string{"/bin/sh", "-c", script})
 		require.NoError(t, err)
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.ExtraFiles = files
+		require.NoError(t, l.Send(rs, nil)) // the step reads it once started
+		cmd := exec.Command(l.Argv[0], l.Argv[1:]...)
+		cmd.ExtraFiles = l.Files
 		out, err := cmd.Output()
-		require.NoError(t, err)
+		require.NoError(t, errors.Join(err, l.Close()))
 		assert.Equal(t, "0\n2\n1\n", string(out), "%s: written inside, refused outside, the key unread", self)
 		_, err = os.Stat(filepath.Join(outside, "out"))
 		assert.ErrorIs(t, err, os.ErrNotExist)
 
 		// Without a ruleset nothing starts.
-		cmd = exec.Command(self, sandbox.Subcommand, "0", "--", "/bin/sh", "-c", "echo started")
+		cmd = exec.Command(self, sandbox.Subcommand, "--", "/bin/sh", "-c", "echo started")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		var exit *exec.ExitError
 		require.ErrorAs(t, cmd.Run(), &exit)
 		assert.Equal(t, sandbox.ExitRefused, exit.ExitCode())
 		assert.Empty(t, stdout.String())
-		assert.Contains(t, stderr.String(), "landlock_restrict_self (descriptor 3, the ruleset)")
+		assert.Contains(t, stderr.String(), "receive the ruleset on descriptor 3: ")
 	}
 }
 

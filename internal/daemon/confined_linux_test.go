@@ -117,9 +117,11 @@ func TestConfinedPeerRefused(t *testing.T) {
 	rs, err := sandbox.Prepare(p)
 	require.NoError(t, err)
 	defer rs.Close()
-	argv, files, err := sandbox.Command(self, rs, []string{self})
+	l, err := sandbox.Command(self, []string{self})
 	require.NoError(t, err)
-	got := runClientWith(t, files, argv, clientEnv+"="+cfg.Socket)
+	defer l.Close()
+	require.NoError(t, l.Send(rs, nil)) // the step reads it once started
+	got := runClientWith(t, l.Files, l.Argv, clientEnv+"="+cfg.Socket)
 	if abi >= 9 {
 		assert.Equal(t, "connect: permission denied", got, "Landlock ABI 9 denies the connection itself")
 	} else {

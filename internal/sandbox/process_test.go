@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,12 +98,13 @@ func probe(args []string) int {
 		case "signal":
 			pid, _ := strconv.Atoi(arg)
 			err = syscall.Kill(pid, syscall.Signal(0))
-		case "rulesets": // how many Landlock rulesets it holds
+		case "rulesets", "sockets": // how many Landlock rulesets, or sockets, it holds
 			var fds []os.DirEntry
 			fds, err = os.ReadDir("/proc/self/fd")
 			n := 0
 			for _, fd := range fds {
-				if l, _ := os.Readlink("/proc/self/fd/" + fd.Name()); strings.Contains(l, "landlock-ruleset") {
+				l, _ := os.Readlink("/proc/self/fd/" + fd.Name())
+				if strings.Contains(l, map[string]string{"rulesets": "landlock-ruleset", "sockets": "socket:"}[op]) {
 					n++
 				}
 			}
@@ -248,11 +250,8 @@ func run(t *testing.T, p *Policy, ops ...string) map[int]map[string]string {
 	argv := append([]string{self, "probe"}, ops...)
 	var files []*os.File
 	if p != nil {
-		rs, err := Prepare(p)
-		require.NoError(t, err)
-		defer rs.Close()
-		argv, files, err = Command(self, rs, argv)
-		require.NoError(t, err)
+		l := launch(t, self, p, argv)
+		argv, files = l.Argv, l.Files
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = files
@@ -269,7 +268,7 @@ func run(t *testing.T, p *Policy, ops ...string) map[int]map[string]string {
 			got[r.Depth] = map[string]string{}
 		}
 		key := r.Op + " " + r.Arg
-		if r.Op == "pdeathsig" || r.Op == "rulesets" {
+		if r.Op == "pdeathsig" || r.Op == "rulesets" || r.Op == "sockets" {
 			got[r.Depth][key] = r.Value
 			continue
 		}
@@ -355,16 +354,12 @@ func TestDeathSignalSurvivesThePreExecStep(t *testing.T) {
 	require.NoError(t, err)
 	self, err := os.Executable()
 	require.NoError(t, err)
-	rs, err := Prepare(p)
-	require.NoError(t, err)
-	defer rs.Close()
-	argv, files, err := Command(self, rs, []string{self, "probe", "pdeathsig", "-"})
-	require.NoError(t, err)
 	// Several times: exec'd from a thread other than the main one, the
 	// agent lost it in about one start in two under -race.
 	for range 10 {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.ExtraFiles = files
+		l := launch(t, self, p, []string{self, "probe", "pdeathsig", "-"})
+		cmd := exec.Command(l.Argv[0], l.Argv[1:]...)
+		cmd.ExtraFiles = l.Files
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		out, err := cmd.Output()
 		require.NoError(t, err)
@@ -374,9 +369,23 @@ func TestDeathSignalSurvivesThePreExecStep(t *testing.T) {
 	}
 }
 
+// launch is argv started through the pre-exec step under p, its ruleset
+// already sent (the step reads it once started).
+func launch(t testing.TB, self string, p *Policy, argv []string) *Launch {
+	t.Helper()
+	rs, err := Prepare(p)
+	require.NoError(t, err)
+	defer rs.Close()
+	l, err := Command(self, argv)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	require.NoError(t, l.Send(rs, nil))
+	return l
+}
+
 // TestPreExecRefusesBadInput: the pre-exec step takes its command line
-// and descriptor 3 as hostile input; whatever is wrong, it exits
-// ExitRefused with one line on stderr and the agent never runs.
+// and what comes on descriptor 3 as hostile input; whatever is wrong, it
+// exits ExitRefused with one line on stderr and the agent never runs.
 func TestPreExecRefusesBadInput(t *testing.T) {
 	self, err := os.Executable()
 	require.NoError(t, err)
@@ -386,32 +395,56 @@ func TestPreExecRefusesBadInput(t *testing.T) {
 	rs, err := Prepare(good)
 	require.NoError(t, err)
 	defer rs.Close()
-	_, files, err := Command(self, rs, []string{self})
-	require.NoError(t, err)
-	flags := strconv.FormatUint(uint64(rs.flags), 10)
 	notRuleset, err := os.Open(f.gitconfig)
 	require.NoError(t, err)
 	defer notRuleset.Close()
 	agent := []string{self, "probe", "write", filepath.Join(f.outside, "escaped")}
+	flags := binary.LittleEndian.AppendUint32(nil, rs.flags)
+	rights := func(fs ...*os.File) []byte {
+		fds := make([]int, len(fs))
+		for i, f := range fs {
+			fds[i] = int(f.Fd())
+		}
+		return syscall.UnixRights(fds...)
+	}
 	for _, c := range []struct {
-		name  string
-		args  []string
-		files []*os.File
-		want  string
+		name   string
+		args   []string
+		socket bool   // descriptor 3 a socket pair's end (else: none)
+		file   bool   // descriptor 3 a plain file
+		data   []byte // sent on it
+		oob    []byte
+		want   string
 	}{
-		{"no ruleset", slices.Concat([]string{flags, "--"}, agent), nil, "landlock_restrict_self (descriptor 3, the ruleset): "},
-		{"not a ruleset", slices.Concat([]string{flags, "--"}, agent), []*os.File{notRuleset}, "landlock_restrict_self (descriptor 3, the ruleset): file descriptor in bad state"},
-		{"unknown flags", slices.Concat([]string{"2147483648", "--"}, agent), files, "invalid argument"},
-		{"flags not a number", slices.Concat([]string{"all", "--"}, agent), files, "is not a decimal"},
-		{"flags out of range", slices.Concat([]string{"4294967296", "--"}, agent), files, "is not a decimal"},
-		{"no flags", slices.Concat([]string{"--"}, agent), files, "usage"},
-		{"no separator", slices.Concat([]string{flags}, agent), files, "usage"},
-		{"no agent", []string{flags, "--"}, files, "usage"},
-		{"relative agent", []string{flags, "--", "probe"}, files, "not an absolute path"},
+		{"no descriptor 3", append([]string{"--"}, agent...), false, false, nil, nil, "receive the ruleset on descriptor 3: "}, // EBADF, or ENOTSOCK where the race detector opened one
+		{"not a socket", append([]string{"--"}, agent...), false, true, nil, nil, "receive the ruleset on descriptor 3: socket operation on non-socket"},
+		{"nothing sent", append([]string{"--"}, agent...), true, false, nil, nil, "symm-mcp sent no ruleset"},
+		{"flags without a ruleset", append([]string{"--"}, agent...), true, false, flags, nil, "did not carry one ruleset"},
+		{"not a ruleset", append([]string{"--"}, agent...), true, false, flags, rights(notRuleset), "landlock_restrict_self (the ruleset received): file descriptor in bad state"},
+		{"two descriptors", append([]string{"--"}, agent...), true, false, flags, rights(rs.file, notRuleset), "did not carry one ruleset"},
+		{"unknown flags", append([]string{"--"}, agent...), true, false, []byte{0, 0, 0, 0x80}, rights(rs.file), "invalid argument"},
+		{"short flags", append([]string{"--"}, agent...), true, false, flags[:3], rights(rs.file), "did not carry one ruleset"},
+		{"a reason", append([]string{"--"}, agent...), true, false, []byte("symm-mcp could not build it:\nthe disk\x1b[31m"), nil, "no ruleset: symm-mcp could not build it:?the disk?[31m"},
+		{"too long", append([]string{"--"}, agent...), true, false, make([]byte, 4096), nil, "did not carry one ruleset"},
+		{"no separator", agent, true, false, flags, rights(rs.file), "usage"},
+		{"no agent", []string{"--"}, true, false, flags, rights(rs.file), "usage"},
+		{"relative agent", []string{"--", "probe"}, true, false, flags, rights(rs.file), "not an absolute path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(self, append([]string{Subcommand}, c.args...)...)
-			cmd.ExtraFiles = c.files
+			switch {
+			case c.socket:
+				l, err := Command(self, []string{self})
+				require.NoError(t, err)
+				defer l.Close()
+				if c.data != nil || c.oob != nil {
+					require.NoError(t, syscall.Sendmsg(int(l.conn.Fd()), c.data, c.oob, nil, 0))
+				}
+				require.NoError(t, l.conn.Close()) // the step sees the socket's end after it
+				cmd.ExtraFiles = l.Files
+			case c.file:
+				cmd.ExtraFiles = []*os.File{notRuleset}
+			}
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -427,13 +460,15 @@ func TestPreExecRefusesBadInput(t *testing.T) {
 	}
 }
 
-// TestPreExecClosesTheRuleset: the agent does not inherit descriptor 3.
+// TestPreExecClosesTheRuleset: the agent holds neither the ruleset nor
+// the socket it came on.
 func TestPreExecClosesTheRuleset(t *testing.T) {
 	f := newFixture(t)
 	p, err := Build(f.spec(t, Workspace))
 	require.NoError(t, err)
-	got := run(t, p, "rulesets", "-")[0]
+	got := run(t, p, "rulesets", "-", "sockets", "-")[0]
 	assert.Equal(t, "0", got["rulesets -"])
+	assert.Equal(t, "0", got["sockets -"])
 }
 
 // BenchmarkStart is the time the pre-exec step adds to starting a
@@ -451,11 +486,7 @@ func BenchmarkStart(b *testing.B) {
 		Env: []string{"PATH=" + os.Getenv("PATH")}, Executable: self})
 	require.NoError(b, err)
 	direct := []string{self, "probe"}
-	rs, err := Prepare(p)
-	require.NoError(b, err)
-	defer rs.Close()
-	wrapped, files, err := Command(self, rs, direct)
-	require.NoError(b, err)
+	wrapped := append([]string{self, Subcommand, "--"}, direct...)
 	for _, c := range []struct {
 		name string
 		argv []string
@@ -464,9 +495,21 @@ func BenchmarkStart(b *testing.B) {
 			var took []time.Duration
 			for b.Loop() {
 				cmd := exec.Command(c.argv[0], c.argv[1:]...)
-				cmd.ExtraFiles = files
 				start := time.Now()
-				if err := cmd.Run(); err != nil {
+				if c.name == "sandboxed" {
+					// As the server does: the policy's ruleset built and sent
+					// while the step starts.
+					l, err := Command(self, direct)
+					require.NoError(b, err)
+					cmd.ExtraFiles = l.Files
+					require.NoError(b, cmd.Start())
+					rs, err := Prepare(p)
+					require.NoError(b, err)
+					require.NoError(b, errors.Join(l.Send(rs, nil), rs.Close(), l.Close()))
+				} else {
+					require.NoError(b, cmd.Start())
+				}
+				if err := cmd.Wait(); err != nil {
 					b.Fatal(err)
 				}
 				took = append(took, time.Since(start))

@@ -80,25 +80,31 @@ type confined struct {
 	record    ledger.Sandbox
 }
 
-// start starts the launch through the pre-exec step: the policy's
-// directories created and its ruleset built here, handed to the step as
-// descriptor 3. spec has the rest of the launch.
+// start starts the launch through the pre-exec step, then creates the
+// policy's directories and builds its ruleset while the step's program
+// starts, and sends it the ruleset (sandbox.Launch), which it waits for
+// before the agent runs. Should that fail, the step is sent why, refuses
+// with it as its one line, and the task fails with its exit; the agent
+// never runs unconfined. spec has the rest of the launch.
 func (c confined) start(ctx context.Context, sup Supervisor, self string, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error) {
-	rs, err := sandbox.Prepare(c.policy)
+	l, err := sandbox.Command(self, c.argv)
 	if err != nil {
 		return 0, err
 	}
-	defer rs.Close() // the process has its own copy; the agent none (the step closes it)
-	if spec.Argv, spec.ExtraFiles, err = sandbox.Command(self, rs, c.argv); err != nil {
-		return 0, err
-	}
-	spec.Env = c.env
+	defer l.Close()
+	spec.Argv, spec.Env, spec.ExtraFiles = l.Argv, c.env, l.Files
 	id, err := sup.Start(ctx, spec, sink)
 	if err != nil {
-		// No process: nothing wrote in the temp directory made for it.
-		err = errors.Join(err, os.RemoveAll(c.temp))
+		return 0, err
 	}
-	return id, err
+	rs, err := sandbox.Prepare(c.policy)
+	if err == nil {
+		defer rs.Close()
+	}
+	// A step that cannot be sent to has ended already, without its agent,
+	// and its run says so: the process exists, so the start stands.
+	_ = l.Send(rs, err)
+	return id, nil
 }
 
 // starter is how a launch starts: unconfined, through the supervisor; or

@@ -7,16 +7,21 @@
 // The protocol, between symm-mcp (internal/sandbox's Command) and this
 // step, in the process symm-mcp starts:
 //
-//	<pre-exec program> sandbox-exec FLAGS -- /absolute/agent [args...]
+//	<pre-exec program> sandbox-exec -- /absolute/agent [args...]
 //
-// with descriptor 3 (RulesetFD) the Landlock ruleset and FLAGS the
-// decimal landlock_restrict_self flags to apply it with. Nothing else is
+// with descriptor 3 (SocketFD) a Unix socket (SOCK_SEQPACKET) on which
+// symm-mcp sends one message: the Landlock ruleset as one descriptor
+// (SCM_RIGHTS) and its landlock_restrict_self flags as 4 bytes, little
+// endian; or, without a descriptor, why it could not build one (more
+// than 4 bytes of text). The step waits for that message, so symm-mcp
+// builds the ruleset while the step's program starts. Nothing else is
 // read: no environment variable, no file. Everything is hostile input: a
-// malformed command line, a descriptor 3 that is not a Landlock ruleset
+// malformed command line, a descriptor 3 that is not such a socket, a
+// message of another shape, a descriptor that is not a Landlock ruleset
 // (the kernel refuses it), a kernel without Landlock end the step with
 // ExitRefused and one line on stderr, and the agent never runs
-// unconfined. The descriptor is closed before the exec, so the agent
-// never holds it. A process that runs this step for itself gains nothing:
+// unconfined. Both descriptors are closed before the exec, so the agent
+// holds neither. A process that runs this step for itself gains nothing:
 // Landlock only ever narrows what a process already may do.
 //
 // The package imports only the standard library's smallest packages, the
@@ -35,8 +40,15 @@ import (
 // subcommand) and to its own binary, cmd/symm-sandbox-exec.
 const Subcommand = "sandbox-exec"
 
-// RulesetFD is the descriptor that holds the Landlock ruleset.
-const RulesetFD = 3
+// SocketFD is the descriptor of the socket the ruleset comes on.
+const SocketFD = 3
+
+// maxMessage bounds a message: a reason symm-mcp gives for sending no
+// ruleset is cut to it.
+const maxMessage = 1024
+
+// MaxReason is the longest reason Send's counterpart passes on whole.
+const MaxReason = maxMessage
 
 // ExitRefused is the step's exit status when it does not start the agent;
 // its reason is its one line on stderr.
@@ -71,7 +83,7 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Usage is the step's command line.
-const Usage = "usage: " + Subcommand + " FLAGS -- /absolute/agent [args...], the Landlock ruleset on descriptor 3 (started by symm-mcp)"
+const Usage = "usage: " + Subcommand + " -- /absolute/agent [args...], the Landlock ruleset sent on descriptor 3 (started by symm-mcp)"
 
 // Main is the step, given the arguments after Subcommand. It returns only
 // when it does not start the agent: with ExitRefused, the reason written
@@ -83,17 +95,13 @@ func Main(args []string, stderr interface{ WriteString(string) (int, error) }) i
 }
 
 // parse checks the command line as hostile input.
-func parse(args []string) (flags uint32, argv []string, err error) {
-	if len(args) < 3 || args[1] != "--" {
-		return 0, nil, &Error{Step: "usage", Msg: Usage}
+func parse(args []string) (argv []string, err error) {
+	if len(args) < 2 || args[0] != "--" {
+		return nil, &Error{Step: "usage", Msg: Usage}
 	}
-	f, err := strconv.ParseUint(args[0], 10, 32)
-	if err != nil {
-		return 0, nil, &Error{Step: "usage", Msg: "FLAGS " + strconv.Quote(args[0]) + " is not a decimal 32-bit number; " + Usage}
-	}
-	argv = args[2:]
+	argv = args[1:]
 	if !strings.HasPrefix(argv[0], "/") || strings.ContainsRune(argv[0], 0) {
-		return 0, nil, &Error{Step: "usage", Msg: "the agent " + strconv.Quote(argv[0]) + " is not an absolute path"}
+		return nil, &Error{Step: "usage", Msg: "the agent " + strconv.Quote(argv[0]) + " is not an absolute path"}
 	}
-	return uint32(f), argv, nil
+	return argv, nil
 }
