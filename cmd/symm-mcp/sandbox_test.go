@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/cmd/internal/wiring"
+	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 )
 
@@ -95,4 +97,33 @@ func TestPreExecPath(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	put(other, 0o755)
 	assert.Equal(t, self, wiring.PreExecPath(self), "the helper of another build (other linker flags)")
+}
+
+// TestPreExecResolvedOnFirstUse: the server's sandbox settings find the
+// pre-exec program on the first confined start, not at start-up (a server
+// that confines nothing reads no build information), and once: the
+// concurrent first starts agree, and later changes beside the binary do
+// not move it.
+func TestPreExecResolvedOnFirstUse(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "symm-mcp")
+	require.NoError(t, os.Link(binary, self))
+	sc := wiring.SandboxConfig(&daemon.SandboxStatus{Mode: "off"}, wiring.SandboxFlags{}, wiring.AgentEnvironment{}, self, "", "")
+
+	// Put there after start-up: seen, as nothing was resolved yet.
+	helper := filepath.Join(dir, wiring.PreExecName)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(binary), wiring.PreExecName))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(helper, data, 0o755))
+	got := make([]string, 8)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() { got[i] = sc.PreExec() })
+	}
+	wg.Wait()
+	for _, g := range got {
+		assert.Equal(t, helper, g)
+	}
+	require.NoError(t, os.Remove(helper))
+	assert.Equal(t, helper, sc.PreExec(), "resolved once")
 }
