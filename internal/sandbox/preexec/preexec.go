@@ -105,3 +105,13 @@ func parse(args []string) (argv []string, err error) {
 	}
 	return argv, nil
 }
+
+// printable keeps a reason on one line of printable ASCII.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r > '~' {
+			return '?'
+		}
+		return r
+	}, s)
+}

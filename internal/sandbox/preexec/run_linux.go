@@ -5,7 +5,6 @@ package preexec
 import (
 	"os"
 	"runtime"
-	"strings"
 	"syscall"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -75,16 +74,6 @@ func rights(oob []byte) ([]int, error) {
 		fds = append(fds, f...)
 	}
 	return fds, nil
-}
-
-// printable keeps a reason on one line of printable ASCII.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r > '~' {
-			return '?'
-		}
-		return r
-	}, s)
 }
 
 // restrict confines the calling thread, which must exec next: Landlock,
