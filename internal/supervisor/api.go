@@ -146,8 +146,9 @@ type Spec struct {
 	// Converse starts the protocol conversation once the process runs.
 	Converse ConverseFunc
 	// ExtraFiles are inherited by the process as descriptors 3 and on (the
-	// sandbox's Landlock ruleset, which its pre-exec step closes before it
-	// execs the agent). They stay the caller's to close after Start.
+	// sandbox's pre-exec step receives its Landlock ruleset on one, and
+	// closes it before it execs the agent). They stay the caller's to
+	// close after Start.
 	ExtraFiles []*os.File
 }
 

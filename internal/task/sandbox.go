@@ -121,9 +121,9 @@ func (s *Service) starter(conf *confined) func(context.Context, supervisor.Spec,
 // confine makes task id's launch one to start confined under mode: it
 // resolves the agent's executable and builds the task's policy (its
 // workspace or worktree, the agent table's state directories, a temp
-// directory of its own); it creates nothing. An error (a kernel that cannot confine, a workspace
-// that would open a closed directory) fails the task before anything
-// starts: never unconfined.
+// directory of its own); it creates nothing. An error (a kernel that
+// cannot confine, a workspace that would open a closed directory) fails
+// the task before anything starts: never unconfined.
 func (s *Service) confine(id string, wt *worktree.Worktree, mode sandbox.Mode, a *agents.Adapter, l agents.Launch, cwd string) (confined, error) {
 	sc := s.cfg.Sandbox
 	abi, err := sandbox.Check()
