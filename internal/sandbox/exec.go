@@ -23,13 +23,7 @@ const ExitRefused = preexec.ExitRefused
 // Main is `symm-mcp sandbox-exec -- /abs/agent args...`, the
 // pre-exec step (preexec.Main): it returns only when it does not start
 // the agent, with ExitRefused and the reason on stderr.
-func Main(args []string, stderr io.Writer) int {
-	return preexec.Main(args, stringWriter{stderr})
-}
-
-type stringWriter struct{ io.Writer }
-
-func (w stringWriter) WriteString(s string) (int, error) { return io.WriteString(w.Writer, s) }
+func Main(args []string, stderr io.Writer) int { return preexec.Main(args, stderr) }
 
 // Launch is the pre-exec step's side of a confined start: its command
 // line, the files the process inherits as descriptors 3 and on (the

@@ -10,11 +10,11 @@ import (
 // directories created and its Landlock ruleset built (each rule's path
 // opened and added), so that the pre-exec step only applies it: three
 // system calls (no_new_privs, landlock_restrict_self, the seccomp
-// filter) and the agent's exec. Building it in the server rather than in
-// the pre-exec step, and a step that reads no JSON, is most of what
-// brought the sandbox's cost per spawn under its target (intent 0048).
-// Creating a ruleset confines nothing: only landlock_restrict_self does,
-// in the pre-exec step's process. Close it once the process started.
+// filter) and the agent's exec. Building it in the server, while the
+// step's program starts, and a step that reads no JSON, is what cut the
+// sandbox's cost per spawn (intent 0048). Creating a ruleset confines
+// nothing: only landlock_restrict_self does, in the pre-exec step's
+// process. Close it once it is sent.
 type Ruleset struct {
 	file  *os.File // the ruleset's descriptor, close-on-exec here
 	flags uint32   // landlock_restrict_self's flags for it

@@ -30,6 +30,7 @@
 package preexec
 
 import (
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -88,9 +89,9 @@ const Usage = "usage: " + Subcommand + " -- /absolute/agent [args...], the Landl
 // Main is the step, given the arguments after Subcommand. It returns only
 // when it does not start the agent: with ExitRefused, the reason written
 // to stderr as one line.
-func Main(args []string, stderr interface{ WriteString(string) (int, error) }) int {
+func Main(args []string, stderr io.Writer) int {
 	err := run(args)
-	stderr.WriteString("symm-mcp " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n")
+	io.WriteString(stderr, "symm-mcp "+strings.ReplaceAll(err.Error(), "\n", " ")+"\n")
 	return ExitRefused
 }
 
