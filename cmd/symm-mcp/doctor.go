@@ -14,7 +14,6 @@ import (
 	"github.com/symm-mcp/symm-mcp/cmd/internal/wiring"
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/doctor"
-	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/store"
 	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
@@ -46,8 +45,9 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	envFile := fs.String("env-file", "", "`FILE` of the agents' environment, as for the server (see symm-mcp --help)")
 	var o wiring.Options
 	fs.Var(&o.Roots, "workspace-root", "`DIR` tasks may run in, as for the server (repeatable; see symm-mcp --help)")
+	wiring.AddSandboxAllowPortFlag(fs, &o.Sandbox)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: symm-mcp doctor [--json] [--env-file FILE] [--workspace-root DIR]...\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: symm-mcp doctor [--json] [--env-file FILE] [--workspace-root DIR]... [--sandbox-allow-port PORT]...\n\n"+
 			"Starts each registered agent found on PATH, as describe_agent does, and reports\n"+
 			"its executable, version, ACP handshake, resume support, the settings symm-mcp pins,\n"+
 			"and its model and effort offers; then whether it starts confined by the sandbox\n"+
@@ -100,10 +100,11 @@ func runDoctor(args []string, stdout, stderr io.Writer, cfg doctorConfig) int {
 	if environ == nil {
 		environ = os.Environ()
 	}
-	home, _ := os.UserHomeDir() // "": the confined start fails, naming why
 	// Each agent is also started confined, as a task with sandbox
-	// "workspace" would be: the same pre-exec step, home and environment.
-	sb := task.SandboxConfig{Self: wiring.PreExecPath(wiring.SelfPath()), Home: home, Environ: environ, Cache: sandbox.NewCache()}
+	// "workspace" would be on the plain server: the same pre-exec step,
+	// home, environment, allowed ports and closed state directory.
+	stateDir, _ := wiring.StateDirOf(o) // "": none to close
+	sb := wiring.SandboxConfig(wiring.ServerSandbox(o.Sandbox, false, log), o.Sandbox, wiring.AgentEnvironment{All: environ}, wiring.SelfPath(), stateDir, "")
 	svc := task.New(task.Config{Store: store.New(), Agents: reg, Supervisor: sup, Workspace: cfg.dir, Getenv: getenv, Logger: log, Version: version.String(),
 		WorkspaceRoots: o.RootsResolved, Sandbox: sb})
 

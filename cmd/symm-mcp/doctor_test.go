@@ -273,3 +273,27 @@ func TestDoctorSharesOneDeadline(t *testing.T) {
 		assert.Contains(t, a.Problems[0], "did not finish ACP setup", a.Agent)
 	}
 }
+
+// TestDoctorSandboxAllowPort: doctor's confined start is the server's,
+// with the ports --sandbox-allow-port adds (wiring.SandboxConfig); a port
+// outside 1-65535 is a usage error.
+func TestDoctorSandboxAllowPort(t *testing.T) {
+	bin := fakeAgents(t, nil)
+	out, code := doctorRun(t, bin, "--json", "--sandbox-allow-port", "8443")
+	assert.Equal(t, 0, code)
+	var report struct {
+		Agents []struct {
+			Agent   string `json:"agent"`
+			Sandbox struct {
+				TCPPorts []uint16 `json:"tcp_ports"`
+			} `json:"sandbox"`
+		} `json:"agents"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &report))
+	require.NotEmpty(t, report.Agents)
+	for _, a := range report.Agents {
+		assert.Contains(t, a.Sandbox.TCPPorts, uint16(8443), a.Agent)
+	}
+	_, code = doctorRun(t, bin, "--sandbox-allow-port", "0")
+	assert.Equal(t, 2, code)
+}

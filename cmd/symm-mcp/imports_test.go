@@ -40,8 +40,13 @@ func TestImportRules(t *testing.T) {
 		}
 		return r
 	}
-	for _, leaf := range []string{"fsowner", "supervisor", "permission", "leakcheck", "syncbuf", "jsonstr", "acpsession/fakeagent", "version", "hostsetup", "gctune", "sandbox"} {
+	for _, leaf := range []string{"fsowner", "supervisor", "permission", "leakcheck", "syncbuf", "jsonstr", "acpsession/fakeagent", "version", "hostsetup", "gctune", "sandbox/preexec"} {
 		assert.Empty(t, ours(module+"/internal/"+leaf), "internal/%s imports nothing of ours", leaf)
+	}
+	// The sandbox imports only its pre-exec step, the small package its own
+	// binary is made of (intent 0048).
+	for _, imp := range ours(module + "/internal/sandbox") {
+		assert.Equal(t, module+"/internal/sandbox/preexec", imp, "internal/sandbox imports nothing of ours but its pre-exec step")
 	}
 	// The supervisor knows processes, not turns (intent 0036): no type,
 	// function, method or interface method of its API is about a turn.
@@ -180,4 +185,19 @@ func TestLightBinary(t *testing.T) {
 	assert.Empty(t, linked, "symm-mcp links what only symm-mcpd needs")
 	// The check sees what it looks for: the daemon links it.
 	assert.True(t, slices.ContainsFunc(deps(daemonCmd), heavy), "symm-mcpd links NATS")
+}
+
+// TestPreExecBinary: the pre-exec step's own binary, whose start-up every
+// sandboxed spawn pays, links no package of ours but the step's, and
+// neither JSON nor fmt (intent 0048).
+func TestPreExecBinary(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", module+"/cmd/symm-sandbox-exec").Output()
+	require.NoError(t, err)
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, module+"/internal/") {
+			assert.Equal(t, module+"/internal/sandbox/preexec", dep)
+		}
+		assert.NotContains(t, []string{"encoding/json", "fmt"}, dep)
+	}
 }

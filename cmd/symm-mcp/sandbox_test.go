@@ -4,15 +4,18 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/symm-mcp/symm-mcp/cmd/internal/wiring"
+	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 )
 
@@ -33,18 +36,22 @@ func TestSandboxExecConfinesTheAgent(t *testing.T) {
 		`(echo out > ` + filepath.Join(outside, "out") + `) 2>/dev/null; echo $?;` +
 		`cat ` + secret + ` 2>/dev/null; echo $?`
 	// The subcommand of symm-mcp, and the pre-exec step's own binary.
+	rs, err := sandbox.Prepare(p)
+	require.NoError(t, err)
+	defer rs.Close()
 	for _, self := range []string{binary, filepath.Join(filepath.Dir(binary), wiring.PreExecName)} {
-		argv, env, err := sandbox.Command(self, p, []string{"/bin/sh", "-c", script})
+		l, err := sandbox.Command(self, []string{"/bin/sh", "-c", script})
 		require.NoError(t, err)
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), env...)
+		require.NoError(t, l.Send(rs, nil)) // the step reads it once started
+		cmd := exec.Command(l.Argv[0], l.Argv[1:]...)
+		cmd.ExtraFiles = l.Files
 		out, err := cmd.Output()
-		require.NoError(t, err)
+		require.NoError(t, errors.Join(err, l.Close()))
 		assert.Equal(t, "0\n2\n1\n", string(out), "%s: written inside, refused outside, the key unread", self)
 		_, err = os.Stat(filepath.Join(outside, "out"))
 		assert.ErrorIs(t, err, os.ErrNotExist)
 
-		// Without a policy nothing starts.
+		// Without a ruleset nothing starts.
 		cmd = exec.Command(self, sandbox.Subcommand, "--", "/bin/sh", "-c", "echo started")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -52,7 +59,7 @@ func TestSandboxExecConfinesTheAgent(t *testing.T) {
 		require.ErrorAs(t, cmd.Run(), &exit)
 		assert.Equal(t, sandbox.ExitRefused, exit.ExitCode())
 		assert.Empty(t, stdout.String())
-		assert.Contains(t, stderr.String(), sandbox.PolicyEnv+" is not set")
+		assert.Contains(t, stderr.String(), "receive the ruleset on descriptor 3: ")
 	}
 }
 
@@ -90,4 +97,33 @@ func TestPreExecPath(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	put(other, 0o755)
 	assert.Equal(t, self, wiring.PreExecPath(self), "the helper of another build (other linker flags)")
+}
+
+// TestPreExecResolvedOnFirstUse: the server's sandbox settings find the
+// pre-exec program on the first confined start, not at start-up (a server
+// that confines nothing reads no build information), and once: the
+// concurrent first starts agree, and later changes beside the binary do
+// not move it.
+func TestPreExecResolvedOnFirstUse(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "symm-mcp")
+	require.NoError(t, os.Link(binary, self))
+	sc := wiring.SandboxConfig(&daemon.SandboxStatus{Mode: "off"}, wiring.SandboxFlags{}, wiring.AgentEnvironment{}, self, "", "")
+
+	// Put there after start-up: seen, as nothing was resolved yet.
+	helper := filepath.Join(dir, wiring.PreExecName)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(binary), wiring.PreExecName))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(helper, data, 0o755))
+	got := make([]string, 8)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() { got[i] = sc.PreExec() })
+	}
+	wg.Wait()
+	for _, g := range got {
+		assert.Equal(t, helper, g)
+	}
+	require.NoError(t, os.Remove(helper))
+	assert.Equal(t, helper, sc.PreExec(), "resolved once")
 }

@@ -1,18 +1,19 @@
-// Command symm-sandbox-exec is the sandbox's pre-exec step on its own:
-// what `symm-mcp sandbox-exec` does, in a binary small enough to start in
-// about a millisecond (intent 0048).
+// Command symm-sandbox-exec is the sandbox's pre-exec step on its own
+// (package preexec, which documents its protocol): what `symm-mcp
+// sandbox-exec` does, in a binary small enough to start in about a
+// millisecond (intent 0048).
 package main
 
 import (
 	"os"
 
-	"github.com/symm-mcp/symm-mcp/internal/sandbox"
+	"github.com/symm-mcp/symm-mcp/internal/sandbox/preexec"
 )
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != sandbox.Subcommand {
-		os.Stderr.WriteString("usage: symm-sandbox-exec " + sandbox.Subcommand + " -- /absolute/agent [args...] (started by symm-mcp)\n")
-		os.Exit(sandbox.ExitRefused)
+	if len(os.Args) < 2 || os.Args[1] != preexec.Subcommand {
+		os.Stderr.WriteString("symm-sandbox-exec: " + preexec.Usage + "\n")
+		os.Exit(preexec.ExitRefused)
 	}
-	os.Exit(sandbox.Main(os.Args[2:], os.Stderr))
+	os.Exit(preexec.Main(os.Args[2:], os.Stderr))
 }

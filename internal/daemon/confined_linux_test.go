@@ -67,9 +67,15 @@ func client(sock string, nnp bool) string {
 // runClient runs the test binary as a client of sock: argv as given (the
 // binary itself, or the pre-exec step in front of it), with env added.
 func runClient(t *testing.T, argv []string, env ...string) string {
+	return runClientWith(t, nil, argv, env...)
+}
+
+// runClientWith is runClient with files inherited as descriptors 3 and on.
+func runClientWith(t *testing.T, files []*os.File, argv []string, env ...string) string {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.ExtraFiles = files
 	out, err := cmd.Output()
 	var stderr string
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -108,9 +114,14 @@ func TestConfinedPeerRefused(t *testing.T) {
 	p, err := sandbox.Build(sandbox.Spec{Mode: sandbox.Workspace, Workspace: t.TempDir(), Home: home,
 		Temp: []string{filepath.Join(t.TempDir(), "tmp")}, Env: os.Environ(), Executable: self})
 	require.NoError(t, err)
-	argv, env, err := sandbox.Command(self, p, []string{self})
+	rs, err := sandbox.Prepare(p)
 	require.NoError(t, err)
-	got := runClient(t, argv, append(env, clientEnv+"="+cfg.Socket)...)
+	defer rs.Close()
+	l, err := sandbox.Command(self, []string{self})
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, l.Send(rs, nil)) // the step reads it once started
+	got := runClientWith(t, l.Files, l.Argv, clientEnv+"="+cfg.Socket)
 	if abi >= 9 {
 		assert.Equal(t, "connect: permission denied", got, "Landlock ABI 9 denies the connection itself")
 	} else {

@@ -85,7 +85,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 		self, err := os.Executable()
 		require.NoError(t, err)
 		cfg.Sandbox = *o.sandbox
-		cfg.Sandbox.Self, cfg.Sandbox.Environ = self, parts.Env
+		cfg.Sandbox.PreExec, cfg.Sandbox.Environ = func() string { return self }, parts.Env
 	}
 	if parts.Markers != nil {
 		cfg.Markers = parts.Markers

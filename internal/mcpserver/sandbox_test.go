@@ -195,3 +195,28 @@ func TestDescribeAgentReportsTheSandbox(t *testing.T) {
 	assert.Equal(t, false, sb["confinable"])
 	assert.Contains(t, sb["error"], "must stay closed to the task")
 }
+
+// TestSandboxUnpreparedFailsTheTask: when the server cannot make a
+// task's ruleset once its pre-exec step started (here its temp directory
+// cannot be created), the step is told why, refuses with that as its one
+// line, and the task fails without its agent ever running.
+func TestSandboxUnpreparedFailsTheTask(t *testing.T) {
+	abi, err := sandbox.Check()
+	require.NoError(t, err, "this machine must confine tasks (Landlock ABI %d)", abi)
+	home := t.TempDir()
+	notDir := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(notDir, nil, 0o600))
+	r := newRig(t, rigOptions{sandbox: &task.SandboxConfig{Home: home, TempRoot: notDir}})
+
+	ws := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "escaped.txt")
+	id := r.spawn(t, map[string]any{"workspace": ws, "allow": []string{"edit"}, "sandbox": "workspace",
+		"prompt": escapeScript(outside, filepath.Join(home, "none"))})
+	rec := r.wait(t, id)
+	assert.Equal(t, "failed", rec["status"], "%v", rec)
+	stderr, err := json.Marshal(r.events(t, id, "stderr"))
+	require.NoError(t, err)
+	assert.Contains(t, string(stderr), "sandbox-exec: no ruleset: symm-mcp could not build it: sandbox: create")
+	assert.NoFileExists(t, filepath.Join(ws, "inside.txt"), "the agent never ran")
+	assert.NoFileExists(t, outside)
+}

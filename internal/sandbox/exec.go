@@ -1,129 +1,105 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
-	"slices"
-	"strings"
 	"syscall"
+
+	"github.com/symm-mcp/symm-mcp/internal/sandbox/preexec"
 )
 
-// Subcommand is the hidden subcommand of symm-mcp that runs Main.
-const Subcommand = "sandbox-exec"
-
-// PolicyEnv is the environment variable that carries the policy, as JSON,
-// to the pre-exec step, which removes it before the agent starts. The
-// environment and not an inherited descriptor: the supervisor already
-// hands each agent its environment and nothing else, and a process that
-// sets it for itself gains nothing, since Landlock only ever narrows what
-// a process already may do.
-const PolicyEnv = "SYMM_SANDBOX_POLICY"
+// Subcommand is the hidden subcommand of symm-mcp that runs Main, the
+// pre-exec step (package preexec, which documents its protocol).
+const Subcommand = preexec.Subcommand
 
 // ExitRefused is the pre-exec step's exit status when it does not start
 // the agent; its reason is its one line on stderr.
-const ExitRefused = 126
+const ExitRefused = preexec.ExitRefused
 
-// Command returns the command line that starts argv confined by p, and the
-// environment entry to add to the agent's: self is the symm-mcp
-// executable, argv[0] the agent's resolved absolute path. The agent's
-// process is the pre-exec step's own, so its pid, process group and death
-// signal are the ones the supervisor set up.
-func Command(self string, p *Policy, argv []string) (cmd []string, env []string, err error) {
+// Main is `symm-mcp sandbox-exec -- /abs/agent args...`, the
+// pre-exec step (preexec.Main): it returns only when it does not start
+// the agent, with ExitRefused and the reason on stderr.
+func Main(args []string, stderr io.Writer) int { return preexec.Main(args, stderr) }
+
+// Launch is the pre-exec step's side of a confined start: its command
+// line, the files the process inherits as descriptors 3 and on (the
+// supervisor's Spec.ExtraFiles: one end of a socket pair), and the
+// server's end, on which Send hands the step its ruleset, before or after
+// the process started: the step waits for it. Close it once it is sent.
+type Launch struct {
+	Argv  []string
+	Files []*os.File
+	conn  *os.File
+}
+
+// Command returns the launch that starts argv confined: self is the
+// pre-exec program (symm-mcp, or symm-sandbox-exec), argv[0] the agent's
+// resolved absolute path. The agent's process is the pre-exec step's own,
+// so its pid, process group and death signal are the ones the supervisor
+// set up.
+func Command(self string, argv []string) (*Launch, error) {
 	if !filepath.IsAbs(self) {
-		return nil, nil, fmt.Errorf("sandbox: symm-mcp's path %q is not absolute", self)
+		return nil, fmt.Errorf("sandbox: the pre-exec program's path %q is not absolute", self)
 	}
 	if len(argv) == 0 || !filepath.IsAbs(argv[0]) {
-		return nil, nil, fmt.Errorf("sandbox: the agent's command %q does not start with an absolute path", argv)
+		return nil, fmt.Errorf("sandbox: the agent's command %q does not start with an absolute path", argv)
 	}
-	data, err := p.Encode()
+	fds, err := socketPair()
 	if err != nil {
-		return nil, nil, err
+		return nil, fmt.Errorf("sandbox: the pre-exec step's socket: %w", err)
 	}
-	cmd = append([]string{self, Subcommand, "--"}, argv...)
-	return cmd, []string{PolicyEnv + "=" + string(data)}, nil
+	return &Launch{
+		Argv:  append([]string{self, Subcommand, "--"}, argv...),
+		Files: []*os.File{os.NewFile(uintptr(fds[1]), "sandbox-exec")}, // descriptor 3: preexec.SocketFD
+		conn:  os.NewFile(uintptr(fds[0]), "sandbox-exec"),
+	}, nil
 }
 
-// The pre-exec step execs from the process's main thread: the death
-// signal the supervisor sets (PR_SET_PDEATHSIG) belongs to that thread
-// alone, and a program exec'd from another thread starts without it (seen
-// in TestDeathSignalSurvivesThePreExecStep before this). Locking the main
-// goroutine in an init keeps main, and so Main, on the main thread; only
-// the subcommand's process is affected.
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == Subcommand {
-		runtime.LockOSThread()
-	}
-}
-
-// UsageError is a command line the pre-exec step does not take.
-type UsageError struct{ Reason string }
-
-func (e *UsageError) Error() string { return "sandbox-exec: " + e.Reason }
-
-// Main is `symm-mcp sandbox-exec -- /abs/agent args...`: it reads the
-// policy from PolicyEnv, creates the agent's state and temp directories,
-// sets no_new_privs, applies the Landlock rules and execs the agent, which
-// with everything it starts stays confined. It returns only when it does
-// not start the agent, with ExitRefused and the reason on stderr.
-func Main(args []string, stderr io.Writer) int {
-	path, argv, env, p, err := prepare(args, os.Environ())
-	if err == nil {
-		err = create(p)
-	}
-	if err == nil {
-		err = restrictThread(p)
-	}
-	if err == nil {
-		err = syscall.Exec(path, argv, env)
-		err = fmt.Errorf("sandbox-exec: exec %s: %w", path, err)
-	}
-	fmt.Fprintf(stderr, "symm-mcp %v\n", err)
-	return ExitRefused
-}
-
-// prepare checks the command line and the policy, as hostile input, and
-// returns what to exec: the path, its argv and the environment without the
-// policy.
-func prepare(args, environ []string) (path string, argv, env []string, p *Policy, err error) {
-	if len(args) < 2 || args[0] != "--" {
-		return "", nil, nil, nil, &UsageError{Reason: "usage: symm-mcp sandbox-exec -- /absolute/agent [args...]"}
-	}
-	argv = args[1:]
-	path = argv[0]
-	if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
-		return "", nil, nil, nil, &UsageError{Reason: fmt.Sprintf("the agent %q is not an absolute path", path)}
-	}
-	var raw string
-	found := false
-	env = slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
-		k, v, _ := strings.Cut(kv, "=")
-		if k != PolicyEnv {
-			return false
+// Send hands the step rs, or, when rs is nil, why there is none
+// (reason, which the step prints as its refusal).
+func (l *Launch) Send(rs *Ruleset, reason error) error {
+	var data, oob []byte
+	if rs != nil {
+		data = binary.LittleEndian.AppendUint32(nil, rs.flags)
+		oob = syscall.UnixRights(int(rs.file.Fd()))
+	} else {
+		msg := "symm-mcp could not build it" // more than 4 bytes: a reason, not flags
+		if reason != nil {
+			msg += ": " + reason.Error()
 		}
-		raw, found = v, true
-		return true
-	})
-	if !found {
-		return "", nil, nil, nil, &PolicyError{Reason: PolicyEnv + " is not set"}
+		data = []byte(msg[:min(len(msg), preexec.MaxReason)])
 	}
-	p, err = DecodePolicy([]byte(raw))
-	if err != nil {
-		return "", nil, nil, nil, err
-	}
-	return path, argv, env, p, nil
-}
-
-// create makes the missing state and temp directories, private to the
-// user, before the rules close the home to their creation.
-func create(p *Policy) error {
-	for _, d := range p.Create {
-		if err := os.MkdirAll(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("sandbox: create %q: %w", d, err)
-		}
+	if err := syscall.Sendmsg(int(l.conn.Fd()), data, oob, nil, 0); err != nil {
+		return fmt.Errorf("sandbox: sending the ruleset: %w", err)
 	}
 	return nil
+}
+
+// socketPair is a SOCK_SEQPACKET pair, close-on-exec: only the process
+// whose descriptor 3 it becomes inherits an end. Made under ForkLock, as
+// os.Pipe makes its pipes where the kernel cannot make them so at once.
+func socketPair() ([2]int, error) {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err != nil {
+		return fds, err
+	}
+	syscall.CloseOnExec(fds[0])
+	syscall.CloseOnExec(fds[1])
+	return fds, nil
+}
+
+// Close closes both ends of the socket: the process has its own copy of
+// its end, and the step sees the end of the socket when it was sent
+// nothing.
+func (l *Launch) Close() error {
+	if l == nil {
+		return nil
+	}
+	return errors.Join(l.conn.Close(), l.Files[0].Close())
 }

@@ -1,6 +1,10 @@
 package sandbox
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/symm-mcp/symm-mcp/internal/sandbox/preexec"
+)
 
 // MinABI is the lowest Landlock ABI level that confines a task: file
 // system access with truncation (3) and TCP ports (4). Above it the
@@ -26,7 +30,7 @@ func Check() (int, error) {
 	abi := ABI()
 	var missing string
 	switch {
-	case abi >= MinABI && !multipathFilter:
+	case abi >= MinABI && !preexec.MultipathFilter:
 		missing = "a seccomp filter for Multipath TCP on this architecture"
 	case abi >= MinABI:
 		return abi, nil

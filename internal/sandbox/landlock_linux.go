@@ -3,13 +3,10 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
-	"golang.org/x/sys/unix"
 )
 
 const missingLandlock = "Landlock (not built into the kernel, or not enabled at boot: lsm=...,landlock)"
@@ -57,8 +54,8 @@ func config(p *Policy, abi int) landlock.Config {
 
 // rules turns the policy into Landlock rules. The policy says which
 // paths are directories and which files, as the kernel refuses directory
-// rights on a file: the pre-exec step stats nothing (a path whose kind
-// changed since is refused by the kernel, and the agent does not start).
+// rights on a file: nothing is stat'ed again (a path whose kind changed
+// since is refused by the kernel, and the agent does not start).
 func rules(p *Policy, abi int) []landlock.Rule {
 	w := landlock.RWDirs(p.Writable...).WithRefer()
 	if abi >= 9 {
@@ -80,31 +77,16 @@ func rules(p *Policy, abi int) []landlock.Rule {
 	return rs
 }
 
-// restrictThread confines the calling OS thread, which stays locked and
-// must exec next: Landlock and no_new_privs belong to the thread, and
-// execve keeps the thread's credentials for the new program.
-func restrictThread(p *Policy) error {
-	abi, err := Check()
-	if err != nil {
-		return err
-	}
+// newRuleset builds p's Landlock ruleset at level abi and returns its
+// descriptor (close-on-exec: the kernel makes every ruleset so) and the
+// flags to apply it with. It confines nothing.
+func newRuleset(p *Policy, abi int) (int, uint32, error) {
 	fd, flags, err := config(p, abi).NewRulesetFD(rules(p, abi)...)
 	if err != nil {
-		return fmt.Errorf("sandbox: ruleset: %w", err)
+		return -1, 0, fmt.Errorf("sandbox: ruleset: %w", err)
 	}
 	if fd < 0 {
-		return fmt.Errorf("sandbox: go-landlock made no ruleset at ABI %d", abi)
+		return -1, 0, fmt.Errorf("sandbox: go-landlock made no ruleset at ABI %d", abi)
 	}
-	defer unix.Close(fd)
-	runtime.LockOSThread() // never unlocked: the thread execs or the process exits
-	if unix.Gettid() != unix.Getpid() {
-		return errors.New("sandbox: the pre-exec step runs off the main thread, whose death signal the agent would lose")
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("sandbox: no_new_privs: %w", err)
-	}
-	if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
-		return fmt.Errorf("sandbox: landlock_restrict_self: %w", err)
-	}
-	return denyMPTCP()
+	return fd, flags, nil
 }

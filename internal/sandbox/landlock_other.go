@@ -6,9 +6,9 @@ import "errors"
 
 const missingLandlock = "Landlock (Linux only)"
 
-const multipathFilter = false
-
 // ABI is 0: Landlock is Linux's.
 func ABI() int { return 0 }
 
-func restrictThread(*Policy) error { return errors.New("sandbox: Landlock is Linux only") }
+func newRuleset(*Policy, int) (int, uint32, error) {
+	return -1, 0, errors.New("sandbox: Landlock is Linux only")
+}

@@ -1,11 +1,8 @@
 package sandbox
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -55,42 +52,41 @@ func ModeFor(m Mode, allowsWrites bool) Mode {
 	return m
 }
 
-// Policy is what the pre-exec step applies: the whole of what a sandboxed
-// process may touch. It crosses a process boundary as JSON (the
-// environment variable PolicyEnv) and is checked by Validate on both
-// sides. Every path is absolute and clean; a path is readable or writable
-// with everything below it.
+// Policy is the whole of what a sandboxed process may touch, which
+// Prepare makes a Landlock ruleset of (checked by Validate first). Every
+// path is absolute and clean; a path is readable or writable with
+// everything below it.
 type Policy struct {
-	Mode Mode `json:"mode"`
+	Mode Mode
 	// Writable are directories to read, write, create and remove in,
 	// rename within and between, execute in.
-	Writable []string `json:"writable"`
-	// Create lists those of Writable the pre-exec step creates (0700) when
+	Writable []string
+	// Create lists those of Writable Prepare creates (0700) when
 	// missing: the agent's state and temp directories, which a closed home
 	// would not let the agent create itself.
-	Create []string `json:"create,omitempty"`
+	Create []string
 	// Readable are directories to read, list and execute in.
-	Readable []string `json:"readable"`
+	Readable []string
 	// ReadableFiles are files to read and execute.
-	ReadableFiles []string `json:"readable_files,omitempty"`
+	ReadableFiles []string
 	// Devices: device files and directories of them the process may read,
 	// write and use ioctl on (/dev/null, /dev/tty, /dev/pts).
-	Devices []string `json:"devices,omitempty"`
+	Devices []string
 	// ConnectTCP are the TCP ports it may connect to, on any address.
-	ConnectTCP []uint16 `json:"connect_tcp"`
+	ConnectTCP []uint16
 	// BindTCP are the TCP ports it may bind; none by default.
-	BindTCP []uint16 `json:"bind_tcp,omitempty"`
+	BindTCP []uint16
 	// Scope refuses signals and abstract Unix socket connections to
 	// processes outside the sandbox, where the kernel can scope them
 	// (Landlock ABI 6).
-	Scope bool `json:"scope"`
+	Scope bool
 }
 
-// Bounds on a policy read from the environment.
+// Bounds on a policy: what a PATH of many directories could make of it
+// is refused, not handed to the kernel rule by rule.
 const (
-	maxPolicyBytes = 1 << 20
-	maxPaths       = 4096
-	maxPorts       = 1024
+	maxPaths = 4096
+	maxPorts = 1024
 )
 
 // PolicyError is a policy that cannot be applied: malformed, or naming
@@ -152,33 +148,4 @@ func checkPath(p string) error {
 		return fmt.Errorf("%q is not clean (%q)", p, filepath.Clean(p))
 	}
 	return nil
-}
-
-// Encode returns p as the JSON the pre-exec step reads.
-func (p *Policy) Encode() ([]byte, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	return json.Marshal(p)
-}
-
-// DecodePolicy reads a policy as hostile input: one JSON object of known
-// fields, bounded, then validated.
-func DecodePolicy(data []byte) (*Policy, error) {
-	if len(data) > maxPolicyBytes {
-		return nil, policyErr("%d bytes (at most %d)", len(data), maxPolicyBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var p Policy
-	if err := dec.Decode(&p); err != nil {
-		return nil, policyErr("not a policy: %v", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, policyErr("not one JSON object")
-	}
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	return &p, nil
 }

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,6 +98,17 @@ func probe(args []string) int {
 		case "signal":
 			pid, _ := strconv.Atoi(arg)
 			err = syscall.Kill(pid, syscall.Signal(0))
+		case "rulesets", "sockets": // how many Landlock rulesets, or sockets, it holds
+			var fds []os.DirEntry
+			fds, err = os.ReadDir("/proc/self/fd")
+			n := 0
+			for _, fd := range fds {
+				l, _ := os.Readlink("/proc/self/fd/" + fd.Name())
+				if strings.Contains(l, map[string]string{"rulesets": "landlock-ruleset", "sockets": "socket:"}[op]) {
+					n++
+				}
+			}
+			r.Value = strconv.Itoa(n)
 		case "pdeathsig":
 			var sig int32 // the kernel writes a C int
 			err = unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0)
@@ -236,13 +248,13 @@ func run(t *testing.T, p *Policy, ops ...string) map[int]map[string]string {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	argv := append([]string{self, "probe"}, ops...)
-	var env []string
+	var files []*os.File
 	if p != nil {
-		argv, env, err = Command(self, p, argv)
-		require.NoError(t, err)
+		l := launch(t, self, p, argv)
+		argv, files = l.Argv, l.Files
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.ExtraFiles = files
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -256,7 +268,7 @@ func run(t *testing.T, p *Policy, ops ...string) map[int]map[string]string {
 			got[r.Depth] = map[string]string{}
 		}
 		key := r.Op + " " + r.Arg
-		if r.Op == "pdeathsig" {
+		if r.Op == "pdeathsig" || r.Op == "rulesets" || r.Op == "sockets" {
 			got[r.Depth][key] = r.Value
 			continue
 		}
@@ -342,13 +354,12 @@ func TestDeathSignalSurvivesThePreExecStep(t *testing.T) {
 	require.NoError(t, err)
 	self, err := os.Executable()
 	require.NoError(t, err)
-	argv, env, err := Command(self, p, []string{self, "probe", "pdeathsig", "-"})
-	require.NoError(t, err)
 	// Several times: exec'd from a thread other than the main one, the
 	// agent lost it in about one start in two under -race.
 	for range 10 {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), env...)
+		l := launch(t, self, p, []string{self, "probe", "pdeathsig", "-"})
+		cmd := exec.Command(l.Argv[0], l.Argv[1:]...)
+		cmd.ExtraFiles = l.Files
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		out, err := cmd.Output()
 		require.NoError(t, err)
@@ -358,46 +369,81 @@ func TestDeathSignalSurvivesThePreExecStep(t *testing.T) {
 	}
 }
 
+// launch is argv started through the pre-exec step under p, its ruleset
+// already sent (the step reads it once started).
+func launch(t testing.TB, self string, p *Policy, argv []string) *Launch {
+	t.Helper()
+	rs, err := Prepare(p)
+	require.NoError(t, err)
+	defer rs.Close()
+	l, err := Command(self, argv)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	require.NoError(t, l.Send(rs, nil))
+	return l
+}
+
+// TestPreExecRefusesBadInput: the pre-exec step takes its command line
+// and what comes on descriptor 3 as hostile input; whatever is wrong, it
+// exits ExitRefused with one line on stderr and the agent never runs.
 func TestPreExecRefusesBadInput(t *testing.T) {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	f := newFixture(t)
 	good, err := Build(f.spec(t, Workspace))
 	require.NoError(t, err)
-	goodJSON, err := good.Encode()
+	rs, err := Prepare(good)
 	require.NoError(t, err)
-	withMode := func(m Mode) string {
-		p := *good
-		p.Mode = m
-		b, err := json.Marshal(p)
-		require.NoError(t, err)
-		return string(b)
-	}
+	defer rs.Close()
+	notRuleset, err := os.Open(f.gitconfig)
+	require.NoError(t, err)
+	defer notRuleset.Close()
 	agent := []string{self, "probe", "write", filepath.Join(f.outside, "escaped")}
+	flags := binary.LittleEndian.AppendUint32(nil, rs.flags)
+	rights := func(fs ...*os.File) []byte {
+		fds := make([]int, len(fs))
+		for i, f := range fs {
+			fds[i] = int(f.Fd())
+		}
+		return syscall.UnixRights(fds...)
+	}
 	for _, c := range []struct {
 		name   string
 		args   []string
-		policy *string
+		socket bool   // descriptor 3 a socket pair's end (else: none)
+		file   bool   // descriptor 3 a plain file
+		data   []byte // sent on it
+		oob    []byte
 		want   string
 	}{
-		{"no policy", append([]string{"--"}, agent...), nil, PolicyEnv + " is not set"},
-		{"not JSON", append([]string{"--"}, agent...), ptr("{"), "not a policy"},
-		{"unknown field", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":[],"readable":[],"connect_tcp":[],"scope":true,"allow_all":true}`), "unknown field"},
-		{"two objects", append([]string{"--"}, agent...), ptr(string(goodJSON) + string(goodJSON)), "not one JSON object"},
-		{"mode off", append([]string{"--"}, agent...), ptr(withMode(Off)), `mode "off"`},
-		{"relative path", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":["etc"],"readable":[],"connect_tcp":[],"scope":true}`), "not absolute"},
-		{"unclean path", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":["/tmp/../etc"],"readable":[],"connect_tcp":[],"scope":true}`), "not clean"},
-		{"port 0", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":[],"readable":[],"connect_tcp":[0],"scope":true}`), "port 0"},
-		{"port out of range", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":[],"readable":[],"connect_tcp":[65536],"scope":true}`), "not a policy"},
-		{"create outside writable", append([]string{"--"}, agent...), ptr(`{"mode":"workspace","writable":["/tmp/a"],"create":["/etc/x"],"readable":[],"connect_tcp":[],"scope":true}`), "not writable"},
-		{"no separator", agent, ptr(string(goodJSON)), "usage"},
-		{"relative agent", []string{"--", "probe"}, ptr(string(goodJSON)), "not an absolute path"},
+		{"no descriptor 3", append([]string{"--"}, agent...), false, false, nil, nil, "receive the ruleset on descriptor 3: "}, // EBADF, or ENOTSOCK where the race detector opened one
+		{"not a socket", append([]string{"--"}, agent...), false, true, nil, nil, "receive the ruleset on descriptor 3: socket operation on non-socket"},
+		{"nothing sent", append([]string{"--"}, agent...), true, false, nil, nil, "symm-mcp sent no ruleset"},
+		{"flags without a ruleset", append([]string{"--"}, agent...), true, false, flags, nil, "did not carry one ruleset"},
+		{"not a ruleset", append([]string{"--"}, agent...), true, false, flags, rights(notRuleset), "landlock_restrict_self (the ruleset received): file descriptor in bad state"},
+		{"two descriptors", append([]string{"--"}, agent...), true, false, flags, rights(rs.file, notRuleset), "did not carry one ruleset"},
+		{"unknown flags", append([]string{"--"}, agent...), true, false, []byte{0, 0, 0, 0x80}, rights(rs.file), "invalid argument"},
+		{"short flags", append([]string{"--"}, agent...), true, false, flags[:3], rights(rs.file), "did not carry one ruleset"},
+		{"a reason", append([]string{"--"}, agent...), true, false, []byte("symm-mcp could not build it:\nthe disk\x1b[31m"), nil, "no ruleset: symm-mcp could not build it:?the disk?[31m"},
+		{"too long", append([]string{"--"}, agent...), true, false, make([]byte, 4096), nil, "did not carry one ruleset"},
+		{"no separator", agent, true, false, flags, rights(rs.file), "usage"},
+		{"no agent", []string{"--"}, true, false, flags, rights(rs.file), "usage"},
+		{"relative agent", []string{"--", "probe"}, true, false, flags, rights(rs.file), "not an absolute path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(self, append([]string{Subcommand}, c.args...)...)
-			cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, PolicyEnv+"=") })
-			if c.policy != nil {
-				cmd.Env = append(cmd.Env, PolicyEnv+"="+*c.policy)
+			switch {
+			case c.socket:
+				l, err := Command(self, []string{self})
+				require.NoError(t, err)
+				defer l.Close()
+				if c.data != nil || c.oob != nil {
+					require.NoError(t, syscall.Sendmsg(int(l.conn.Fd()), c.data, c.oob, nil, 0))
+				}
+				require.NoError(t, l.conn.Close()) // the step sees the socket's end after it
+				cmd.ExtraFiles = l.Files
+			case c.file:
+				cmd.ExtraFiles = []*os.File{notRuleset}
 			}
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -406,6 +452,7 @@ func TestPreExecRefusesBadInput(t *testing.T) {
 			require.ErrorAs(t, err, &exit)
 			assert.Equal(t, ExitRefused, exit.ExitCode())
 			assert.Contains(t, stderr.String(), c.want)
+			assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
 			assert.Empty(t, stdout.String(), "the agent never ran")
 			_, err = os.Stat(filepath.Join(f.outside, "escaped"))
 			assert.ErrorIs(t, err, os.ErrNotExist)
@@ -413,7 +460,16 @@ func TestPreExecRefusesBadInput(t *testing.T) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
+// TestPreExecClosesTheRuleset: the agent holds neither the ruleset nor
+// the socket it came on.
+func TestPreExecClosesTheRuleset(t *testing.T) {
+	f := newFixture(t)
+	p, err := Build(f.spec(t, Workspace))
+	require.NoError(t, err)
+	got := run(t, p, "rulesets", "-", "sockets", "-")[0]
+	assert.Equal(t, "0", got["rulesets -"])
+	assert.Equal(t, "0", got["sockets -"])
+}
 
 // BenchmarkStart is the time the pre-exec step adds to starting a
 // process: the probe, doing nothing, started directly and through
@@ -430,8 +486,7 @@ func BenchmarkStart(b *testing.B) {
 		Env: []string{"PATH=" + os.Getenv("PATH")}, Executable: self})
 	require.NoError(b, err)
 	direct := []string{self, "probe"}
-	wrapped, env, err := Command(self, p, direct)
-	require.NoError(b, err)
+	wrapped := append([]string{self, Subcommand, "--"}, direct...)
 	for _, c := range []struct {
 		name string
 		argv []string
@@ -440,9 +495,21 @@ func BenchmarkStart(b *testing.B) {
 			var took []time.Duration
 			for b.Loop() {
 				cmd := exec.Command(c.argv[0], c.argv[1:]...)
-				cmd.Env = append(os.Environ(), env...)
 				start := time.Now()
-				if err := cmd.Run(); err != nil {
+				if c.name == "sandboxed" {
+					// As the server does: the policy's ruleset built and sent
+					// while the step starts.
+					l, err := Command(self, direct)
+					require.NoError(b, err)
+					cmd.ExtraFiles = l.Files
+					require.NoError(b, cmd.Start())
+					rs, err := Prepare(p)
+					require.NoError(b, err)
+					require.NoError(b, errors.Join(l.Send(rs, nil), rs.Close(), l.Close()))
+				} else {
+					require.NoError(b, cmd.Start())
+				}
+				if err := cmd.Wait(); err != nil {
 					b.Fatal(err)
 				}
 				took = append(took, time.Since(start))

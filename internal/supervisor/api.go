@@ -107,6 +107,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"time"
 )
 
@@ -144,6 +145,11 @@ type Spec struct {
 	Dir string
 	// Converse starts the protocol conversation once the process runs.
 	Converse ConverseFunc
+	// ExtraFiles are inherited by the process as descriptors 3 and on (the
+	// sandbox's pre-exec step receives its Landlock ruleset on one, and
+	// closes it before it execs the agent). They stay the caller's to
+	// close after Start.
+	ExtraFiles []*os.File
 }
 
 // Sink receives what the supervisor observes about one run: the same Sink

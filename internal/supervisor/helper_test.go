@@ -66,6 +66,12 @@ func runHelper(mode string) {
 		say("end %s|%s|%d|%s", cwd, os.Getenv("SYMM_T"), n, os.Getenv("PATH"))
 		drainStdin()
 
+	case "fd3": // reports what it reads on descriptor 3 (Spec.ExtraFiles)
+		awaitPrompt()
+		b, err := io.ReadAll(os.NewFile(3, "fd3"))
+		say("end %q %v", b, err)
+		drainStdin()
+
 	case "exit": // exits mid-turn with HELPER_CODE
 		awaitPrompt()
 		code, _ := strconv.Atoi(os.Getenv("HELPER_CODE"))

@@ -249,6 +249,7 @@ func (s *Supervisor) launch(id RunID, path string, env []string, spec Spec, sink
 		Stdin:       inR,
 		Stdout:      outW,
 		Stderr:      errW,
+		ExtraFiles:  spec.ExtraFiles,
 		SysProcAttr: groupAttr(),
 	}
 	// Held across Start and registration: a child that exits at once must be

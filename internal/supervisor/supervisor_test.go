@@ -557,3 +557,31 @@ func TestUnconfirmedCleanupIsReported(t *testing.T) {
 		eventually(t, fmt.Sprintf("pid %d reaped", pid), func() bool { return gone(pid) })
 	}
 }
+
+// TestExtraFilesReachTheAgent: Spec.ExtraFiles are the agent's
+// descriptors 3 and on; the caller's copies stay open for it to close.
+func TestExtraFilesReachTheAgent(t *testing.T) {
+	sup := newSupervisor(t, Timeouts{})
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := w.WriteString("handed"); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(false)
+	spec := helperSpec(t, "fd3", nil, nil)
+	spec.ExtraFiles = []*os.File{r}
+	id := start(t, sup, spec, s)
+	if err := w.Close(); err != nil { // the agent's read ends at EOF
+		t.Fatal(err)
+	}
+	e := awaitExit(t, sup, id, s)
+	if e.StopReason != `"handed" <nil>` || e.Err != nil {
+		t.Errorf("the agent read %s (err %v) on descriptor 3", e.StopReason, e.Err)
+	}
+	if _, err := r.Stat(); err != nil {
+		t.Errorf("the caller's file was closed: %v", err)
+	}
+}

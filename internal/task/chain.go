@@ -303,23 +303,23 @@ func (c *chain) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan)
 	}
 	p := &process{c: c, next: make(chan decision), stop: make(chan struct{}), gone: make(chan struct{}), exited: make(chan struct{}),
 		closeAtEnd: r.keep == 0}
-	argv, env := launch.Argv, launch.Env
+	var conf *confined
 	if lp.sandbox != "" && lp.sandbox != sandbox.Off {
-		conf, err := s.confine(r.id, r.wt, lp.sandbox, lp.adapter, launch, lp.cwd)
+		cf, err := s.confine(r.id, r.wt, lp.sandbox, lp.adapter, launch, lp.cwd)
 		if err != nil {
 			c.endLive(r, ledger.Failed, err.Error())
 			return nil
 		}
-		if _, err := s.cfg.Store.Update(r.id, ledger.SetSandbox(conf.record)); err != nil {
+		if _, err := s.cfg.Store.Update(r.id, ledger.SetSandbox(cf.record)); err != nil {
 			c.endLive(r, ledger.Failed, "recording the sandbox: "+err.Error())
 			return nil
 		}
-		argv, env, p.temp = conf.argv, conf.env, conf.temp
+		conf, p.temp = &cf, cf.temp
 	}
 	p.task.Store(r)
 	r.proc = p // before Start: r is the run's Sink, and passes stderr and the exit on through p
 	spec := supervisor.Spec{
-		Argv: argv, Env: env, Dir: lp.cwd,
+		Argv: launch.Argv, Env: launch.Env, Dir: lp.cwd,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
 			p.sess = acpsession.Start(stdin, stdout, params, r, s.log.With("task", r.id))
 			return p
@@ -327,7 +327,7 @@ func (c *chain) launch(ctx, startCtx context.Context, r *taskRun, lp launchPlan)
 	}
 	// A stop requested from here on cancels startCtx: a start not yet under
 	// way does not begin, and the task ends cancelled without a process.
-	runID, err := s.cfg.Supervisor.Start(startCtx, spec, r)
+	runID, err := s.starter(conf)(startCtx, spec, r)
 	if err != nil {
 		// No process: the supervisor calls no sink after a failed Start,
 		// and a finished task keeps no process (its channels alone are

@@ -124,12 +124,12 @@ func (s *Service) describe(ctx context.Context, agent, workspace string, confine
 		return fail(err)
 	}
 	conf, cerr := s.confinable(d.Sandbox, adapter, launch, ws)
-	argv, env := launch.Argv, launch.Env
+	start := s.starter(nil)
 	if confined {
 		if cerr != nil {
 			return fail(cerr)
 		}
-		argv, env = conf.argv, conf.env
+		start = s.starter(&conf)
 		defer func() {
 			if err := os.RemoveAll(conf.temp); err != nil {
 				s.log.Warn("removing a described agent's temp directory", "path", conf.temp, "err", err)
@@ -141,8 +141,8 @@ func (s *Service) describe(ctx context.Context, agent, workspace string, confine
 	defer cancel()
 	var probe *acpsession.Probe
 	sink := &probeSink{exited: make(chan supervisor.Exit, 1)}
-	id, err := s.cfg.Supervisor.Start(ctx, supervisor.Spec{
-		Argv: argv, Env: env, Dir: ws,
+	id, err := start(ctx, supervisor.Spec{
+		Argv: launch.Argv, Env: launch.Env, Dir: ws,
 		Converse: func(stdin io.Writer, stdout io.Reader) supervisor.Conversation {
 			probe = acpsession.StartProbe(stdin, stdout, ws, s.cfg.RequestTimeout, s.cfg.Version, adapter.KeepSessionOpen, s.log.With("describe", agent))
 			return probe

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/agents"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/worktree"
 )
 
@@ -24,9 +26,11 @@ import (
 type SandboxConfig struct {
 	// Default is the mode of a spawn that names none ("": off).
 	Default sandbox.Mode
-	// Self is the symm-mcp executable, absolute, whose sandbox-exec
-	// subcommand applies the policy and execs the agent.
-	Self string
+	// PreExec returns the pre-exec program, absolute: symm-sandbox-exec,
+	// or symm-mcp, whose sandbox-exec subcommand is the same step. It is
+	// called on each confined start only (wiring resolves it once, on the
+	// first), so a server that confines nothing never looks for it.
+	PreExec func() string
 	// Home is the user's home, closed to the agents but for their own
 	// state directories and what their PATH needs.
 	Home string
@@ -67,28 +71,67 @@ func sandboxMode(asked string, dflt sandbox.Mode, allow []string) (sandbox.Mode,
 	return sandbox.ModeFor(m, writes), nil
 }
 
-// confined is a launch wrapped in the pre-exec step, and its record.
+// confined is a launch to start confined by policy (start), and its
+// record.
 type confined struct {
 	argv, env []string
 	temp      string
+	policy    *sandbox.Policy
 	record    ledger.Sandbox
 }
 
-// confine wraps task id's launch in the pre-exec step under mode: it
-// resolves the agent's executable, builds the task's policy (its
+// start starts the launch through the pre-exec step, then creates the
+// policy's directories and builds its ruleset while the step's program
+// starts, and sends it the ruleset (sandbox.Launch), which it waits for
+// before the agent runs. Should that fail, the step is sent why, refuses
+// with it as its one line, and the task fails with its exit; the agent
+// never runs unconfined. spec has the rest of the launch.
+func (c confined) start(ctx context.Context, sup Supervisor, self string, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error) {
+	l, err := sandbox.Command(self, c.argv)
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	spec.Argv, spec.Env, spec.ExtraFiles = l.Argv, c.env, l.Files
+	id, err := sup.Start(ctx, spec, sink)
+	if err != nil {
+		return 0, err
+	}
+	rs, err := sandbox.Prepare(c.policy)
+	if err == nil {
+		defer rs.Close()
+	}
+	// A step that cannot be sent to has ended already, without its agent,
+	// and its run says so: the process exists, so the start stands.
+	_ = l.Send(rs, err)
+	return id, nil
+}
+
+// starter is how a launch starts: unconfined, through the supervisor; or
+// confined.
+func (s *Service) starter(conf *confined) func(context.Context, supervisor.Spec, supervisor.Sink) (supervisor.RunID, error) {
+	if conf == nil {
+		return s.cfg.Supervisor.Start
+	}
+	return func(ctx context.Context, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error) {
+		return conf.start(ctx, s.cfg.Supervisor, s.cfg.Sandbox.PreExec(), spec, sink)
+	}
+}
+
+// confine makes task id's launch one to start confined under mode: it
+// resolves the agent's executable and builds the task's policy (its
 // workspace or worktree, the agent table's state directories, a temp
-// directory of its own) and returns the command line that starts the
-// agent confined. An error (a kernel that cannot confine, a workspace
-// that would open a closed directory) fails the task before anything
-// starts: never unconfined.
+// directory of its own); it creates nothing. An error (a kernel that
+// cannot confine, a workspace that would open a closed directory) fails
+// the task before anything starts: never unconfined.
 func (s *Service) confine(id string, wt *worktree.Worktree, mode sandbox.Mode, a *agents.Adapter, l agents.Launch, cwd string) (confined, error) {
 	sc := s.cfg.Sandbox
 	abi, err := sandbox.Check()
 	if err != nil {
 		return confined{}, err
 	}
-	if sc.Self == "" || sc.Home == "" {
-		return confined{}, fmt.Errorf("sandbox: this server was not given its own executable and home; it cannot confine the agent")
+	if sc.PreExec == nil || sc.Home == "" {
+		return confined{}, fmt.Errorf("sandbox: this server was not given its pre-exec program and the user's home; it cannot confine the agent")
 	}
 	exe, err := s.cfg.Supervisor.LookPath(l.Argv[0])
 	if err != nil {
@@ -144,11 +187,8 @@ func (s *Service) confine(id string, wt *worktree.Worktree, mode sandbox.Mode, a
 	if err != nil {
 		return confined{}, err
 	}
-	argv, extra, err := sandbox.Command(sc.Self, pol, append([]string{exe}, args...))
-	if err != nil {
-		return confined{}, err
-	}
-	out := confined{argv: argv, temp: temp, env: slices.Concat(mergeEnv(l.Env, a.SandboxEnv), moved, extra, []string{"TMPDIR=" + temp})}
+	out := confined{argv: append([]string{exe}, args...), temp: temp, policy: pol,
+		env: slices.Concat(mergeEnv(l.Env, a.SandboxEnv), moved, []string{"TMPDIR=" + temp})}
 	out.record = ledger.Sandbox{Mode: string(pol.Mode), Writable: pol.Writable, TCPPorts: pol.ConnectTCP, ABI: abi}
 	home := sc.Home
 	if h, err := filepath.EvalSymlinks(home); err == nil {

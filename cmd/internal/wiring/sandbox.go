@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/symm-mcp/symm-mcp/internal/daemon"
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
@@ -27,6 +28,12 @@ type SandboxFlags struct {
 func AddSandboxFlags(fs *flag.FlagSet, f *SandboxFlags) {
 	fs.Var(modeFlag{&f.mode}, "sandbox", "`MODE` of the spawns that name none: off, read-only or workspace, confining the agent with the kernel "+
 		"(Landlock; default off, and for serve workspace when the kernel supports it)")
+	AddSandboxAllowPortFlag(fs, f)
+}
+
+// AddSandboxAllowPortFlag is --sandbox-allow-port alone (symm-mcp doctor,
+// whose confined start uses the ports a server would).
+func AddSandboxAllowPortFlag(fs *flag.FlagSet, f *SandboxFlags) {
 	fs.Var(portsFlag{&f.ports}, "sandbox-allow-port", "TCP `PORT` (1-65535) a sandboxed agent may also connect to, besides 443, 53 and its "+
 		"base URLs' ports; repeatable, or comma-separated")
 }
@@ -104,14 +111,15 @@ func ServerSandbox(f SandboxFlags, daemonDefault bool, log *slog.Logger) *daemon
 }
 
 // SandboxConfig is the service's sandbox settings: the mode in force,
-// the pre-exec step (PreExecPath of self, the light symm-mcp, absolute),
-// the user's home, the state
+// the pre-exec step (PreExecPath of self, the light symm-mcp, absolute,
+// resolved on the first confined start, so that a server that confines
+// nothing reads no build information), the user's home, the state
 // directory closed, and the daemon's HTTP port (httpURL, "" without one)
 // never reachable.
 func SandboxConfig(st *daemon.SandboxStatus, f SandboxFlags, env AgentEnvironment, self, stateDir, httpURL string) task.SandboxConfig {
 	home, _ := os.UserHomeDir() // "": a sandboxed spawn fails, naming why
 	c := task.SandboxConfig{
-		Default: sandbox.Mode(st.Mode), Self: PreExecPath(self), Home: home, Environ: env.All,
+		Default: sandbox.Mode(st.Mode), PreExec: sync.OnceValue(func() string { return PreExecPath(self) }), Home: home, Environ: env.All,
 		AllowPorts: f.ports, Cache: sandbox.NewCache(),
 	}
 	if stateDir != "" {

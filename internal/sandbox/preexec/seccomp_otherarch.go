@@ -1,6 +1,6 @@
 //go:build linux && !amd64 && !arm64
 
-package sandbox
+package preexec
 
 // thisArch is unknown: denyMPTCP refuses, and no task is confined.
 var thisArch seccompArch

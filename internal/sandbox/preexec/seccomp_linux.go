@@ -1,9 +1,8 @@
 //go:build linux
 
-package sandbox
+package preexec
 
 import (
-	"fmt"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -30,8 +29,9 @@ const (
 	ret        = unix.BPF_RET | unix.BPF_K
 )
 
-// multipathFilter: the filter knows this architecture's numbers.
-var multipathFilter = thisArch.native != 0
+// MultipathFilter reports whether the filter knows this architecture's
+// numbers; without it no task is confined (sandbox.Check).
+var MultipathFilter = thisArch.native != 0
 
 // mptcpFilter is the filter for this architecture's numbers (seccomp_*.go).
 func mptcpFilter(a seccompArch) []unix.SockFilter {
@@ -67,7 +67,7 @@ func denyMPTCP() error {
 	f := mptcpFilter(thisArch)
 	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
 	if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0); err != nil {
-		return fmt.Errorf("sandbox: seccomp filter: %w", err)
+		return &Error{Step: "seccomp filter", Err: err}
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package preexec
 
 import "golang.org/x/sys/unix"
 
