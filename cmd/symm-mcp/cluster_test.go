@@ -156,6 +156,9 @@ func natsClusterOf(t *testing.T, n int, auth bool) natsTest {
 		args = append(args, "-auth", nt.auth, "-conf", "../../SECURITY.md")
 	}
 	cmd := exec.Command(natsBin, args...)
+	// A race build (TestMain) sleeps a second at exit for reports still
+	// being written; a helper's exit need not wait for that.
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
