@@ -100,7 +100,7 @@ func TestListHostsOfOneMachine(t *testing.T) {
 // list_hosts counts it, the one host's live task, then cancels it.
 func assertLiveHere(t *testing.T, s *session) {
 	t.Helper()
-	id := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": `{"steps":[{"message":"up"},{"hang":true}]}`, "workspace": t.TempDir()})["task_id"].(string)
+	id := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": `{"steps":[{"message":"up"},{"wait_for_cancel":true}]}`, "workspace": t.TempDir()})["task_id"].(string)
 	hosts := s.call(t, "list_hosts", map[string]any{})["hosts"].([]any)
 	require.Len(t, hosts, 1)
 	assert.Equal(t, float64(1), hosts[0].(map[string]any)["live_tasks"], "the running task is counted")
