@@ -30,10 +30,11 @@ run:
 ## with the race detector
 # LONG_TESTS are the end-to-end scenarios that take the longest: clusters
 # of daemons on a real 3-node NATS cluster (a 10 s lease to outwait, a host
-# killed mid-turn) and the load harness at small scale. make test leaves
+# killed mid-turn, a routine's first occurrence a minute after its
+# creation) and the load harness at small scale. make test leaves
 # them out, make test-long runs them, .ci/run runs both: go test ./...
 # alone is still every test.
-LONG_TESTS := ^(TestClusterOfDaemons|TestClusterDaemonLosesItsName|TestClusterRoutedCalls|TestClusterDispatch|TestHarness)$$
+LONG_TESTS := ^(TestClusterOfDaemons|TestClusterDaemonLosesItsName|TestClusterRoutedCalls|TestClusterDispatch|TestClusterRoutineFiresOnce|TestHarness)$$
 test:
 	$(GO) test -race -count=1 -skip '$(LONG_TESTS)' ./...
 

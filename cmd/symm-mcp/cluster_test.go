@@ -87,10 +87,24 @@ func TestListHostsOfOneMachine(t *testing.T) {
 	assert.Equal(t, name, h["name"])
 	assert.Equal(t, float64(0), h["live_tasks"])
 	assert.Contains(t, h["agents"], map[string]any{"agent": "opencode", "path": filepath.Join(env[0][len("PATH="):], "opencode"), "version": nil})
+	assertLiveHere(t, s)
 
 	d := newShared(t, env)
-	out = d.front(t).call(t, "list_hosts", map[string]any{})
+	f := d.front(t)
+	out = f.call(t, "list_hosts", map[string]any{})
 	assert.Len(t, out["hosts"], 1, "a daemon of one machine is one host")
+	assertLiveHere(t, f)
+}
+
+// assertLiveHere spawns a task that runs until cancelled and checks that
+// list_hosts counts it, the one host's live task, then cancels it.
+func assertLiveHere(t *testing.T, s *session) {
+	t.Helper()
+	id := s.call(t, "spawn_task", map[string]any{"agent": "opencode", "prompt": `{"steps":[{"message":"up"},{"wait_for_cancel":true}]}`, "workspace": t.TempDir()})["task_id"].(string)
+	hosts := s.call(t, "list_hosts", map[string]any{})["hosts"].([]any)
+	require.Len(t, hosts, 1)
+	assert.Equal(t, float64(1), hosts[0].(map[string]any)["live_tasks"], "the running task is counted")
+	s.call(t, "cancel_task", map[string]any{"task_id": id})
 }
 
 // natsTest is a test's NATS cluster: its client URLs and, when its
@@ -142,6 +156,9 @@ func natsClusterOf(t *testing.T, n int, auth bool) natsTest {
 		args = append(args, "-auth", nt.auth, "-conf", "../../SECURITY.md")
 	}
 	cmd := exec.Command(natsBin, args...)
+	// A race build (TestMain) sleeps a second at exit for reports still
+	// being written; a helper's exit need not wait for that.
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()

@@ -16,6 +16,7 @@ import (
 // agent advertised (its captured initialize, here), in the table's report
 // and in --json.
 func TestDoctorShowsSessionMethods(t *testing.T) {
+	t.Parallel()
 	withSessions := func(name string) func(*fakeagent.Config) {
 		return func(cfg *fakeagent.Config) {
 			init, err := os.ReadFile(filepath.Join("..", "..", "testdata", "agents", name, fakeagent.OfferInitializeFile))

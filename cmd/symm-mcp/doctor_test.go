@@ -86,6 +86,7 @@ type doctorJSON struct {
 }
 
 func TestDoctorAllSixUsable(t *testing.T) {
+	t.Parallel()
 	bin := fakeAgents(t, nil)
 	out, code := doctorRun(t, bin)
 	assert.Equal(t, 0, code)
@@ -123,6 +124,7 @@ func TestDoctorAllSixUsable(t *testing.T) {
 }
 
 func TestDoctorMissingAndUnusable(t *testing.T) {
+	t.Parallel()
 	t.Run("a missing agent is not a failure", func(t *testing.T) {
 		bin := fakeAgents(t, nil)
 		require.NoError(t, os.Remove(filepath.Join(bin, "cursor-agent")))

@@ -170,6 +170,7 @@ func TestEnvFileReachesTheAgents(t *testing.T) {
 // TestDoctorUsesTheEnvFile: the doctor looks the agents up in the file's
 // PATH, as the server does.
 func TestDoctorUsesTheEnvFile(t *testing.T) {
+	t.Parallel()
 	bin := fakeAgents(t, nil)
 	envFile := writeEnvFile(t, 0o600, "PATH="+bin)
 	out, code := doctorRun(t, t.TempDir(), "--json", "--env-file", envFile)

@@ -164,15 +164,13 @@ func run(args []string, stdin *os.File, stderr io.Writer) int {
 		fmt.Fprint(stderr, terminalHint(wiring.SelfPath()))
 	}
 
-	one := wiring.NewOneHost(env.All)
 	stateDir, _ := wiring.StateDirOf(o) // "": none to close (worktreeRoot says why)
 	sb := wiring.SandboxConfig(wiring.ServerSandbox(o.Sandbox, false, log), o.Sandbox, env, wiring.SelfPath(), stateDir, "")
-	svc, markers, err := wiring.NewService(o, env, log, nil, store.New(), "", one, nil, sb)
+	svc, markers, err := wiring.NewService(o, env, log, nil, store.New(), "", wiring.NewOneHost(env.All), nil, sb)
 	if err != nil {
 		log.Error("cannot read the working directory", "err", err)
 		return 1
 	}
-	one.Svc.Store(svc)
 
 	// A signal ends the session. The signals stay handled until cleanup is
 	// done, so stop is deferred to the very end rather than called when the

@@ -41,33 +41,21 @@ func runTests(m *testing.M) int {
 	binary = filepath.Join(dir, "symm-mcp")
 	fakeBin = filepath.Join(dir, filepath.Base(testrig.FakeAgentPkg))
 	natsBin = filepath.Join(dir, filepath.Base(testrig.NATSClusterPkg))
-	// Two builds at once: the server with the race detector, and the
-	// helpers without it (testrig.Build, one go build writing both into
-	// dir). Each is a link only once the cache is warm.
+	// Two builds at once. With the race detector, in one go build (their
+	// packages compiled once, shared with this test binary's): the server,
+	// the daemon beside it as installed (`symm-mcp serve` becomes it by
+	// exec, intent 0049), the sandbox's pre-exec step beside them as a
+	// release has it (the servers of these tests use it, preExecPath), and
+	// the NATS cluster helper, whose NATS server the daemon's race build
+	// compiles anyway. Without it (testrig.Build): the fake agent, which
+	// the tests start hundreds of times and a race build would slow.
+	// Each is a link only once the cache is warm.
 	ctx := context.Background()
 	builds := []func() error{
 		func() error {
-			out, err := exec.CommandContext(ctx, "go", "build", "-race", "-o", binary, ".").CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("go build -race: %w\n%s", err, out)
-			}
-			return nil
+			return testrig.BuildRace(ctx, dir, module+"/cmd/symm-mcp", module+"/cmd/symm-mcpd", module+"/cmd/symm-sandbox-exec", testrig.NATSClusterPkg)
 		},
-		// The daemon, beside the server, as installed: `symm-mcp serve`
-		// becomes it by exec (intent 0049).
-		func() error {
-			out, err := exec.CommandContext(ctx, "go", "build", "-race", "-o", filepath.Join(dir, "symm-mcpd"), "../symm-mcpd").CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("go build -race symm-mcpd: %w\n%s", err, out)
-			}
-			return nil
-		},
-		func() error {
-			return testrig.Build(ctx, dir, testrig.FakeAgentPkg, testrig.NATSClusterPkg,
-				// The sandbox's pre-exec step, beside the server as a release
-				// has it: the servers of these tests use it (preExecPath).
-				"github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec")
-		},
+		func() error { return testrig.Build(ctx, dir, testrig.FakeAgentPkg) },
 	}
 	errs := make(chan error, len(builds))
 	for _, build := range builds {

@@ -14,6 +14,7 @@ import (
 // exist or is not a directory is a usage error (exit 2) of every command
 // that takes the flag, said on stderr.
 func TestWorkspaceRootRefusesStartUp(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "f")
 	require.NoError(t, os.WriteFile(file, nil, 0o600))
 	for _, root := range []string{"rel/dir", filepath.Join(t.TempDir(), "none"), file} {
@@ -34,6 +35,7 @@ func TestWorkspaceRootRefusesStartUp(t *testing.T) {
 // reach the daemon it starts (one flag per directory): a spawn outside is
 // invalid_request naming them, one inside runs, and status shows them.
 func TestWorkspaceRootsThroughTheFront(t *testing.T) {
+	t.Parallel()
 	base, err := filepath.EvalSymlinks(t.TempDir())
 	require.NoError(t, err)
 	one, two := filepath.Join(base, "one"), filepath.Join(base, "two")
@@ -65,6 +67,7 @@ func TestWorkspaceRootsThroughTheFront(t *testing.T) {
 // TestWorkspaceRootsPlainServer: plain symm-mcp limits its spawns too; the
 // server's own working directory, outside, is refused as well.
 func TestWorkspaceRootsPlainServer(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.EvalSymlinks(t.TempDir())
 	require.NoError(t, err)
 	s := &session{server: startServer(t, agentPath(t), "--no-notify", "--workspace-root", root)}
@@ -87,6 +90,7 @@ func TestWorkspaceRootsPlainServer(t *testing.T) {
 // (none: []), and refuses to run outside them (exit 2), where no agent
 // would start.
 func TestDoctorShowsWorkspaceRoots(t *testing.T) {
+	t.Parallel()
 	bin := fakeAgents(t, nil)
 	var rep struct {
 		OK    bool     `json:"ok"`

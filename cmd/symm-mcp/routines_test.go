@@ -91,6 +91,7 @@ func TestRoutineToolsOnlyInTheDaemon(t *testing.T) {
 // cluster both schedule one routine (every minute); each occurrence is
 // one task, fired by one of them, and both list the same run.
 func TestClusterRoutineFiresOnce(t *testing.T) {
+	t.Parallel()
 	nt := natsCluster(t)
 	da, db := newShared(t, agentPath(t)), newShared(t, agentPath(t))
 	_, stderr, code := serveNATS(t, da, nt, "a")

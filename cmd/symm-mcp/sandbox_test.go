@@ -22,6 +22,7 @@ import (
 // The hidden subcommand is the sandbox's pre-exec step: the built binary
 // confines a shell and everything the shell starts.
 func TestSandboxExecConfinesTheAgent(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	home, ws, outside := filepath.Join(root, "home"), filepath.Join(root, "ws"), filepath.Join(root, "outside")
 	for _, d := range []string{filepath.Join(home, ".ssh"), ws, outside} {
@@ -67,6 +68,7 @@ func TestSandboxExecConfinesTheAgent(t *testing.T) {
 // symm-sandbox-exec beside it when that is the pre-exec step of the same
 // build that no other user may write; else through its own subcommand.
 func TestPreExecPath(t *testing.T) {
+	t.Parallel()
 	helper := filepath.Join(filepath.Dir(binary), wiring.PreExecName)
 	assert.Equal(t, helper, wiring.PreExecPath(binary), "the helper TestMain built beside the server")
 

@@ -329,9 +329,6 @@ func newDaemonServer(c serveConfig, log *slog.Logger) (_ *daemonServer, err erro
 		return nil, &workdirError{err}
 	}
 	s.svc, s.markers = svc, markers
-	if one, ok := hosts.(*wiring.OneHost); ok {
-		one.Svc.Store(svc)
-	}
 	// What the daemon's sessions, HTTP handler and live view call: svc,
 	// or on a cluster the router over it (internal/routing).
 	var front frontService = svc

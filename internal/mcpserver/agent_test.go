@@ -14,6 +14,7 @@ import (
 )
 
 func TestPlainPromptSucceeds(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{markers: true})
 	ws := testrig.Workspace(t, map[string]any{"stderr": []string{"starting up"}})
 	out := call(t, r.cs, "spawn_task", map[string]any{"agent": "fake", "prompt": "hello", "workspace": ws})
@@ -68,6 +69,7 @@ func waitForEvent(t *testing.T, r *rig, id, typ string) map[string]any {
 }
 
 func TestShutdownEndsEveryAgent(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{markers: true})
 	var ids, wss []string
 	for range 8 {

@@ -135,6 +135,7 @@ func allRawEvents(t *testing.T, cs *mcp.ClientSession, id string) []json.RawMess
 // the output schema's property order, so that a host showing only the
 // start of a long reply still shows how to page on.
 func TestPagesPutPagingFirst(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
@@ -183,6 +184,7 @@ func TestPagesPutPagingFirst(t *testing.T) {
 // 32 KiB), larger values are clamped to 1 MiB, smaller than 1 KiB refused,
 // and an event larger than the bound comes alone on its page.
 func TestEventsMaxBytes(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
@@ -263,6 +265,7 @@ var huge = strings.Repeat("é", 9<<20/2)
 // (every record does, and the agent gets the whole prompt: tested against
 // the Service in internal/task).
 func TestLargePromptReplyIsSmall(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	prompt := "ab" + huge
 	sum := sha256.Sum256([]byte(prompt))
@@ -281,6 +284,7 @@ func TestLargePromptReplyIsSmall(t *testing.T) {
 // opaque cursor; tasks created while a caller pages neither repeat nor
 // hide older ones; a cursor list_tasks did not give is invalid_request.
 func TestListTasksPages(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	ctx := context.Background()
 	spawn := func() string {
@@ -380,6 +384,7 @@ func TestListTasksPages(t *testing.T) {
 // refused over their bounds; list_tasks pages also end before 1 MiB of
 // summaries.
 func TestCallerStringsAreBounded(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	over := strings.Repeat("l", task.MaxLabelBytes+1)
 	for _, k := range []string{"initiator_id", "executor_id", "session_id", "model", "effort"} {

@@ -50,6 +50,7 @@ var taskOfMessage = regexp.MustCompile(`\(task ([^)]+)\)`)
 // notifications/cancelled), a 2026-07-28 client's next call carries no
 // question, and no answer after it decides again.
 func TestDashboardAnswersFirst(t *testing.T) {
+	t.Parallel()
 	for _, version := range generations {
 		t.Run(version, func(t *testing.T) {
 			r := newRig(t, rigOptions{})
@@ -120,6 +121,7 @@ func TestDashboardAnswersFirst(t *testing.T) {
 // one decision is recorded, the one whose channel won (Answer's report
 // says which), and an answer after the end decides nothing.
 func TestBothChannelsRace(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	type raced struct {
 		id, key   string

@@ -42,6 +42,7 @@ func countTypes(events []map[string]any) map[string]any {
 }
 
 func TestDigestOfAFinishedTurn(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	usage := map[string]any{"usage": map[string]any{"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}}
@@ -91,6 +92,7 @@ func TestDigestOfAFinishedTurn(t *testing.T) {
 }
 
 func TestDigestWhileRunningThenFinal(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
@@ -126,6 +128,7 @@ func TestDigestWhileRunningThenFinal(t *testing.T) {
 }
 
 func TestDigestOfAFailedTask(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
@@ -152,6 +155,7 @@ func TestDigestOfAFailedTask(t *testing.T) {
 // characters cost in JSON (escapes included); the short digest within its
 // own budget.
 func TestDigestFitsItsBudget(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	const unit = "é✓<\u0001" // 2 + 3 bytes, and 6 + 6 bytes escaped
 	var paths []any
@@ -226,6 +230,7 @@ func TestDigestFitsItsBudget(t *testing.T) {
 // list_tasks on 64 finished tasks, each with a long message, fit 64 KiB
 // of text (the block a model reads; the structured content repeats it).
 func TestWaitAndListRepliesStaySmall(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	long := strings.Repeat("a long message with a few words, ", 300)

@@ -121,6 +121,7 @@ func agentSaid(events []map[string]any) string {
 // spawning session, on both protocol generations, and their answer (or
 // its absence) decides it, as decided_by says.
 func TestAskOverMCP(t *testing.T) {
+	t.Parallel()
 	answer := func(action, decision string) elicitHandler {
 		return func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			res := &mcp.ElicitResult{Action: action}
@@ -240,6 +241,7 @@ func blockingHandler(t *testing.T) (elicitHandler, <-chan struct{}) {
 // question, once; when the spawning session ends (its tasks go on, as in
 // the daemon), the request is rejected with decided_by no_elicitation.
 func TestAskNeedsDecisionAndSessionGone(t *testing.T) {
+	t.Parallel()
 	for _, version := range generations {
 		t.Run(version, func(t *testing.T) {
 			r := newRig(t, rigOptions{})
@@ -275,6 +277,7 @@ func TestAskNeedsDecisionAndSessionGone(t *testing.T) {
 // TestAskEndsWithTheTask: cancel_task while a question is open ends the
 // question: the request is answered cancelled by the stop's rule.
 func TestAskEndsWithTheTask(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	h, asked := blockingHandler(t)
 	cs, _ := connectEliciting(t, r.svc, "2025-11-25", h, false)
@@ -295,6 +298,7 @@ func TestAskEndsWithTheTask(t *testing.T) {
 // spawn_task and in a fleet's entries; ask takes tool kinds only; a fleet
 // entry's ask puts its questions to the spawning session too.
 func TestAskArguments(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	base := func(extra map[string]any) map[string]any {
 		a := map[string]any{"agent": "fake", "prompt": "p", "ask": []string{"edit"}}
@@ -350,6 +354,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // the input-required result of its get_task on the task; the retried
 // call carries the answer and returns the task.
 func TestAskCarriedByGetTask(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	var n atomic.Int32
 	cs, _ := connectEliciting(t, r.svc, "2026-07-28", func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
@@ -376,6 +381,7 @@ func TestAskCarriedByGetTask(t *testing.T) {
 // TestAskAnsweredOnlyByTheSpawningSession: an answer another session's
 // call carries for the question is ignored; the spawning session's counts.
 func TestAskAnsweredOnlyByTheSpawningSession(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	spawner, _ := connectEliciting(t, r.svc, "2026-07-28", func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 		return &mcp.ElicitResult{Action: "decline"}, nil
@@ -408,6 +414,7 @@ func TestAskAnsweredOnlyByTheSpawningSession(t *testing.T) {
 // process, and a follow-up sent without ask asks nobody (the parent's
 // policy is not carried over).
 func TestAskOnAFollowUp(t *testing.T) {
+	t.Parallel()
 	for _, version := range generations {
 		t.Run(version, func(t *testing.T) {
 			r := newRig(t, rigOptions{})
@@ -463,6 +470,7 @@ func TestAskOnAFollowUp(t *testing.T) {
 // interrupt cancels the first turn for good; the interrupting turn's
 // question must still reach the person, not end at once as cancelled.
 func TestAskAfterAnInterrupt(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	h := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "allow_once"}}, nil
@@ -483,6 +491,7 @@ func TestAskAfterAnInterrupt(t *testing.T) {
 // or carried in a retried call, only an accept with decision allow_once
 // allows; any other action, value, type or shape rejects once.
 func TestAcceptedOnlyAllowOnce(t *testing.T) {
+	t.Parallel()
 	res := func(action string, content map[string]any) *mcp.ElicitResult {
 		return &mcp.ElicitResult{Action: action, Content: content}
 	}

@@ -13,6 +13,7 @@ import (
 )
 
 func TestCleanupWorktrees(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -86,6 +87,7 @@ func TestCleanupWorktrees(t *testing.T) {
 }
 
 func TestSpawnTasksFleet(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	ws := testrig.Workspace(t, nil)

@@ -72,6 +72,7 @@ func count(xs []string, x string) int {
 func pidStep() map[string]any { return map[string]any{"pid": true} }
 
 func TestFollowUpOnKeptProcess(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	parent := r.spawn(t, map[string]any{"prompt": testrig.Script(pidStep()), "workspace": ws, "keep_alive": true})
@@ -123,6 +124,7 @@ func TestFollowUpOnKeptProcess(t *testing.T) {
 }
 
 func TestFollowUpAfterIdleTimeout(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"load_session": true})
 	parent := r.spawn(t, map[string]any{"prompt": testrig.Script(pidStep()), "workspace": ws, "keep_alive": true, "idle_timeout_s": 1})
@@ -149,6 +151,7 @@ func TestFollowUpAfterIdleTimeout(t *testing.T) {
 }
 
 func TestFollowUpsQueuedInOrder(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	gate := filepath.Join(t.TempDir(), "go")
@@ -191,6 +194,7 @@ func TestFollowUpsQueuedInOrder(t *testing.T) {
 }
 
 func TestFollowUpInterrupt(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	parent := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"wait_for_cancel": true}), "workspace": ws})
@@ -227,6 +231,7 @@ func TestFollowUpInterrupt(t *testing.T) {
 }
 
 func TestCancelQueuedFollowUp(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	gate := filepath.Join(t.TempDir(), "go")
@@ -275,6 +280,7 @@ func TestShutdownEndsKeptProcesses(t *testing.T) {
 }
 
 func TestFollowUpPermissionsPerTurn(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	perm := map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "report": true}}
@@ -296,6 +302,7 @@ func TestFollowUpPermissionsPerTurn(t *testing.T) {
 }
 
 func TestSendTaskRefusals(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	for _, args := range []map[string]any{
@@ -332,6 +339,7 @@ func TestSendTaskRefusals(t *testing.T) {
 }
 
 func TestFollowUpHandsItsWorktreeOn(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -393,6 +401,7 @@ func connectShared(t *testing.T, svc Service) (*mcp.ClientSession, func()) {
 }
 
 func TestKeptProcessOutlivesASharedSession(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	first, end := connectShared(t, r.svc)
@@ -411,6 +420,7 @@ func TestKeptProcessOutlivesASharedSession(t *testing.T) {
 }
 
 func TestStdioDisconnectEndsKeptProcesses(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	id := r.spawn(t, map[string]any{"prompt": "hello", "workspace": ws, "keep_alive": true})

@@ -92,6 +92,7 @@ func (w *wire) reply(t *testing.T) reply {
 // on: before, the first of them ended the connection, and symm-mcp then
 // cancelled every task.
 func TestMalformedLinesKeepTheSession(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"hang": true}), "workspace": ws})
@@ -175,6 +176,7 @@ func TestMalformedLinesKeepTheSession(t *testing.T) {
 // rounded 9007199254740993, wrapped 12345678901234567890 and never answered
 // 1.5.
 func TestIDsEchoedAsSent(t *testing.T) {
+	t.Parallel()
 	w := newWire(t, newLedger(t).svc, "2025-11-25")
 	for _, id := range []string{
 		"9007199254740993", "12345678901234567890", "-12345678901234567890", "1.5", "1e3", "-0", "0",
@@ -204,6 +206,7 @@ func TestCancellationByTheClientsID(t *testing.T) {
 // Under a protocol version with batches, a batch is still served, each
 // reply under the client's id.
 func TestBatchKeepsIDs(t *testing.T) {
+	t.Parallel()
 	w := newWire(t, newLedger(t).svc, "2025-03-26")
 	w.send(t, `[{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/progress","params":{}},{"jsonrpc":"2.0","id":"b","method":"ping"}]`)
 	var reps []reply
@@ -265,6 +268,7 @@ func FuzzFraming(f *testing.F) {
 // the largest int64 after_seq gives Symm's empty page, larger limits and
 // max_bytes clamp (issue 30).
 func TestOutOfRangeIntegers(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, _ := l.spawn(t, nil)
 	for _, args := range []map[string]any{
@@ -286,6 +290,7 @@ func TestOutOfRangeIntegers(t *testing.T) {
 // request's reply) cancels nothing: the client's number must not be read
 // as one of ours, which would name another request.
 func TestStaleCancellationCancelsNothing(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"hang": true}), "workspace": ws})
@@ -302,6 +307,7 @@ func TestStaleCancellationCancelsNothing(t *testing.T) {
 // A batch whose members nest within the SDK's bound but not with the
 // batch's own level is refused, and the session goes on.
 func TestDeepBatchMember(t *testing.T) {
+	t.Parallel()
 	w := newWire(t, newLedger(t).svc, "2025-03-26")
 	deep := `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":` + strings.Repeat("[", 998) + strings.Repeat("]", 998) + `}}`
 	w.send(t, "["+deep+"]")
@@ -363,6 +369,7 @@ func TestFloodAfterTheEnd(t *testing.T) {
 // original descriptor, shared with whoever else holds the stream (a
 // terminal's shell, stderr), keeps its blocking mode.
 func TestPollableKeepsTheOriginalBlocking(t *testing.T) {
+	t.Parallel()
 	var fds [2]int
 	require.NoError(t, syscall.Pipe(fds[:]))
 	r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")

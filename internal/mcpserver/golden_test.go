@@ -31,6 +31,7 @@ var update = flag.Bool("update", false, "rewrite the server part of testdata/con
 // string ("test"), the tool list is sorted by name and schemas keep their
 // properties in declaration order.
 func TestGoldenTranscripts(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("testdata", "conformance", "*.txtar"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)

@@ -18,6 +18,7 @@ import (
 // process group's CPU time never moves here), its summary saying so;
 // get_task has the health and its evidence. The task goes on running.
 func TestWaitEndsOnAStall(t *testing.T) {
+	t.Parallel()
 	clock := tasktest.NewClock()
 	r := newClockRig(t, hostProtocol, func(c *task.Config) { c.Clock, c.StallAfter = clock, time.Minute })
 	a, _ := r.spawn(t, nil)
@@ -45,6 +46,7 @@ func TestWaitEndsOnAStall(t *testing.T) {
 // says so in wait_tasks' description and its schema, and keeps a wait up
 // to it (progress reports the whole timeout asked for, not 300).
 func TestMaxWaitRaised(t *testing.T) {
+	t.Parallel()
 	r := newClockRig(t, hostProtocol, func(c *task.Config) { c.MaxWait = time.Hour })
 	tools, err := r.cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)

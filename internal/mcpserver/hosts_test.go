@@ -21,6 +21,7 @@ func (h fixedHosts) ListHosts(context.Context) ([]ledger.Host, error) { return h
 // list_hosts returns what the service's hosts say, as JSON the output
 // schema describes; without hosts, an empty list.
 func TestListHosts(t *testing.T) {
+	t.Parallel()
 	v := "1.2.3"
 	seen := time.Date(2026, 12, 2, 3, 4, 5, 600e6, time.UTC)
 	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: tasktest.New(), Workspace: t.TempDir(),

@@ -69,6 +69,7 @@ func (p integerProperty) key() string {
 // service (issue 30: after_seq = 2^63-1 was refused quoting a maximum
 // the handler never had).
 func TestIntegerBoundsAgree(t *testing.T) {
+	t.Parallel()
 	props := goldenIntegers(t)
 	var keys []string
 	for _, p := range props {
@@ -247,6 +248,7 @@ func (s *schemaNode) integers(tool string, path []string, out []integerProperty)
 // number past int64 is a cursor past the end (an empty page) or a limit
 // clamped, not a malformed parameter.
 func TestEventsResourceLargeNumbers(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, _ := l.spawn(t, nil)
 	var page map[string]any

@@ -73,6 +73,7 @@ func writeStep(path, content string) map[string]any {
 }
 
 func TestWorktreeTaskRecordAndDiff(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n", "sub/b.txt": "b\n"})
@@ -101,6 +102,7 @@ func TestWorktreeTaskRecordAndDiff(t *testing.T) {
 }
 
 func TestWorktreeOverlaps(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"shared.txt": "s\n", "other.txt": "o\n"})
@@ -135,6 +137,7 @@ func TestWorktreeOverlaps(t *testing.T) {
 }
 
 func TestWorktreeBaseRef(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -159,6 +162,7 @@ func TestWorktreeBaseRef(t *testing.T) {
 }
 
 func TestWorktreeBadInputs(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -208,6 +212,7 @@ func countTasks(t *testing.T, r *rig) int {
 }
 
 func TestWorktreeDiffFailureKeepsTheOutcome(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"a.txt": "a\n"})
@@ -225,6 +230,7 @@ func TestWorktreeDiffFailureKeepsTheOutcome(t *testing.T) {
 }
 
 func TestWorktreeOverlapsOfTasksEndingTogether(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	r := newRig(t, rigOptions{git: g})
 	repo := g.repo(t, map[string]string{"shared.txt": "s\n"})

@@ -147,6 +147,7 @@ func eventTypes(events []any) []string {
 func zero() *int { z := 0; return &z }
 
 func TestToolsList(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	res, err := l.cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
@@ -176,6 +177,7 @@ func TestToolsList(t *testing.T) {
 }
 
 func TestErrorCodes(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	file := l.ws + "/file"
 	require.NoError(t, writeFile(file))
@@ -213,6 +215,7 @@ func TestErrorCodes(t *testing.T) {
 }
 
 func TestSchemaRejections(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	for name, c := range map[string]struct {
 		tool string
@@ -237,6 +240,7 @@ func TestSchemaRejections(t *testing.T) {
 }
 
 func TestTaskLifecycle(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, run := l.spawn(t, map[string]any{"allow": []string{"read"}, "initiator_id": "me", "executor_id": "them"})
 
@@ -301,6 +305,7 @@ func TestTaskLifecycle(t *testing.T) {
 // the service in internal/task.
 
 func TestPagingThroughMCP(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
@@ -362,6 +367,7 @@ func TestPagingThroughMCP(t *testing.T) {
 }
 
 func TestPagesStayBounded(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
@@ -389,6 +395,7 @@ func TestPagesStayBounded(t *testing.T) {
 }
 
 func TestWaitTasks(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	a, _ := l.spawn(t, nil)
 	b, runB := l.spawn(t, nil)
@@ -418,6 +425,7 @@ func TestWaitTasks(t *testing.T) {
 }
 
 func TestListNewestFirst(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	var ids []string
 	for range 5 {
@@ -436,6 +444,7 @@ func TestListNewestFirst(t *testing.T) {
 }
 
 func TestConcurrentCallers(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	var wg sync.WaitGroup
 	ids := make(chan string, 64)

@@ -28,6 +28,7 @@ const outputSchemasFile = "outputschemas_gen.go"
 // (go test ./internal/mcpserver -run TestGeneratedOutputSchemas -update),
 // then review the golden tools/list transcript it changes.
 func TestGeneratedOutputSchemas(t *testing.T) {
+	t.Parallel()
 	want := generateOutputSchemas(t)
 	if *update {
 		require.NoError(t, os.WriteFile(outputSchemasFile, want, 0o644))

@@ -28,6 +28,7 @@ const protocol2026 = "2026-07-28"
 // TestResourceList: every live task, then the newest 100 finished ones,
 // each as its task record's URI.
 func TestResourceList(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	var finished, live []string
 	for range ListedFinished + 3 {
@@ -91,6 +92,7 @@ func asJSON(t *testing.T, v any) string {
 // a URI that names no task, or parameters the tool would refuse, are
 // clear errors.
 func TestResourceRead(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
@@ -197,6 +199,7 @@ func (r *clockRig) subscribe(t *testing.T, version, uri string) {
 // UpdateInterval whatever the changes within it; unsubscribing ends them;
 // on both protocol generations.
 func TestSubscriptions(t *testing.T) {
+	t.Parallel()
 	for _, version := range []string{hostProtocol, protocol2026} {
 		t.Run(version, func(t *testing.T) {
 			r := newClockRig(t, version)
@@ -250,6 +253,7 @@ func TestSubscriptions(t *testing.T) {
 
 // TestSubscribeErrors: a subscription names a task resource that exists.
 func TestSubscribeErrors(t *testing.T) {
+	t.Parallel()
 	r := newClockRig(t, hostProtocol)
 	id, _ := r.spawn(t, nil)
 	for uri, msg := range map[string]string{
@@ -312,6 +316,7 @@ func (r *clockRig) subscribe2(t *testing.T, version, uri string) {
 // server; each subscribed session is told of a change once per interval,
 // and the watcher ends with the last session subscribed.
 func TestSubscriptionsOverHTTP(t *testing.T) {
+	t.Parallel()
 	sup := tasktest.New()
 	svc := task.New(task.Config{Store: store.New(), Agents: agents.Default(), Supervisor: sup, Workspace: t.TempDir()})
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })

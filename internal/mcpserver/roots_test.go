@@ -38,6 +38,7 @@ func refusedOutside(t *testing.T, msg, root string) {
 }
 
 func TestWorkspaceRootsRefuse(t *testing.T) {
+	t.Parallel()
 	base := resolvedTemp(t)
 	root, evil := filepath.Join(base, "root"), filepath.Join(base, "rootevil")
 	outside := resolvedTemp(t)
@@ -99,6 +100,7 @@ func TestWorkspaceRootsRefuse(t *testing.T) {
 }
 
 func TestWorkspaceRootsWorktreeRepository(t *testing.T) {
+	t.Parallel()
 	g := newGitSetup(t)
 	outsideRepo := g.repo(t, map[string]string{"sub/a.txt": "a\n"})
 	root := resolvedTemp(t)
@@ -139,6 +141,7 @@ func TestWorkspaceRootsWorktreeRepository(t *testing.T) {
 
 // Without roots, Symm's meaning: any directory, kept as given.
 func TestWorkspaceRootsNoneByDefault(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	dir := resolvedTemp(t)
 	link := filepath.Join(resolvedTemp(t), "link")

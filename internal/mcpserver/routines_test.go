@@ -36,6 +36,7 @@ func routineRig(t *testing.T) (*rig, *routine.Scheduler) {
 }
 
 func TestRoutineToolsOnlyForTheDaemon(t *testing.T) {
+	t.Parallel()
 	r, sched := routineRig(t)
 	plain, err := r.cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
@@ -57,6 +58,7 @@ func TestRoutineToolsOnlyForTheDaemon(t *testing.T) {
 }
 
 func TestARoutineRunIsAnOrdinaryTask(t *testing.T) {
+	t.Parallel()
 	r, sched := routineRig(t)
 	cs, end := connectShared(t, routineFront{r.svc, sched})
 	defer end()
@@ -99,6 +101,7 @@ func TestARoutineRunIsAnOrdinaryTask(t *testing.T) {
 }
 
 func TestBadRoutineArgumentsAreRefused(t *testing.T) {
+	t.Parallel()
 	r, sched := routineRig(t)
 	cs, end := connectShared(t, routineFront{r.svc, sched})
 	defer end()

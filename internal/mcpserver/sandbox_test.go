@@ -40,6 +40,7 @@ func escapeScript(outside, secret string) string {
 // of ~/.ssh (the agent sees EACCES, as its own error); with "off" both
 // happen, as before. The record shows the confinement.
 func TestSandboxConfinesTheAgent(t *testing.T) {
+	t.Parallel()
 	r, home := sandboxRig(t, sandbox.Off)
 	secret := filepath.Join(home, ".ssh", "id_test")
 
@@ -97,6 +98,7 @@ func TestSandboxConfinesTheAgent(t *testing.T) {
 // (cline's local backend) is set under a sandbox only; and an agent that
 // serves itself on a port (opencode) gets one of its own, reachable.
 func TestSandboxAgentEnv(t *testing.T) {
+	t.Parallel()
 	r, home := sandboxRig(t, sandbox.Off)
 	state := filepath.Join(home, ".fake")
 	steps := testrig.Script(map[string]any{"env": "FAKE_STATE_DIR"}, map[string]any{"env": "FAKE_BACKEND"}, writeStep(filepath.Join(state, "s.json"), "{}"),
@@ -132,6 +134,7 @@ func TestSandboxAgentEnv(t *testing.T) {
 // mode; an unknown mode is invalid_request naming it, in spawn_task,
 // spawn_tasks and send_task, and nothing starts.
 func TestSandboxDefaultAndFollowUps(t *testing.T) {
+	t.Parallel()
 	r, home := sandboxRig(t, sandbox.Workspace)
 	secret := filepath.Join(home, ".ssh", "id_test")
 	outside := filepath.Join(t.TempDir(), "escaped.txt")
@@ -173,6 +176,7 @@ func TestSandboxDefaultAndFollowUps(t *testing.T) {
 // confined; a workspace that would open the home cannot be confined, and
 // says why; the agent is still described.
 func TestDescribeAgentReportsTheSandbox(t *testing.T) {
+	t.Parallel()
 	r, home := sandboxRig(t, sandbox.Workspace)
 	ws := t.TempDir()
 	d := call(t, r.cs, "describe_agent", map[string]any{"agent": "fake", "workspace": ws})

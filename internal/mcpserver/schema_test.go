@@ -23,6 +23,7 @@ import (
 // MCP TypeScript SDK, and every host built on it, rejects the whole list
 // for one.
 func TestNoBooleanSchemas(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	res, err := l.cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
@@ -44,6 +45,7 @@ func TestNoBooleanSchemas(t *testing.T) {
 // TestNonObjectSchemasFindsEveryPlace proves the walker above looks at
 // every place a JSON Schema 2020-12 keyword holds a subschema.
 func TestNonObjectSchemasFindsEveryPlace(t *testing.T) {
+	t.Parallel()
 	const doc = `{"type":"object","properties":{"a":true,"b":{"items":true},"c":{"enum":[true],"const":false,"default":true}},
 		"patternProperties":{"^x":true},"$defs":{"d":false},"dependentSchemas":{"e":true},
 		"allOf":[true],"anyOf":[{"not":true}],"oneOf":[true],"prefixItems":[true],
@@ -126,6 +128,7 @@ func schemaList(list []any, path string) []string {
 // field that describeRawJSON does not describe cannot be registered, so
 // a new field cannot bring the boolean schema back.
 func TestUndescribedRawJSONIsRefused(t *testing.T) {
+	t.Parallel()
 	type out struct {
 		Known  string                          `json:"known"`
 		Nested struct{ Raw []json.RawMessage } `json:"nested"`
@@ -149,6 +152,7 @@ func TestUndescribedRawJSONIsRefused(t *testing.T) {
 // the ledger stores, the describe_agent schema of what the Service
 // describes.
 func TestOutputSchemasHoldWhatIsStored(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	usage := map[string]any{"usage": map[string]any{"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}}
@@ -197,6 +201,7 @@ func TestOutputSchemasHoldWhatIsStored(t *testing.T) {
 // TestUndeclaredCapabilities: methods of a capability the server does not
 // declare are not found, rather than answered with empty lists.
 func TestUndeclaredCapabilities(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	init := l.cs.InitializeResult()
 	require.NotNil(t, init)

@@ -12,6 +12,7 @@ import (
 // TestListTasksFiltersOverMCP: list_tasks' filters are lists, page with
 // the cursor, and a status that no task can have is invalid_request.
 func TestListTasksFiltersOverMCP(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	a, _ := l.spawn(t, map[string]any{"initiator_id": "alice"})
 	b, _ := l.spawn(t, map[string]any{"initiator_id": "bob"})
@@ -47,6 +48,7 @@ func TestListTasksFiltersOverMCP(t *testing.T) {
 // task (also from another connection and at once), and the key reused
 // with other arguments is invalid_request.
 func TestSpawnIdempotencyKeyOverMCP(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, _ := l.spawn(t, map[string]any{"idempotency_key": "retry-1"})
 	other := connect(t, l.svc)

@@ -29,6 +29,7 @@ const trickyText = "quote \" backslash \\ slash / tab \t newline \n cr \r nul \x
 // version the SDK speaks (2026-07-28 adds server info to each result's
 // _meta after the splicer has run).
 func TestSplicedRepliesMatchTheSDKs(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, run := l.spawn(t, map[string]any{"prompt": trickyText, "initiator_id": trickyText})
 	sink := run.Sink.(acpsession.Sink)
@@ -112,6 +113,7 @@ func connectInMemory(t *testing.T, svc Service, version string) *mcp.ClientSessi
 // allows: the replies come back as one array line, each with its own
 // page written in.
 func TestSplicedBatch(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
@@ -161,6 +163,7 @@ type failingWriter struct{ err error }
 func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
 
 func TestSplicerWrite(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	s := newSplicer(&out)
 	page := json.RawMessage(`{"events":[{"text":"a \"b\" <c>\n"}],"cursor":3}`)
@@ -244,6 +247,7 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func TestSplicerMiddleware(t *testing.T) {
+	t.Parallel()
 	s := newSplicer(discard{})
 	page := json.RawMessage(`{"tasks":[]}`)
 	reply := func(r *mcp.CallToolResult) mcp.MethodHandler {

@@ -34,6 +34,7 @@ func BenchmarkNew(b *testing.B) {
 // them first; a client that never sends the notification still gets
 // every tool, with its output schema.
 func TestToolsWithoutInitializedNotification(t *testing.T) {
+	t.Parallel()
 	l := newLedger(t)
 	in, out := servePipes(t, l.svc)
 	w := &wire{in: in, out: bufio.NewReaderSize(out, 1<<20)}

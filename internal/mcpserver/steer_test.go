@@ -84,6 +84,7 @@ func steerRequests(t *testing.T, ws string) []map[string]any {
 func msgStep(text string) map[string]any { return map[string]any{"message": text} }
 
 func TestSteerIntoRunningTurn(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
 	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
@@ -148,20 +149,24 @@ func steerFallsBack(t *testing.T, cfg map[string]any, wantSteerRequests int) {
 }
 
 func TestSteerQueuedWithoutOffer(t *testing.T) {
+	t.Parallel()
 	// As copilot, cline and opencode: no offer, so no steer is sent.
 	steerFallsBack(t, map[string]any{}, 0)
 }
 
 func TestSteerQueuedOnPromptRequired(t *testing.T) {
+	t.Parallel()
 	// The turn ended as far as the agent knows: it did not take the message.
 	steerFallsBack(t, map[string]any{"steering": map[string]any{"outcome": "promptRequired"}}, 1)
 }
 
 func TestSteerQueuedOnFailed(t *testing.T) {
+	t.Parallel()
 	steerFallsBack(t, map[string]any{"steering": map[string]any{"outcome": "failed"}}, 1)
 }
 
 func TestSteerQueuedOnError(t *testing.T) {
+	t.Parallel()
 	steerFallsBack(t, map[string]any{
 		"steering": map[string]any{},
 		"fail_in":  map[string]any{"_session/steering": "steering broke"},
@@ -169,6 +174,7 @@ func TestSteerQueuedOnError(t *testing.T) {
 }
 
 func TestSteerWithoutRunningTurn(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
 	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(msgStep("first")), "keep_alive": true})
@@ -189,6 +195,7 @@ func TestSteerWithoutRunningTurn(t *testing.T) {
 }
 
 func TestSteerWithInterruptInvalid(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
 	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(msgStep("first"))})
@@ -205,6 +212,7 @@ func TestSteerWithInterruptInvalid(t *testing.T) {
 // a task that has ended: it is left as it ended, with no error, and the
 // process serves the next follow-up.
 func TestSteeredTurnTail(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
 	gate := filepath.Join(t.TempDir(), "tail")
@@ -244,6 +252,7 @@ func TestSteeredTurnTail(t *testing.T) {
 }
 
 func TestSteerQueuedBehindTurnOfAgentThatCloses(t *testing.T) {
+	t.Parallel()
 	// As copilot: session/close offered. The turn was spawned without
 	// keep_alive, so its session is closed when its process ends, and not
 	// before the follow-up queued behind it has run on that process.

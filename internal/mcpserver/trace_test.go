@@ -63,6 +63,7 @@ func exchange(t *testing.T, w io.Writer, r *bufio.Reader, line string) string {
 // written, with the client's id as sent, its method and the time from its
 // line read to its reply written; a long id is not copied into the log.
 func TestTraceLogsEachRequestAnswered(t *testing.T) {
+	t.Parallel()
 	w, r, logs := tracedSession(t, slog.LevelDebug)
 	exchange(t, w, r, `{"jsonrpc":"2.0","id":"init-1","method":"initialize","params":{"protocolVersion":"`+hostProtocol+`","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	_, err := io.WriteString(w, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
@@ -108,6 +109,7 @@ func answeredLines(logs string) []string {
 // log; one that traces hands each answered request over with its method
 // and the time its line was read.
 func TestTraceOnlyWhenTraced(t *testing.T) {
+	t.Parallel()
 	for _, traced := range []bool{false, true} {
 		f := newFraming(io.Discard, func([]byte) error { return nil })
 		if traced {

@@ -127,6 +127,7 @@ func result(t *testing.T, c <-chan *mcp.CallToolResult) *mcp.CallToolResult {
 // notification at every ProgressInterval, saying how many tasks finished
 // and what the others do; each reports more progress than the last.
 func TestWaitProgress(t *testing.T) {
+	t.Parallel()
 	r := newClockRig(t, hostProtocol)
 	a, runA := r.spawn(t, nil)
 	b, runB := r.spawn(t, map[string]any{"agent": "claude_code"})
@@ -161,6 +162,7 @@ func TestWaitProgress(t *testing.T) {
 // TestWaitProgressMessage: what a progress message says of tasks starting,
 // finished and beyond the first three.
 func TestWaitProgressMessage(t *testing.T) {
+	t.Parallel()
 	r := newClockRig(t, hostProtocol)
 	var ids []string
 	var runs []*tasktest.Run
@@ -179,6 +181,7 @@ func TestWaitProgressMessage(t *testing.T) {
 
 // TestWaitWithoutProgressToken: no token, no ticker and no notification.
 func TestWaitWithoutProgressToken(t *testing.T) {
+	t.Parallel()
 	r := newClockRig(t, hostProtocol)
 	a, _ := r.spawn(t, nil)
 	res := result(t, r.waitCall(t, nil, map[string]any{"task_ids": []string{a}, "timeout_seconds": 0}))

@@ -15,12 +15,23 @@ type Hosts interface {
 	ListHosts(ctx context.Context) ([]ledger.Host, error)
 }
 
+// HostsHere is Hosts whose list is this server itself (a server without
+// a cluster): the service hands it its live task count, so that it needs
+// nothing of the service it is built into.
+type HostsHere interface {
+	ListHostsHere(ctx context.Context, liveTasks int) ([]ledger.Host, error)
+}
+
 // ListHosts returns the live hosts.
 func (s *Service) ListHosts(ctx context.Context) ([]ledger.Host, error) {
-	if s.cfg.Hosts == nil {
+	switch h := s.cfg.Hosts.(type) {
+	case nil:
 		return []ledger.Host{}, nil
+	case HostsHere:
+		return h.ListHostsHere(ctx, s.LiveTasks())
+	default:
+		return h.ListHosts(ctx)
 	}
-	return s.cfg.Hosts.ListHosts(ctx)
 }
 
 // lookupShared is lookup, extended to the tasks of other hosts that a

@@ -44,7 +44,19 @@ const (
 // last element of its package's path. Without the race detector: these are
 // separate processes, and a small binary starts in milliseconds.
 func Build(ctx context.Context, dir string, pkgs ...string) error {
-	args := append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)
+	return goBuild(ctx, dir, nil, pkgs)
+}
+
+// BuildRace is Build with the race detector: for the programs under test,
+// and for helpers whose packages a race-built test compiles anyway (from
+// a cold cache, a build without -race compiles them a second time: 44.5 s
+// of CPU for the NATS cluster helper and the sandbox's pre-exec step).
+func BuildRace(ctx context.Context, dir string, pkgs ...string) error {
+	return goBuild(ctx, dir, []string{"-race"}, pkgs)
+}
+
+func goBuild(ctx context.Context, dir string, flags, pkgs []string) error {
+	args := append(append(append([]string{"build"}, flags...), "-o", dir+string(filepath.Separator)), pkgs...)
 	out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/symm-mcp/symm-mcp/internal/agents"
@@ -15,14 +14,15 @@ import (
 )
 
 // OneHost is list_hosts without a cluster: the machine this server runs
-// on.
+// on. The service it is built into hands it its live task count
+// (task.HostsHere).
 type OneHost struct {
 	name string
 	// agents are looked up at the first list_hosts, not at every start.
 	agents func() []ledger.HostAgent
-	// Svc is the service whose live tasks it counts, stored once built.
-	Svc atomic.Pointer[task.Service]
 }
+
+var _ task.HostsHere = (*OneHost)(nil)
 
 // NewOneHost is this machine, its agents looked up on env's PATH.
 func NewOneHost(env []string) *OneHost {
@@ -30,13 +30,16 @@ func NewOneHost(env []string) *OneHost {
 	return &OneHost{name: name, agents: sync.OnceValue(func() []ledger.HostAgent { return AgentsOnPath(env) })}
 }
 
-// ListHosts answers list_hosts: this machine alone.
-func (h *OneHost) ListHosts(context.Context) ([]ledger.Host, error) {
-	live := 0
-	if s := h.Svc.Load(); s != nil {
-		live = s.LiveTasks()
-	}
-	return []ledger.Host{{Name: h.name, Version: version.String(), Agents: h.agents(), LiveTasks: live, LastSeen: ledger.Time{Time: time.Now()}}}, nil
+// ListHostsHere answers list_hosts: this machine alone, running
+// liveTasks.
+func (h *OneHost) ListHostsHere(_ context.Context, liveTasks int) ([]ledger.Host, error) {
+	return []ledger.Host{{Name: h.name, Version: version.String(), Agents: h.agents(), LiveTasks: liveTasks, LastSeen: ledger.Time{Time: time.Now()}}}, nil
+}
+
+// ListHosts is this machine with no live task: the service calls
+// ListHostsHere.
+func (h *OneHost) ListHosts(ctx context.Context) ([]ledger.Host, error) {
+	return h.ListHostsHere(ctx, 0)
 }
 
 // AgentsOnPath lists the registered agents whose executables are on the
