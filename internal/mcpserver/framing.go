@@ -66,8 +66,8 @@ type framing struct {
 	// conn, when not nil, is the SDK's connection: a request decoded on
 	// the common path is handed to it as decoded, anything else is
 	// queued there as a line to read from toSDK, in the order read.
-	conn *sdkConn
-	reply   func(p []byte) error   // writes one line to the client, past the id mapping
+	conn  *sdkConn
+	reply func(p []byte) error // writes one line to the client, past the id mapping
 
 	// trace, when not nil, gets a debug line for each request answered:
 	// its id, method and the time from reading its line to writing its
@@ -303,7 +303,7 @@ type envelope struct {
 // see (wire; nil for none) and our id for a request, or the error to
 // answer it with (reason, code, naming id).
 type message struct {
-	wire   []byte
+	wire []byte
 	// msg is wire as the SDK decodes it, for a request read on the
 	// common path (nil otherwise).
 	msg    jsonrpc.Message

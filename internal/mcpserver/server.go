@@ -386,7 +386,7 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	close(f.done)
 	f.conn.endInput() // the SDK reads EOF and ends the session
 	_ = feed.Close()
-	_ = in.Close()   // a pump still reading stops
+	_ = in.Close() // a pump still reading stops
 	if !readDone {
 		<-read
 	}
