@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"io"
+	"runtime"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -49,7 +50,7 @@ type sdkItem struct {
 // sets; the framing may queue before that.
 func newSDKConn() *sdkConn {
 	return &sdkConn{
-		queue:  make(chan sdkItem, 1),
+		queue:  make(chan sdkItem),
 		eof:    make(chan struct{}),
 		closed: make(chan struct{}),
 	}
@@ -60,6 +61,13 @@ func newSDKConn() *sdkConn {
 func (c *sdkConn) put(it sdkItem) error {
 	select {
 	case c.queue <- it:
+		// The pump yields to the SDK's reader, which the send made the
+		// next to run on this CPU, as the blocking write to the pipe
+		// made it before: going on to read the client's next line first
+		// let the agents' readers run ahead of the call (64 tasks
+		// streaming: get_task p50 1.68× without the yield, 1.16× with;
+		// intent 0008).
+		runtime.Gosched()
 		return nil
 	case <-c.closed:
 		return io.ErrClosedPipe
@@ -116,6 +124,9 @@ func (c *sdkConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 
 func (c *sdkConn) Close() error {
 	c.closeOnce.Do(func() { close(c.closed) })
+	if c.inner == nil { // never connected
+		return nil
+	}
 	return c.inner.Close()
 }
 
