@@ -63,7 +63,11 @@ type framing struct {
 	closing atomic.Bool            // the session is ending: requests read now are refused
 	done    chan struct{}          // closed when the session is over: nothing waits for room
 	toSDK   io.Writer              // the pipe the SDK reads
-	reply   func(p []byte) error   // writes one line to the client, past the id mapping
+	// conn, when not nil, is the SDK's connection: a request decoded on
+	// the common path is handed to it as decoded, anything else is
+	// queued there as a line to read from toSDK, in the order read.
+	conn  *sdkConn
+	reply func(p []byte) error // writes one line to the client, past the id mapping
 
 	// trace, when not nil, gets a debug line for each request answered:
 	// its id, method and the time from reading its line to writing its
@@ -206,7 +210,7 @@ func (f *framing) handle(line []byte) error {
 			f.refuse(m.id, codeShuttingDown, "the server is shutting down")
 			return nil
 		}
-		return f.forward(m.wire)
+		return f.send(m)
 	case '[':
 		return f.batch(line)
 	default:
@@ -275,14 +279,14 @@ func (f *framing) batch(line []byte) error {
 		}
 	}
 	for _, n := range notes {
-		if err := f.forward(n); err != nil {
+		if err := f.send(message{wire: n}); err != nil {
 			return err
 		}
 	}
 	if len(out) == 1 {
 		return nil // no request: nothing to answer
 	}
-	return f.forward(append(out, ']'))
+	return f.forwardLine(append(out, ']'), len(added))
 }
 
 // envelope is a JSON-RPC message's members.
@@ -299,7 +303,10 @@ type envelope struct {
 // see (wire; nil for none) and our id for a request, or the error to
 // answer it with (reason, code, naming id).
 type message struct {
-	wire   []byte
+	wire []byte
+	// msg is wire as the SDK decodes it, for a request read on the
+	// common path (nil otherwise).
+	msg    jsonrpc.Message
 	ours   int64
 	id     json.RawMessage
 	code   int
@@ -314,6 +321,10 @@ type message struct {
 // decoding of replies (case-sensitive keys, typed errors) would end the
 // connection on one it cannot read.
 func (f *framing) message(line []byte) message {
+	// The commonest case, a request in the plainest form, is read in place.
+	if theirs, method, params, ok := plainRequest(line); ok {
+		return f.request(theirs, method, params)
+	}
 	// The common case, a well-formed request, costs one decoding by the
 	// SDK's own decoder (the last word on what it takes) and a look at the
 	// first members for the id as sent.
@@ -338,6 +349,99 @@ func (f *framing) message(line []byte) message {
 	return f.classify(line)
 }
 
+// plainRequest reads a request in the plainest form, in place: one
+// object of the members jsonrpc ("2.0"), id (a string, or an integer of
+// at most 15 digits), method and optionally params (an object), each once
+// and each key and string without escapes, no byte over 0x7f, nested
+// within the SDK's bound, nothing after it. Such a line is what
+// jsonrpc.DecodeMessage (and findID) read the same request from, at the
+// cost of two decodings into fresh 32 KiB buffers (intent 0008, issue 33;
+// TestPlainRequestAgreesWithSDK and FuzzPlainRequest hold the two to the
+// same reading). Anything else is left to that path: ok is false.
+func plainRequest(line []byte) (theirs json.RawMessage, method string, params json.RawMessage, ok bool) {
+	for _, b := range line {
+		if b >= 0x80 {
+			return nil, "", nil, false
+		}
+	}
+	sc := jsonscan.Scanner{Buf: line, MaxDepth: maxDepth - 1} // params nest inside the line's object
+	var seen [4]bool
+	m := sc.Members()
+	for m.Next() {
+		if m.KeyClass != jsonscan.Plain {
+			return nil, "", nil, false
+		}
+		var k int
+		switch string(m.Key) {
+		case `"jsonrpc"`:
+			tok, c, ok := sc.Str()
+			if !ok || c != jsonscan.Plain || string(tok) != `"2.0"` {
+				return nil, "", nil, false
+			}
+			k = 0
+		case `"id"`:
+			sc.Space()
+			raw, ok := sc.Raw()
+			if !ok || !plainID(raw) {
+				return nil, "", nil, false
+			}
+			theirs, k = raw, 1
+		case `"method"`:
+			tok, c, ok := sc.Str()
+			if !ok || c != jsonscan.Plain {
+				return nil, "", nil, false
+			}
+			method, k = string(tok[1:len(tok)-1]), 2
+		case `"params"`:
+			if sc.Peek() != '{' {
+				return nil, "", nil, false
+			}
+			raw, ok := sc.Raw()
+			if !ok {
+				return nil, "", nil, false
+			}
+			params, k = raw, 3
+		default:
+			return nil, "", nil, false
+		}
+		if seen[k] {
+			return nil, "", nil, false
+		}
+		seen[k] = true
+	}
+	sc.Space()
+	if m.Bad || sc.Pos != len(line) || !seen[0] || !seen[1] || !seen[2] {
+		return nil, "", nil, false
+	}
+	return theirs, method, params, true
+}
+
+// plainID: a string of printable ASCII without escapes, or an integer of
+// at most 15 digits (exact as the float64 the SDK decodes it into).
+func plainID(raw []byte) bool {
+	if raw[0] == '"' {
+		for _, b := range raw[1 : len(raw)-1] {
+			if b < 0x20 || b == '\\' {
+				return false
+			}
+		}
+		return true
+	}
+	digits := raw
+	if digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 15 {
+		return false
+	}
+	for _, b := range digits {
+		if b < '0' || b > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // request builds a request for the SDK with an id of ours.
 func (f *framing) request(theirs json.RawMessage, method string, params json.RawMessage) message {
 	name, err := json.Marshal(method)
@@ -351,11 +455,24 @@ func (f *framing) request(theirs json.RawMessage, method string, params json.Raw
 	out = strconv.AppendInt(out, ours, 10)
 	out = append(out, `,"method":`...)
 	out = append(out, name...)
+	at := len(out)
 	if len(params) > 0 {
 		out = append(out, `,"params":`...)
+		at = len(out)
 		out = append(out, params...)
 	}
-	return message{wire: append(out, '}'), ours: ours, id: theirs}
+	out = append(out, '}')
+	// What the SDK would decode from out: our id, the method, the params
+	// as they are in out (a copy: the line's buffer is read into again).
+	id, err := jsonrpc.MakeID(float64(ours))
+	if err != nil || bytes.Equal(params, nullID) { // null params: left to the SDK's decoding
+		return message{wire: out, ours: ours, id: theirs}
+	}
+	req := &jsonrpc.Request{ID: id, Method: method}
+	if len(params) > 0 {
+		req.Params = json.RawMessage(out[at : at+len(params) : at+len(params)])
+	}
+	return message{wire: out, msg: req, ours: ours, id: theirs}
 }
 
 // classify is message's slow path, for what the SDK's decoder refused or
@@ -540,6 +657,27 @@ func (f *framing) drop(n int64) {
 	}
 	close(f.changed)
 	f.changed = make(chan struct{})
+}
+
+// send hands one message to the SDK: decoded when the framing has the
+// SDK's connection and the message's decoding, else as a line.
+func (f *framing) send(m message) error {
+	if f.conn != nil && m.msg != nil {
+		return f.conn.put(sdkItem{msg: m.msg})
+	}
+	return f.forwardLine(m.wire, 1)
+}
+
+// forwardLine writes a line of n messages (a batch's requests, or one
+// message) to the pipe the SDK reads; with the SDK's connection, it first
+// queues the line's place among the messages handed on decoded.
+func (f *framing) forwardLine(line []byte, n int) error {
+	if f.conn != nil {
+		if err := f.conn.put(sdkItem{batch: n}); err != nil {
+			return err
+		}
+	}
+	return f.forward(line)
 }
 
 func (f *framing) forward(msg []byte) error {

@@ -299,6 +299,7 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 		_, err := sp.Write(p)
 		return err
 	})
+	f.conn = newSDKConn()
 	if opts.trace != nil && opts.trace.Enabled(ctx, slog.LevelDebug) {
 		f.trace = opts.trace
 	}
@@ -358,7 +359,7 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	defer cancelSDK()
 	wg.Go(func() {
 		defer close(ran)
-		_ = s.Run(sdkCtx, &mcp.IOTransport{Reader: sdkIn, Writer: sdkWriter{f, sp}, MaxLineLength: -1})
+		_ = s.Run(sdkCtx, &sdkTransport{io: mcp.IOTransport{Reader: sdkIn, Writer: sdkWriter{f, sp}, MaxLineLength: -1}, conn: f.conn})
 	})
 	read := make(chan error, 1)
 	wg.Go(func() {
@@ -390,8 +391,9 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	awaitAnswers(sctx, f, client, ran)
 
 	close(f.done)
-	_ = feed.Close() // the SDK reads EOF and ends the session
-	_ = in.Close()   // a pump still reading stops
+	f.conn.endInput() // the SDK reads EOF and ends the session
+	_ = feed.Close()
+	_ = in.Close() // a pump still reading stops
 	if !readDone {
 		<-read
 	}

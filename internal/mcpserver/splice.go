@@ -34,6 +34,14 @@ type splicer struct {
 	next     uint64
 	payloads map[uint64]json.RawMessage
 	buf      []byte
+	// spare is a reply buffer already written, kept for the next reply
+	// built for this splicer (replyBuffer): paging a log then allocates no
+	// new buffer per page (issue 33). lent is the first byte of the last
+	// buffer replyBuffer handed out: only that one, once written, becomes
+	// spare (another payload may be bytes its handler does not own, such
+	// as stored JSON).
+	spare []byte
+	lent  *byte
 }
 
 func newSplicer(w io.Writer) *splicer {
@@ -55,7 +63,7 @@ func (s *splicer) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if method != "tools/call" {
 			return next(ctx, method, req)
 		}
-		res, err := next(context.WithValue(ctx, splicingKey{}, true), method, req)
+		res, err := next(context.WithValue(ctx, splicingKey{}, s), method, req)
 		if err != nil {
 			return res, err
 		}
@@ -76,15 +84,41 @@ func (s *splicer) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// splicingKey marks the context of a tools/call a splicer will write.
+// splicingKey marks the context of a tools/call a splicer will write; its
+// value is the *splicer.
 type splicingKey struct{}
 
 // spliced reports whether the splicer of ctx's session will write raw as
 // a reply's text block, so that the handler need not copy it into one.
 func spliced(ctx context.Context, raw json.RawMessage) bool {
-	on, _ := ctx.Value(splicingKey{}).(bool)
-	return on && spliceable(raw)
+	s, _ := ctx.Value(splicingKey{}).(*splicer)
+	return s != nil && spliceable(raw)
 }
+
+// replyBuffer returns an empty buffer of at least n bytes of room for a
+// reply built from stored JSON: the splicer's spare when ctx is a call it
+// writes and the spare is large enough, else a new one. The reply must be
+// returned to the splicer as the tool's result (or dropped): once written,
+// its buffer is the next spare.
+func replyBuffer(ctx context.Context, n int) []byte {
+	s, _ := ctx.Value(splicingKey{}).(*splicer)
+	if s == nil {
+		return make([]byte, 0, n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.spare
+	s.spare = nil
+	if cap(b) < max(n, 1) {
+		b = make([]byte, 0, max(n, 1))
+	}
+	s.lent = &b[:1][0]
+	return b[:0]
+}
+
+// maxSpare bounds the payload kept as spare: a page's (get_events' bound
+// is 1 MiB), not one outsized reply's.
+const maxSpare = 1 << 20
 
 // spliceable: written as it is, the JSON must not be empty or break the
 // line framing. Stored JSON never does; anything else is left to the SDK.
@@ -147,6 +181,9 @@ func (s *splicer) Write(p []byte) (int, error) {
 	}
 	out = append(out, p...)
 	for _, n := range used {
+		if b := s.payloads[n]; cap(b) > 0 && cap(b) <= maxSpare && &b[:1][0] == s.lent {
+			s.spare, s.lent = b[:0], nil
+		}
 		delete(s.payloads, n)
 	}
 	_, err := s.w.Write(out)

@@ -288,3 +288,42 @@ func TestSplicerMiddleware(t *testing.T) {
 	}
 	assert.Len(t, s.payloads, 1, "nothing else held")
 }
+
+// TestSplicerSpareBuffer: a reply buffer the splicer lent is, once
+// written, the next one it lends (paging allocates no buffer per page);
+// a payload it did not lend (stored JSON a handler returned) never is.
+func TestSplicerSpareBuffer(t *testing.T) {
+	var out bytes.Buffer
+	s := newSplicer(&out)
+	ctx := context.WithValue(context.Background(), splicingKey{}, s)
+	write := func(raw json.RawMessage) {
+		t.Helper()
+		stem := s.hold(raw)
+		out.Reset()
+		_, err := s.Write([]byte(`{"text":"` + stem + `t","s":"` + stem + `s"}`))
+		require.NoError(t, err)
+		text, _ := json.Marshal(string(raw))
+		assert.Equal(t, `{"text":`+string(text)+`,"s":`+string(raw)+`}`, out.String())
+	}
+
+	first := append(replyBuffer(ctx, 64), `{"page":1}`...)
+	write(first)
+	second := replyBuffer(ctx, 32)
+	assert.Same(t, &first[:1][0], &second[:1][0], "the written buffer is lent again")
+	second = append(second, `{"page":2}`...)
+	assert.Equal(t, `{"page":2}`, string(second))
+
+	stored := json.RawMessage(`{"stored":true}`)
+	write(stored)
+	write(second)
+	third := replyBuffer(ctx, 32)
+	assert.Same(t, &first[:1][0], &third[:1][0])
+	write(append(third, `{"page":3}`...))
+	assert.Equal(t, `{"stored":true}`, string(stored), "a payload the splicer did not lend is never written into")
+	other := append(replyBuffer(ctx, 32), `{"x":1}`...)
+	assert.NotSame(t, &stored[:1][0], &other[:1][0])
+
+	bigger := replyBuffer(ctx, 4096)
+	assert.GreaterOrEqual(t, cap(bigger), 4096, "a spare too small is replaced")
+	assert.Equal(t, 10, cap(replyBuffer(context.Background(), 10)), "a call no splicer writes gets a buffer of its own")
+}

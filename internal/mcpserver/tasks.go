@@ -173,14 +173,15 @@ var getEventsTool = toolDef[eventsArgs]{
 	output: reflect.TypeFor[eventsOut](),
 }
 
-func (h handlers) getEvents(_ context.Context, a eventsArgs) (json.RawMessage, error) {
+func (h handlers) getEvents(ctx context.Context, a eventsArgs) (json.RawMessage, error) {
 	p, err := h.svc.Events(task.EventsRequest{
 		TaskID: a.TaskID, AfterSeq: int64(a.AfterSeq), Limit: a.Limit.int(), EventTypes: a.EventTypes, MaxBytes: a.MaxBytes.int(),
 	})
 	if err != nil {
 		return nil, err
 	}
-	return eventsReply(p), nil
+	status := jsonValue(p.Status)
+	return appendEventsReply(replyBuffer(ctx, eventsReplySize(p, status)), p, status), nil
 }
 
 // eventsReply is a page of events as get_events and the events resource
@@ -188,11 +189,21 @@ func (h handlers) getEvents(_ context.Context, a eventsArgs) (json.RawMessage, e
 // reply's exact size (intent 0050).
 func eventsReply(p ledger.Page) json.RawMessage {
 	status := jsonValue(p.Status)
+	return appendEventsReply(make([]byte, 0, eventsReplySize(p, status)), p, status)
+}
+
+// eventsReplySize is the most bytes eventsReply writes for p, whose
+// status is status as JSON.
+func eventsReplySize(p ledger.Page, status []byte) int {
 	n := len(`{"cursor":,"has_more":false,"status":,"events":[]}`) + 20 + len(status) + len(p.Events)
 	for _, e := range p.Events {
 		n += len(e)
 	}
-	b := make([]byte, 0, n)
+	return n
+}
+
+// appendEventsReply appends eventsReply's bytes for p to b.
+func appendEventsReply(b []byte, p ledger.Page, status []byte) json.RawMessage {
 	b = append(b, `{"cursor":`...)
 	b = strconv.AppendInt(b, p.Cursor, 10)
 	b = append(b, `,"has_more":`...)

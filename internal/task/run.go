@@ -65,7 +65,11 @@ type taskRun struct {
 	kind    acpsession.TextKind
 	pending []byte
 	textBuf []byte // a text event's fields, reused
-	timer   *time.Timer
+	// timer flushes pending text FlushInterval after it began; armed says
+	// it runs. One timer, stopped and reset, for the run: a flush at each
+	// tool call made a new one per call (10,000 in a 100k-update turn).
+	timer *time.Timer
+	armed bool
 
 	dropped    ledger.Dropped // stderr the cap dropped, in all
 	reported   ledger.Dropped // as the last stderr_dropped event said
@@ -376,9 +380,9 @@ func textType(k acpsession.TextKind) string {
 // flushLocked records pending text as events of at most MaxTextEvent bytes,
 // cut at character boundaries.
 func (r *taskRun) flushLocked() {
-	if r.timer != nil {
+	if r.armed {
 		r.timer.Stop()
-		r.timer = nil
+		r.armed = false
 	}
 	for p := r.pending; len(p) > 0; {
 		n := min(len(p), MaxTextEvent)
@@ -426,8 +430,13 @@ func (r *taskRun) Text(kind acpsession.TextKind, text string) {
 	switch {
 	case len(r.pending) >= MaxTextEvent:
 		r.flushLocked()
-	case r.timer == nil && len(r.pending) > 0:
-		r.timer = time.AfterFunc(FlushInterval, r.Flush)
+	case !r.armed && len(r.pending) > 0:
+		if r.timer == nil {
+			r.timer = time.AfterFunc(FlushInterval, r.Flush)
+		} else {
+			r.timer.Reset(FlushInterval)
+		}
+		r.armed = true
 	}
 }
 

@@ -64,3 +64,37 @@ func TestTextEventsEncodedAsBefore(t *testing.T) {
 		require.Equal(t, want[i], `{"text":`+string(fields["text"])+`}`, "event %d", i)
 	}
 }
+
+// TestTextFlushedByItsTimerAfterAFlush: text left pending after a flush
+// (a tool call's) is still written by the run's one timer, reset, within
+// FlushInterval; nothing is written before it is due.
+func TestTextFlushedByItsTimerAfterAFlush(t *testing.T) {
+	t.Parallel()
+	st := store.New()
+	svc := New(Config{Store: st})
+	_, err := st.Create(ledger.NewTask{ID: "t", Agent: "codex", Workspace: "/w", Prompt: "p"}, time.Now())
+	require.NoError(t, err)
+	r := newTaskRun(svc, "t", nil)
+	texts := func() []string {
+		page, err := st.Events("t", ledger.Query{Limit: 100, MaxBytes: 1 << 20, Types: []string{"agent_message"}, MaxScan: 100})
+		require.NoError(t, err)
+		var out []string
+		for _, ev := range page.Events {
+			var f struct{ Text string }
+			require.NoError(t, json.Unmarshal(ev, &f))
+			out = append(out, f.Text)
+		}
+		return out
+	}
+
+	r.Text(acpsession.Message, "first")
+	require.NoError(t, r.ToolCall(false, json.RawMessage(`{"tool_call_id":"c1"}`)))
+	require.Equal(t, []string{"first"}, texts(), "a tool call flushes the text before it")
+	began := time.Now()
+	r.Text(acpsession.Message, "second")
+	r.Text(acpsession.Message, " and third")
+	require.Equal(t, []string{"first"}, texts(), "pending text waits for its timer")
+	require.Eventually(t, func() bool { return len(texts()) == 2 }, 10*FlushInterval, 5*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(began), FlushInterval-50*time.Millisecond, "not written before it was due")
+	require.Equal(t, []string{"first", "second and third"}, texts())
+}
