@@ -50,8 +50,9 @@ type HTTPServer struct {
 	tasks *mcpTasks
 }
 
-// Close ends the MCP tasks' background waits and waits for them; a task
-// created after it is refused. It is idempotent and returns nil.
+// Close ends the MCP tasks' background waits and waits for them; a
+// wait_tasks task created after it is refused (a spawn_task task needs no
+// background work and is still answered). It is idempotent and returns nil.
 func (h *HTTPServer) Close() error {
 	h.tasks.close()
 	return nil

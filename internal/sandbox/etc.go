@@ -15,8 +15,8 @@ import (
 // (the kernel checks them before Landlock, which can only refuse more);
 // else its children but the secrets, child by child (readableExcept), as
 // for root, who reads everything. Listing /etc takes about 150 rules,
-// which the pre-exec step opens and adds one by one: 0.8 ms of each
-// sandboxed start on this machine (intent 0048).
+// which the server opens and adds one by one while the pre-exec step
+// starts (sandbox.Prepare; figures in intent 0048).
 func etcReadable(dir string, secrets []string, access func(path string, mode uint32) bool) []string {
 	for _, s := range secrets {
 		if openSecret(s, access) {

@@ -80,8 +80,9 @@ func (l *Launch) Send(rs *Ruleset, reason error) error {
 }
 
 // socketPair is a SOCK_SEQPACKET pair, close-on-exec: only the process
-// whose descriptor 3 it becomes inherits an end. Made under ForkLock, as
-// os.Pipe makes its pipes where the kernel cannot make them so at once.
+// whose descriptor 3 it becomes inherits an end. Made under ForkLock and
+// marked after, as the syscall package's portable calls do (Linux could
+// take SOCK_CLOEXEC at once; this keeps the one form for every Unix).
 func socketPair() ([2]int, error) {
 	syscall.ForkLock.RLock()
 	defer syscall.ForkLock.RUnlock()

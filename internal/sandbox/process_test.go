@@ -90,6 +90,14 @@ func probe(args []string) int {
 			if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP); err == nil {
 				unix.Close(fd)
 			}
+		case "io_uring": // a ring of one entry, made and closed
+			var params [120]byte // struct io_uring_params, zeroed
+			fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+			if errno != 0 {
+				err = errno
+			} else {
+				unix.Close(int(fd))
+			}
 		case "abstract":
 			var c net.Conn
 			if c, err = net.Dial("unix", "@"+arg); err == nil {
@@ -236,6 +244,7 @@ func (f *fixture) ops() []string {
 		"mptcp", f.allowed,
 		"mptcp", f.denied,
 		"mptcp-socket", "-",
+		"io_uring", "-",
 		"abstract", f.abstract,
 		"signal", strconv.Itoa(os.Getpid()),
 	}
@@ -321,6 +330,7 @@ func TestWorkspaceConfinesChildAndGrandchild(t *testing.T) {
 		"mptcp " + f.allowed:                             "", // as plain TCP
 		"mptcp " + f.denied:                              "EACCES",
 		"mptcp-socket -":                                 "EPROTONOSUPPORT",
+		"io_uring -":                                     "ENOSYS",
 		"abstract " + f.abstract:                         "EPERM",
 		"signal " + strconv.Itoa(os.Getpid()):            "EPERM",
 	}

@@ -439,7 +439,7 @@ func (c *chain) idleEnded(p *process, armed uint64) {
 func (c *chain) exited(p *process, x supervisor.Exit) {
 	defer close(p.exited)
 	if p.temp != "" {
-		// The task's own temp directory, made by the pre-exec step: its
+		// The task's own temp directory, made by sandbox.Prepare: its
 		// processes are gone (the supervisor waits for the group).
 		if err := os.RemoveAll(p.temp); err != nil {
 			c.s.log.Warn("removing a sandboxed task's temp directory", "path", p.temp, "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -86,7 +87,7 @@ type confined struct {
 // before the agent runs. Should that fail, the step is sent why, refuses
 // with it as its one line, and the task fails with its exit; the agent
 // never runs unconfined. spec has the rest of the launch.
-func (c confined) start(ctx context.Context, sup Supervisor, self string, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error) {
+func (c confined) start(ctx context.Context, sup Supervisor, self string, spec supervisor.Spec, sink supervisor.Sink, log *slog.Logger) (supervisor.RunID, error) {
 	l, err := sandbox.Command(self, c.argv)
 	if err != nil {
 		return 0, err
@@ -102,8 +103,11 @@ func (c confined) start(ctx context.Context, sup Supervisor, self string, spec s
 		defer rs.Close()
 	}
 	// A step that cannot be sent to has ended already, without its agent,
-	// and its run says so: the process exists, so the start stands.
-	_ = l.Send(rs, err)
+	// and its run says so: the process exists, so the start stands. Its
+	// one line then says only that nothing came; the log says why.
+	if serr := l.Send(rs, err); serr != nil {
+		log.Warn("sending the sandbox's ruleset to the pre-exec step", "run", id, "err", serr)
+	}
 	return id, nil
 }
 
@@ -114,7 +118,7 @@ func (s *Service) starter(conf *confined) func(context.Context, supervisor.Spec,
 		return s.cfg.Supervisor.Start
 	}
 	return func(ctx context.Context, spec supervisor.Spec, sink supervisor.Sink) (supervisor.RunID, error) {
-		return conf.start(ctx, s.cfg.Supervisor, s.cfg.Sandbox.PreExec(), spec, sink)
+		return conf.start(ctx, s.cfg.Supervisor, s.cfg.Sandbox.PreExec(), spec, sink, s.log)
 	}
 }
 

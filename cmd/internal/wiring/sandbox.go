@@ -145,8 +145,9 @@ const preExecPackage = "github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec"
 // executable no other user may write, of the same build as self; else
 // self, whose sandbox-exec subcommand does the same. One binary is
 // enough; the small one starts about 4 ms sooner, every spawn (intent
-// 0048). A helper of another build is passed over: a policy it could not
-// read would fail each sandboxed task (never run it unconfined).
+// 0048). A helper of another build is passed over: one that does not
+// speak this build's descriptor-3 protocol would fail each sandboxed task
+// (it never runs the agent unconfined).
 func PreExecPath(self string) string {
 	p := filepath.Join(filepath.Dir(self), PreExecName)
 	fi, err := os.Stat(p)

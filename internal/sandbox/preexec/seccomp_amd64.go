@@ -10,4 +10,7 @@ var thisArch = seccompArch{
 	socketAlt:         unix.SYS_SOCKET | 0x40000000, // the x32 ABI's
 	foreignSocketcall: 102,                          // i386
 	foreignSocket:     359,                          // i386
+	uringSetup:        unix.SYS_IO_URING_SETUP,
+	uringSetupAlt:     unix.SYS_IO_URING_SETUP | 0x40000000,
+	foreignUringSetup: 425, // i386
 }

@@ -10,4 +10,7 @@ var thisArch = seccompArch{
 	socketAlt:         unix.SYS_SOCKET,
 	foreignSocketcall: 281, // arm (EABI has no socketcall; its socket)
 	foreignSocket:     281,
+	uringSetup:        unix.SYS_IO_URING_SETUP,
+	uringSetupAlt:     unix.SYS_IO_URING_SETUP,
+	foreignUringSetup: 425, // arm
 }
