@@ -434,7 +434,9 @@ func (l *Ledger) adopt(t *task) {
 }
 
 // expireHolds serves the records held past holdFor, until the follow
-// stops.
+// stops: with their events read straight from the stream if the
+// follower has not brought them yet, and without them (with a warning)
+// only if the stream does not hold them.
 func (l *Ledger) expireHolds() {
 	tick := time.NewTicker(max(l.shared.holdFor/4, time.Millisecond))
 	defer tick.Stop()
@@ -444,6 +446,12 @@ func (l *Ledger) expireHolds() {
 			return
 		case now := <-tick.C:
 			for _, t := range l.shared.dueHolds(now) {
+				// The events follower may only lag (a loaded host, a
+				// slow cluster): the batches the record accounts for
+				// are read from the stream first, so that a record is
+				// served without its events only when the stream lacks
+				// them, never because the follower is behind.
+				l.catchUp(t)
 				if l.release(t, true) {
 					l.changed(t.id)
 				}
@@ -490,6 +498,9 @@ func (l *Ledger) catchUp(t *task) {
 // followEvents serves the events of a batch another daemon published (its
 // own batches are in its memory already, and skipped by seq).
 func (l *Ledger) followEvents(m jetstream.Msg, seq uint64) {
+	if l.opts.beforeEvents != nil {
+		l.opts.beforeEvents()
+	}
 	t, grew := l.followBatch(m, seq)
 	// A record held for these events is served with them.
 	served := t != nil && l.release(t, false)

@@ -71,6 +71,10 @@ type Options struct {
 	// holdFor, when set (by tests), bounds how long a followed record
 	// waits for its events (default holdBound).
 	holdFor time.Duration
+	// beforeEvents, when set (by tests), is called by the events
+	// follower before it applies each message: a test blocks it to make
+	// the follower lag behind the records' follower.
+	beforeEvents func()
 }
 
 // opWait bounds one JetStream round trip of a ledger call; the calls take
