@@ -498,8 +498,9 @@ func (l *Ledger) catchUp(t *task) {
 // followEvents serves the events of a batch another daemon published (its
 // own batches are in its memory already, and skipped by seq).
 func (l *Ledger) followEvents(m jetstream.Msg, seq uint64) {
-	if l.opts.beforeEvents != nil {
-		l.opts.beforeEvents()
+	if l.opts.beforeEvents != nil && !l.opts.beforeEvents(m.Subject()) {
+		l.shared.advance(seq)
+		return
 	}
 	t, grew := l.followBatch(m, seq)
 	// A record held for these events is served with them.
@@ -545,6 +546,7 @@ func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (*task, bool) {
 	mine := l.mine(t)
 	before := t.log.n()
 	var err error
+	gap := false
 	switch {
 	case capped && mine:
 		// This ledger's own stderr, held already.
@@ -554,6 +556,13 @@ func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (*task, bool) {
 		// Events of ours are pending: the batch is either ours (its seqs
 		// held already) or another writer's that took their seqs, which
 		// our flush's compare-and-set finds.
+	case l.missed(t, m.Headers().Get(hdrFirstSeq)):
+		// An earlier batch of the task was not applied (it came while
+		// its record was unreadable here: a replica behind, a loaded
+		// host): applying this one would leave a gap never served, and
+		// moving evStream past it would hide the earlier one from
+		// catchUp, which reads them all from the stream in order.
+		gap = true
 	default:
 		err = l.apply(t, m.Headers().Get(hdrFirstSeq), m.Headers().Get(hdrDroppedThrough), m.Data())
 		t.evStream = max(t.evStream, seq)
@@ -568,7 +577,17 @@ func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (*task, bool) {
 	if err != nil {
 		l.skip("event message", strconv.FormatUint(seq, 10), fmt.Errorf("of task %s: %w", id, err))
 	}
+	if gap {
+		l.catchUp(t)
+	}
 	return t, grew
+}
+
+// missed reports whether a batch starting at event seq firstHdr comes
+// after events of t not applied yet. t.mu is held.
+func (l *Ledger) missed(t *task, firstHdr string) bool {
+	first, err := strconv.ParseInt(firstHdr, 10, 64)
+	return err == nil && first > int64(t.log.n())+1
 }
 
 // fetchRecord reads and adopts the record of key (nil when there is none).
