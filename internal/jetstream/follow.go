@@ -679,7 +679,14 @@ func (l *Ledger) writeShared(t *task, now time.Time, change func(*ledger.Task) (
 		if err != nil {
 			// The refusal is from the record as the bucket holds it,
 			// which this ledger serves once its events are applied.
-			if ta, _ := l.takeRecord(t.key, v, &cur, e.Revision()); ta != nil {
+			// Served here, it is told here: the follower, bringing the
+			// same revision later, finds it taken and tells nobody, and
+			// a wait_tasks on this daemon would miss the task's end.
+			ta, served := l.takeRecord(t.key, v, &cur, e.Revision())
+			if ta != nil && served {
+				l.changed(ta.id)
+			}
+			if ta != nil {
 				ta.mu.RLock()
 				if ta.rev >= e.Revision() {
 					cur = ta.copyLocked()
