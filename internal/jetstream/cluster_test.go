@@ -719,3 +719,111 @@ func TestClusterHeldRecordServedAfterItsBound(t *testing.T) {
 	assert.Len(t, allEvents(t, a, "t1"), 3)
 	assert.Contains(t, logs.String(), "a task record of another host is served before its events")
 }
+
+// A record whose events are in the stream but not yet brought by a
+// lagging events follower (a loaded host) is served, at the hold's bound,
+// with those events read from the stream: never before them.
+func TestClusterHeldRecordReadsItsEventsWhenTheFollowerLags(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	b := c.join(t, 1, "b")
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	cl, err := Dial(ctx, c.options(0, "a"))
+	require.NoError(t, err)
+	defer cl.Close()
+	var logs syncbuf.Buffer
+	lag := make(chan struct{})
+	changed := make(chan struct{}, 1)
+	a, err := OpenCluster(ctx, cl, "a", Options{holdFor: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		// The events follower stays behind until the test ends.
+		beforeEvents: func(string) bool {
+			select {
+			case <-lag:
+			case <-ctx.Done():
+			}
+			return true
+		},
+		OnChange: func(string) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}})
+	require.NoError(t, err)
+	defer a.Close()
+	defer close(lag) // before a.Close: the follower must be let go
+
+	const updates = 5
+	runTask(t, b.l, "t1", updates)
+	_, err = b.l.Transition("t1", ledger.Succeeded, t0)
+	require.NoError(t, err)
+	want := allEvents(t, b.l, "t1")
+	require.Len(t, want, 3+updates+1)
+
+	deadline := time.After(clusterWait)
+	for !statusIs(a, "t1", ledger.Succeeded)() {
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("B's task's end on A: not within %v", clusterWait)
+		}
+	}
+	assert.Equal(t, want, allEvents(t, a, "t1"), "the end served with every event it accounts for")
+	assert.NotContains(t, logs.String(), "served before its events")
+}
+
+// A batch the events follower missed (it came while its task's record was
+// unreadable here) is read from the stream when the next batch of the
+// task comes, not left as a gap: the end is served with every event, and
+// without waiting for the hold's bound.
+func TestClusterMissedBatchReadFromTheStream(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	b := c.join(t, 1, "b")
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	cl, err := Dial(ctx, c.options(0, "a"))
+	require.NoError(t, err)
+	defer cl.Close()
+	var (
+		logs    syncbuf.Buffer
+		skipped atomic.Bool
+	)
+	changed := make(chan struct{}, 1)
+	a, err := OpenCluster(ctx, cl, "a", Options{holdFor: 10 * clusterWait,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		// The task's first events message is missed.
+		beforeEvents: func(subject string) bool {
+			return !strings.HasPrefix(subject, subjectPrefix) || !skipped.CompareAndSwap(false, true)
+		},
+		OnChange: func(string) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}})
+	require.NoError(t, err)
+	defer a.Close()
+
+	runTask(t, b.l, "t1", 2)
+	_, err = b.l.Events("t1", ledger.Query{Limit: 1}) // its batch published
+	require.NoError(t, err)
+	_, err = b.l.Transition("t1", ledger.Succeeded, t0)
+	require.NoError(t, err)
+	want := allEvents(t, b.l, "t1")
+	require.Len(t, want, 3+2+1)
+
+	deadline := time.After(clusterWait)
+	for !statusIs(a, "t1", ledger.Succeeded)() {
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("B's task's end on A: not within %v", clusterWait)
+		}
+	}
+	assert.True(t, skipped.Load(), "a batch was missed")
+	assert.Equal(t, want, allEvents(t, a, "t1"), "the end served with every event it accounts for")
+	assert.NotContains(t, logs.String(), "served before its events")
+}

@@ -434,7 +434,9 @@ func (l *Ledger) adopt(t *task) {
 }
 
 // expireHolds serves the records held past holdFor, until the follow
-// stops.
+// stops: with their events read straight from the stream if the
+// follower has not brought them yet, and without them (with a warning)
+// only if the stream does not hold them.
 func (l *Ledger) expireHolds() {
 	tick := time.NewTicker(max(l.shared.holdFor/4, time.Millisecond))
 	defer tick.Stop()
@@ -444,6 +446,12 @@ func (l *Ledger) expireHolds() {
 			return
 		case now := <-tick.C:
 			for _, t := range l.shared.dueHolds(now) {
+				// The events follower may only lag (a loaded host, a
+				// slow cluster): the batches the record accounts for
+				// are read from the stream first, so that a record is
+				// served without its events only when the stream lacks
+				// them, never because the follower is behind.
+				l.catchUp(t)
 				if l.release(t, true) {
 					l.changed(t.id)
 				}
@@ -490,6 +498,10 @@ func (l *Ledger) catchUp(t *task) {
 // followEvents serves the events of a batch another daemon published (its
 // own batches are in its memory already, and skipped by seq).
 func (l *Ledger) followEvents(m jetstream.Msg, seq uint64) {
+	if l.opts.beforeEvents != nil && !l.opts.beforeEvents(m.Subject()) {
+		l.shared.advance(seq)
+		return
+	}
 	t, grew := l.followBatch(m, seq)
 	// A record held for these events is served with them.
 	served := t != nil && l.release(t, false)
@@ -534,6 +546,7 @@ func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (*task, bool) {
 	mine := l.mine(t)
 	before := t.log.n()
 	var err error
+	gap := false
 	switch {
 	case capped && mine:
 		// This ledger's own stderr, held already.
@@ -543,6 +556,13 @@ func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (*task, bool) {
 		// Events of ours are pending: the batch is either ours (its seqs
 		// held already) or another writer's that took their seqs, which
 		// our flush's compare-and-set finds.
+	case l.missed(t, m.Headers().Get(hdrFirstSeq)):
+		// An earlier batch of the task was not applied (it came while
+		// its record was unreadable here: a replica behind, a loaded
+		// host): applying this one would leave a gap never served, and
+		// moving evStream past it would hide the earlier one from
+		// catchUp, which reads them all from the stream in order.
+		gap = true
 	default:
 		err = l.apply(t, m.Headers().Get(hdrFirstSeq), m.Headers().Get(hdrDroppedThrough), m.Data())
 		t.evStream = max(t.evStream, seq)
@@ -557,7 +577,17 @@ func (l *Ledger) followBatch(m jetstream.Msg, seq uint64) (*task, bool) {
 	if err != nil {
 		l.skip("event message", strconv.FormatUint(seq, 10), fmt.Errorf("of task %s: %w", id, err))
 	}
+	if gap {
+		l.catchUp(t)
+	}
 	return t, grew
+}
+
+// missed reports whether a batch starting at event seq firstHdr comes
+// after events of t not applied yet. t.mu is held.
+func (l *Ledger) missed(t *task, firstHdr string) bool {
+	first, err := strconv.ParseInt(firstHdr, 10, 64)
+	return err == nil && first > int64(t.log.n())+1
 }
 
 // fetchRecord reads and adopts the record of key (nil when there is none).
@@ -649,7 +679,14 @@ func (l *Ledger) writeShared(t *task, now time.Time, change func(*ledger.Task) (
 		if err != nil {
 			// The refusal is from the record as the bucket holds it,
 			// which this ledger serves once its events are applied.
-			if ta, _ := l.takeRecord(t.key, v, &cur, e.Revision()); ta != nil {
+			// Served here, it is told here: the follower, bringing the
+			// same revision later, finds it taken and tells nobody, and
+			// a wait_tasks on this daemon would miss the task's end.
+			ta, served := l.takeRecord(t.key, v, &cur, e.Revision())
+			if ta != nil && served {
+				l.changed(ta.id)
+			}
+			if ta != nil {
 				ta.mu.RLock()
 				if ta.rev >= e.Revision() {
 					cur = ta.copyLocked()

@@ -71,6 +71,12 @@ type Options struct {
 	// holdFor, when set (by tests), bounds how long a followed record
 	// waits for its events (default holdBound).
 	holdFor time.Duration
+	// beforeEvents, when set (by tests), is called by the events
+	// follower before it applies each message (its subject): a test
+	// blocks it to make the follower lag behind the records' follower,
+	// or has it skip the message (false), as when the task's record was
+	// unreadable when its batch came.
+	beforeEvents func(subject string) bool
 }
 
 // opWait bounds one JetStream round trip of a ledger call; the calls take
