@@ -33,7 +33,7 @@ var (
 	launcher  = flag.String("launcher", "npm/symm-mcp/bin/symm-mcp.js", "the npm package's launcher script, whose start-up the launcher row times (run with node)")
 	reps      = flag.Int("reps", 5, "repetitions of each measured run; figures are their medians")
 	scale     = flag.Bool("scale", false, "run the scale runs (make bench-scale: limits, live, spawns, finished) instead of make bench's")
-	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 4 min, with -scale or -baseline 10 min)")
+	deadline  = flag.Duration("deadline", 0, "the most the whole harness may take (default 7 min, with -scale or -baseline 10 min)")
 	misses    = flag.String("misses", "fail", "what a missed target does to the exit status: fail (exit 1, make bench and make bench-scale) or report (printed as FAIL in its row and in the summary, exit 0; .ci/run's scale run, where only a measurement that could not run fails)")
 	only      = flag.String("only", "", "comma-separated measurements to run (start, launcher, spawn, sandbox, turn, health, peer, reads, wake, streams, pages, serverpages, tasks, shared, durable, restart, worktree, fleet, followup, cluster, routines; with -scale limits, live, spawns, spawns-server, finished); default all")
 )

@@ -666,36 +666,11 @@ func TestClusterHeldRecordServedAfterItsBound(t *testing.T) {
 	b := c.join(t, 1, "b")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, c.options(0, "a"))
-	require.NoError(t, err)
-	defer cl.Close()
-	var logs syncbuf.Buffer
 	const holdFor = 300 * time.Millisecond
-	changed := make(chan struct{}, 1)
-	a, err := OpenCluster(ctx, cl, "a", Options{holdFor: holdFor,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		OnChange: func(string) {
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
-		}})
-	require.NoError(t, err)
-	defer a.Close()
+	a, logs, waitFor := openWatched(ctx, t, c, Options{holdFor: holdFor})
 	runTask(t, b.l, "t1", 0)
-	_, err = b.l.Events("t1", ledger.Query{Limit: 1})
+	_, err := b.l.Events("t1", ledger.Query{Limit: 1})
 	require.NoError(t, err)
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.After(clusterWait)
-		for !cond() {
-			select {
-			case <-changed:
-			case <-deadline:
-				t.Fatalf("%s: not within %v", what, clusterWait)
-			}
-		}
-	}
 	waitFor("B's task on A", func() bool { return statusIs(a, "t1", ledger.Running)() && len(allEvents(t, a, "t1")) == 3 })
 
 	// B's record says the task succeeded with events through seq 4, and
@@ -729,14 +704,8 @@ func TestClusterHeldRecordReadsItsEventsWhenTheFollowerLags(t *testing.T) {
 	b := c.join(t, 1, "b")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, c.options(0, "a"))
-	require.NoError(t, err)
-	defer cl.Close()
-	var logs syncbuf.Buffer
 	lag := make(chan struct{})
-	changed := make(chan struct{}, 1)
-	a, err := OpenCluster(ctx, cl, "a", Options{holdFor: 300 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	a, logs, waitFor := openWatched(ctx, t, c, Options{holdFor: 300 * time.Millisecond,
 		// The events follower stays behind until the test ends.
 		beforeEvents: func(string) bool {
 			select {
@@ -744,32 +713,17 @@ func TestClusterHeldRecordReadsItsEventsWhenTheFollowerLags(t *testing.T) {
 			case <-ctx.Done():
 			}
 			return true
-		},
-		OnChange: func(string) {
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
 		}})
-	require.NoError(t, err)
-	defer a.Close()
-	defer close(lag) // before a.Close: the follower must be let go
+	defer close(lag) // before A's Close (a cleanup): the follower must be let go
 
 	const updates = 5
 	runTask(t, b.l, "t1", updates)
-	_, err = b.l.Transition("t1", ledger.Succeeded, t0)
+	_, err := b.l.Transition("t1", ledger.Succeeded, t0)
 	require.NoError(t, err)
 	want := allEvents(t, b.l, "t1")
 	require.Len(t, want, 3+updates+1)
 
-	deadline := time.After(clusterWait)
-	for !statusIs(a, "t1", ledger.Succeeded)() {
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("B's task's end on A: not within %v", clusterWait)
-		}
-	}
+	waitFor("B's task's end on A", statusIs(a, "t1", ledger.Succeeded))
 	assert.Equal(t, want, allEvents(t, a, "t1"), "the end served with every event it accounts for")
 	assert.NotContains(t, logs.String(), "served before its events")
 }
@@ -784,46 +738,58 @@ func TestClusterMissedBatchReadFromTheStream(t *testing.T) {
 	b := c.join(t, 1, "b")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()
-	cl, err := Dial(ctx, c.options(0, "a"))
-	require.NoError(t, err)
-	defer cl.Close()
-	var (
-		logs    syncbuf.Buffer
-		skipped atomic.Bool
-	)
-	changed := make(chan struct{}, 1)
-	a, err := OpenCluster(ctx, cl, "a", Options{holdFor: 10 * clusterWait,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	var skipped atomic.Bool
+	a, logs, waitFor := openWatched(ctx, t, c, Options{holdFor: 10 * clusterWait,
 		// The task's first events message is missed.
 		beforeEvents: func(subject string) bool {
 			return !strings.HasPrefix(subject, subjectPrefix) || !skipped.CompareAndSwap(false, true)
-		},
-		OnChange: func(string) {
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
 		}})
-	require.NoError(t, err)
-	defer a.Close()
 
 	runTask(t, b.l, "t1", 2)
-	_, err = b.l.Events("t1", ledger.Query{Limit: 1}) // its batch published
+	_, err := b.l.Events("t1", ledger.Query{Limit: 1}) // its batch published
 	require.NoError(t, err)
 	_, err = b.l.Transition("t1", ledger.Succeeded, t0)
 	require.NoError(t, err)
 	want := allEvents(t, b.l, "t1")
 	require.Len(t, want, 3+2+1)
 
-	deadline := time.After(clusterWait)
-	for !statusIs(a, "t1", ledger.Succeeded)() {
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("B's task's end on A: not within %v", clusterWait)
-		}
-	}
+	waitFor("B's task's end on A", statusIs(a, "t1", ledger.Succeeded))
 	assert.True(t, skipped.Load(), "a batch was missed")
 	assert.Equal(t, want, allEvents(t, a, "t1"), "the end served with every event it accounts for")
 	assert.NotContains(t, logs.String(), "served before its events")
+}
+
+// openWatched opens host a's ledger on node 0 of c with opts, its log and
+// its changes captured: waitFor waits, woken by OnChange, until cond
+// holds, failing the test after clusterWait. Its Close and its
+// connection's are cleanups.
+func openWatched(ctx context.Context, t *testing.T, c *testCluster, opts Options) (*Ledger, *syncbuf.Buffer, func(what string, cond func() bool)) {
+	t.Helper()
+	cl, err := Dial(ctx, c.options(0, "a"))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	logs := &syncbuf.Buffer{}
+	changed := make(chan struct{}, 1)
+	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	opts.OnChange = func(string) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	a, err := OpenCluster(ctx, cl, "a", opts)
+	require.NoError(t, err)
+	t.Cleanup(a.Close)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.After(clusterWait)
+		for !cond() {
+			select {
+			case <-changed:
+			case <-deadline:
+				t.Fatalf("%s: not within %v", what, clusterWait)
+			}
+		}
+	}
+	return a, logs, waitFor
 }

@@ -230,12 +230,7 @@ func TestTaskWaitFollowsDecisions(t *testing.T) {
 func TestTasksAreTheirSessions(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
-	h := httpHandler(r.svc, "test", token, nil, 0, options{})
-	ts := httptest.NewServer(h)
-	t.Cleanup(func() {
-		ts.Close()
-		require.NoError(t, h.Close())
-	})
+	ts, _ := serveHTTP(t, r, token)
 	open := func(caps map[string]any) *httpClient {
 		c := &httpClient{url: ts.URL, token: token, version: "2025-11-25"}
 		res, resp := c.post(t, map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{
@@ -449,12 +444,7 @@ func TestTaskUpdateHostile(t *testing.T) {
 func TestLiftHTTPHostile(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
-	h := httpHandler(r.svc, "test", token, nil, 0, options{})
-	ts := httptest.NewServer(h)
-	t.Cleanup(func() {
-		ts.Close()
-		require.NoError(t, h.Close())
-	})
+	ts, h := serveHTTP(t, r, token)
 	c := &httpClient{url: ts.URL, token: token, version: "2025-11-25"}
 	res, resp := c.post(t, map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{
 		"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tasks": map[string]any{}}, "clientInfo": map[string]any{"name": "raw", "version": "1"}}})
@@ -490,4 +480,18 @@ func TestLiftHTTPHostile(t *testing.T) {
 	res, _ = c.post(t, map[string]any{"jsonrpc": "2.0", "id": 3, "method": "tasks/list", "params": map[string]any{}})
 	require.Nil(t, res.Error, "the session goes on")
 	assert.Empty(t, decode(t, res.Result)["tasks"])
+}
+
+// serveHTTP serves r's service on a test HTTP listener with token, as the
+// daemon's --http does; the listener and then the handler (its MCP tasks)
+// are closed at the test's end.
+func serveHTTP(t *testing.T, r *rig, token string) (*httptest.Server, *HTTPServer) {
+	t.Helper()
+	h := httpHandler(r.svc, "test", token, nil, 0, options{})
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() {
+		ts.Close()
+		require.NoError(t, h.Close())
+	})
+	return ts, h
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -525,8 +524,7 @@ func (c *httpClient) post(t *testing.T, msg map[string]any) (reply, *http.Respon
 func TestTasks2025OverHTTP(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
-	ts := httptest.NewServer(httpHandler(r.svc, "test", token, nil, 0, options{}))
-	t.Cleanup(ts.Close)
+	ts, _ := serveHTTP(t, r, token)
 	c := &httpClient{url: ts.URL, token: token, version: "2025-11-25"}
 	res, resp := c.post(t, map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{
 		"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tasks": map[string]any{}}, "clientInfo": map[string]any{"name": "raw", "version": "1"}}})
@@ -551,8 +549,7 @@ func TestTasks2025OverHTTP(t *testing.T) {
 func TestLiftHTTPBounds(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
-	ts := httptest.NewServer(httpHandler(r.svc, "test", token, nil, 0, options{}))
-	t.Cleanup(ts.Close)
+	ts, _ := serveHTTP(t, r, token)
 	big := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"spawn_task","task":{},"arguments":{"prompt":"` +
 		strings.Repeat("a", mcp.DefaultMaxRequestBodyBytes) + `"}}}`
 	req, err := http.NewRequest(http.MethodPost, ts.URL, strings.NewReader(big))
@@ -663,8 +660,7 @@ func TestLiftRequest(t *testing.T) {
 func TestTasksExtensionOverHTTP(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
-	ts := httptest.NewServer(httpHandler(r.svc, "test", token, nil, 0, options{}))
-	t.Cleanup(ts.Close)
+	ts, _ := serveHTTP(t, r, token)
 	c := &httpClient{url: ts.URL, token: token, version: "2025-11-25"}
 	res, resp := c.post(t, map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{"protocolVersion": "2025-11-25",
 		"capabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}, "clientInfo": map[string]any{"name": "raw", "version": "1"}}})
