@@ -31,18 +31,20 @@ type RoutineService interface {
 	Routines() Routines
 }
 
-// registerRoutines adds the routine tools when svc runs routines.
-func registerRoutines(s *mcp.Server, svc Service) {
+// routineTools are the routine tools, when svc runs routines.
+func routineTools(s *mcp.Server, svc Service) []toolAdder {
 	rs, ok := svc.(RoutineService)
 	if !ok || rs.Routines() == nil {
-		return
+		return nil
 	}
 	h := routineHandlers{rs.Routines()}
-	addTool(s, createRoutineTool, h.create)
-	addTool(s, updateRoutineTool, h.update)
-	addTool(s, deleteRoutineTool, h.delete)
-	addTool(s, listRoutinesTool, h.list)
-	addTool(s, runRoutineTool, h.run)
+	return []toolAdder{
+		adder(s, createRoutineTool, h.create),
+		adder(s, updateRoutineTool, h.update),
+		adder(s, deleteRoutineTool, h.delete),
+		adder(s, listRoutinesTool, h.list),
+		adder(s, runRoutineTool, h.run),
+	}
 }
 
 // routineToolOutputs is the documented shape of each routine tool's reply.

@@ -110,20 +110,84 @@ func newServer(svc Service, version string, o options) (*mcp.Server, *subscripti
 // published apart from the SDK (publishOutputSchemas): resolving them here
 // was most of the server's start-up.
 func register(s *mcp.Server, svc Service, o options) {
+	for _, t := range tools(s, svc, o) {
+		t.add()
+	}
+}
+
+// toolAdder is one tool and the call that registers it: inferring its
+// input schema, and the SDK resolving it and checking the tool (intent
+// 0008: most of an idle server's heap when done for every tool).
+type toolAdder struct {
+	name string
+	add  func()
+}
+
+// tools lists the tools register adds, in its order.
+func tools(s *mcp.Server, svc Service, o options) []toolAdder {
 	h := handlers{svc, o.withDefaults()}
-	addTool(s, describeAgentTool, h.describeAgent)
-	addTool(s, spawnTaskTool, h.spawnTask)
-	addTool(s, getTaskTool, h.getTask)
-	addTool(s, getEventsTool, h.getEvents)
-	addToolRequest(s, waitTool(svc.MaxWait()), h.waitTasks)
-	addTool(s, listTasksTool, h.listTasks)
-	addTool(s, resolveTaskTool, h.resolveTask)
-	addTool(s, cancelTaskTool, h.cancelTask)
-	addTool(s, sendTaskTool, h.sendTask)
-	addTool(s, spawnTasksTool, h.spawnTasks)
-	addTool(s, cleanupWorktreesTool, h.cleanupWorktrees)
-	addTool(s, listHostsTool, h.listHosts)
-	registerRoutines(s, svc)
+	return append([]toolAdder{
+		adder(s, describeAgentTool, h.describeAgent),
+		adder(s, spawnTaskTool, h.spawnTask),
+		adder(s, getTaskTool, h.getTask),
+		adder(s, getEventsTool, h.getEvents),
+		adderRequest(s, waitTool(svc.MaxWait()), h.waitTasks),
+		adder(s, listTasksTool, h.listTasks),
+		adder(s, resolveTaskTool, h.resolveTask),
+		adder(s, cancelTaskTool, h.cancelTask),
+		adder(s, sendTaskTool, h.sendTask),
+		adder(s, spawnTasksTool, h.spawnTasks),
+		adder(s, cleanupWorktreesTool, h.cleanupWorktrees),
+		adder(s, listHostsTool, h.listHosts),
+	}, routineTools(s, svc)...)
+}
+
+func adder[In any](s *mcp.Server, d toolDef[In], h func(context.Context, In) (json.RawMessage, error)) toolAdder {
+	return toolAdder{d.tool.Name, func() { addTool(s, d, h) }}
+}
+
+func adderRequest[In any](s *mcp.Server, d toolDef[In], h func(context.Context, *mcp.CallToolRequest, In) (json.RawMessage, error)) toolAdder {
+	return toolAdder{d.tool.Name, func() { addToolRequest(s, d, h) }}
+}
+
+// lazyTools registers a session's tools when a request first needs them:
+// a call, the tool it calls; any other request but initialize, its
+// notification and ping, every tool. A server whose client calls one
+// tool infers, resolves and checks the schema of that one. The client
+// sees the same tools either way: the server does not declare
+// tools.listChanged, so a registration sends nothing.
+type lazyTools struct {
+	byName map[string]func()
+	every  []func()
+}
+
+func newLazyTools(ts []toolAdder) *lazyTools {
+	l := &lazyTools{byName: make(map[string]func(), len(ts))}
+	for _, t := range ts {
+		add := sync.OnceFunc(t.add)
+		l.byName[t.name] = add
+		l.every = append(l.every, add)
+	}
+	return l
+}
+
+// need registers what a request of method needs before the SDK sees it.
+func (l *lazyTools) need(method string, req mcp.Request) {
+	switch method {
+	case "initialize", "notifications/initialized", "ping":
+		return
+	case "tools/call":
+		if call, ok := req.(*mcp.CallToolRequest); ok && call.Params != nil {
+			if add, ok := l.byName[call.Params.Name]; ok {
+				add()
+			}
+			// A name of no tool: the SDK answers it as unknown.
+			return
+		}
+	}
+	for _, add := range l.every {
+		add()
+	}
 }
 
 type handlers struct {
@@ -274,11 +338,11 @@ func RunStdio(ctx context.Context, svc Service, version string, log *slog.Logger
 // the SDK could not take (not JSON, not JSON-RPC, too long) are answered
 // with a JSON-RPC error and the session goes on (framing).
 //
-// The tools are registered once the client says it read the answer to
-// initialize (notifications/initialized), or when a request that needs
-// them comes first: on a busy machine, registering them beside initialize
-// delayed its answer by as much as it took (intent 0008). Every request but
-// initialize, its notification and ping waits until the tools are in place. Tool replies are written from stored JSON past
+// The tools are registered when a request first needs them, never beside
+// initialize (on a busy machine that delayed its answer by as much as
+// registering took; intent 0008): a tools/call registers the tool it
+// calls, any other request but initialize, its notification and ping
+// every tool (lazyTools). Tool replies are written from stored JSON past
 // the SDK's encoding (splicer).
 func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) Outcome {
 	return serve(ctx, svc, version, in, out, true, options{})
@@ -309,22 +373,12 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	// goroutine below (the SDK's session among them) is done.
 	defer subs.close()
 	defer tasks.close()
-	begin, ready := make(chan struct{}), make(chan struct{})
-	startRegistering := sync.OnceFunc(func() { close(begin) })
+	ran := make(chan struct{}) // closed when the SDK's session ended
+	opts.gone = ran
+	lazy := newLazyTools(tools(s, svc, opts))
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			switch method {
-			case "initialize", "ping":
-			case "notifications/initialized":
-				startRegistering()
-			default:
-				startRegistering()
-				select {
-				case <-ready:
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
-			}
+			lazy.need(method, req)
 			res, err := next(ctx, method, req)
 			if r, ok := initializeResultOf(res); ok && err == nil {
 				// Batches are allowed or not by the version agreed on.
@@ -342,17 +396,6 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	ran := make(chan struct{})
-	opts.gone = ran
-	wg.Go(func() {
-		select {
-		case <-begin:
-		case <-ran: // the session ended before anything needed the tools
-			return
-		}
-		register(s, svc, opts)
-		close(ready)
-	})
 	// The SDK's context ends only once the requests read are answered, so
 	// that a signal does not cut their replies off.
 	sdkCtx, cancelSDK := context.WithCancel(context.WithoutCancel(ctx))
