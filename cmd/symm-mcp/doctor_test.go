@@ -48,7 +48,7 @@ func doctorRun(t *testing.T, bin string, args ...string) (stdout string, code in
 	cmd := exec.Command(binary, append([]string{"doctor"}, args...)...)
 	// The fake agent's directory on PATH too: the scripts exec it, and a
 	// confined start may run only what the PATH holds.
-	cmd.Env = []string{"PATH=" + bin + ":" + filepath.Dir(fakeBin), "HOME=" + t.TempDir()}
+	cmd.Env = []string{"PATH=" + bin + ":" + filepath.Dir(fakeBin), "HOME=" + t.TempDir(), goraceEnv()}
 	cmd.Dir = t.TempDir()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

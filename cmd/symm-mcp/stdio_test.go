@@ -166,8 +166,12 @@ func TestClientThatStopsReading(t *testing.T) {
 			}
 			require.Len(t, pids, 4, "two agents and their grandchildren")
 
-			// Now stop reading and ask for far more than a pipe holds.
-			for i := range 400 {
+			// Now stop reading and ask for far more than a pipe holds: a
+			// tools/list reply is about 68 KB, so 32 of them are 34 times a
+			// pipe's 64 KiB and twice the most a pipe may hold (1 MiB,
+			// pipe-max-size). Each is a race-built encoding: 400 of them
+			// took 12 s of CPU for the three cases.
+			for i := range 32 {
 				s.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, 1000+i))
 			}
 			switch how {
