@@ -155,10 +155,7 @@ func natsClusterOf(t *testing.T, n int, auth bool) natsTest {
 		nt.auth = t.TempDir()
 		args = append(args, "-auth", nt.auth, "-conf", "../../SECURITY.md")
 	}
-	cmd := exec.Command(natsBin, args...)
-	// A race build (TestMain) sleeps a second at exit for reports still
-	// being written; a helper's exit need not wait for that.
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	cmd := exec.Command(natsBin, args...) // GORACE as TestMain set it
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()

@@ -48,7 +48,7 @@ func doctorRun(t *testing.T, bin string, args ...string) (stdout string, code in
 	cmd := exec.Command(binary, append([]string{"doctor"}, args...)...)
 	// The fake agent's directory on PATH too: the scripts exec it, and a
 	// confined start may run only what the PATH holds.
-	cmd.Env = []string{"PATH=" + bin + ":" + filepath.Dir(fakeBin), "HOME=" + t.TempDir()}
+	cmd.Env = []string{"PATH=" + bin + ":" + filepath.Dir(fakeBin), "HOME=" + t.TempDir(), goraceEnv()}
 	cmd.Dir = t.TempDir()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -256,7 +256,9 @@ func TestDoctorSharesOneDeadline(t *testing.T) {
 	bin := fakeAgents(t, map[string]func(*fakeagent.Config){
 		"claude_code": hang, "cline": hang, "codex": hang, "copilot": hang, "cursor": hang, "opencode": hang,
 	})
-	const deadline = 3 * time.Second
+	// Short, the test being serial: the bound is three deadlines against
+	// the six one after another would take, whatever the deadline.
+	const deadline = 1500 * time.Millisecond
 	var out, errOut bytes.Buffer
 	start := time.Now()
 	code := runDoctor([]string{"--json"}, &out, &errOut, doctorConfig{
@@ -280,6 +282,7 @@ func TestDoctorSharesOneDeadline(t *testing.T) {
 // with the ports --sandbox-allow-port adds (wiring.SandboxConfig); a port
 // outside 1-65535 is a usage error.
 func TestDoctorSandboxAllowPort(t *testing.T) {
+	t.Parallel()
 	bin := fakeAgents(t, nil)
 	out, code := doctorRun(t, bin, "--json", "--sandbox-allow-port", "8443")
 	assert.Equal(t, 0, code)

@@ -26,13 +26,7 @@ import (
 // extra are more flags of serve.
 func startServeHTTP(t *testing.T, d *shared, extra ...string) (url, token string, s *server) {
 	t.Helper()
-	return startServeHTTPOf(t, binary, d, extra...)
-}
-
-// startServeHTTPOf is startServeHTTP of the binary bin.
-func startServeHTTPOf(t *testing.T, bin string, d *shared, extra ...string) (url, token string, s *server) {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
+	cmd := exec.Command(binary, append([]string{"serve", "--socket", d.socket, "--state-dir", d.state, "--no-notify",
 		"--http", "127.0.0.1:0"}, extra...)...)
 	cmd.Env = append(os.Environ(), d.env...)
 	s = startReady(t, cmd)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,19 +42,35 @@ func runTests(m *testing.M) int {
 	binary = filepath.Join(dir, "symm-mcp")
 	fakeBin = filepath.Join(dir, filepath.Base(testrig.FakeAgentPkg))
 	natsBin = filepath.Join(dir, filepath.Base(testrig.NATSClusterPkg))
+	// Every race-built program these tests start exits without the race
+	// runtime's one-second wait (make test asks for it too; a bare go test
+	// does not). Set before any test runs; children whose environment a
+	// test writes whole get it from goraceEnv.
+	if !strings.Contains(os.Getenv("GORACE"), "atexit_sleep_ms") {
+		if err := os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE"))); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	// Two builds at once. With the race detector, in one go build (their
 	// packages compiled once, shared with this test binary's): the server,
 	// the daemon beside it as installed (`symm-mcp serve` becomes it by
 	// exec, intent 0049), the sandbox's pre-exec step beside them as a
 	// release has it (the servers of these tests use it, preExecPath), and
 	// the NATS cluster helper, whose NATS server the daemon's race build
-	// compiles anyway. Without it (testrig.Build): the fake agent, which
-	// the tests start hundreds of times and a race build would slow.
-	// Each is a link only once the cache is warm.
+	// compiles anyway. They are linked as a release is, with its version
+	// and commit (TestReleaseVersionEverywhere checks them, and a second
+	// link of the server and the daemon for it alone took 4.7 s of CPU),
+	// and without debugging information (-w, as make dist: the race
+	// detector's reports do not read it). Without the race detector
+	// (testrig.Build): the fake agent, which the tests start hundreds of
+	// times and a race build would slow. Each is a link only once the
+	// cache is warm.
 	ctx := context.Background()
 	builds := []func() error{
 		func() error {
-			return testrig.BuildRace(ctx, dir, module+"/cmd/symm-mcp", module+"/cmd/symm-mcpd", module+"/cmd/symm-sandbox-exec", testrig.NATSClusterPkg)
+			return testrig.BuildRaceLinked(ctx, dir, releaseLDFlags,
+				module+"/cmd/symm-mcp", module+"/cmd/symm-mcpd", module+"/cmd/symm-sandbox-exec", testrig.NATSClusterPkg)
 		},
 		func() error { return testrig.Build(ctx, dir, testrig.FakeAgentPkg) },
 	}
@@ -87,6 +104,10 @@ func runTests(m *testing.M) int {
 	}
 	return m.Run()
 }
+
+// goraceEnv is GORACE as TestMain set it, for a race-built child whose
+// environment a test writes whole.
+func goraceEnv() string { return "GORACE=" + os.Getenv("GORACE") }
 
 // server is the built binary on real pipes.
 type server struct {

@@ -18,7 +18,7 @@ import (
 func runSetup(t *testing.T, home string, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"setup"}, args...)...)
-	cmd.Env = []string{"HOME=" + home, "PATH=" + filepath.Join(home, "bin")}
+	cmd.Env = []string{"HOME=" + home, "PATH=" + filepath.Join(home, "bin"), goraceEnv()}
 	cmd.Dir = home
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -70,7 +70,7 @@ func TestSetupCommand(t *testing.T) {
 	assert.Equal(t, []string{"--shared", "--env-file", envFile}, doc.MCPServers["symm"].Args)
 
 	cmd := exec.Command(link, "setup", "cursor", "--shared", "--env-file", envFile)
-	cmd.Env = []string{"HOME=" + home, "PATH=/nonexistent"}
+	cmd.Env = []string{"HOME=" + home, "PATH=/nonexistent", goraceEnv()}
 	again, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", again)
 	assert.Contains(t, string(again), "already registered")

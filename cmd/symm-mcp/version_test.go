@@ -17,40 +17,44 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/webview"
 )
 
+// The release's version and commit, linked into every program TestMain
+// builds as make dist links them (scripts/dist.sh).
+const (
+	releaseVersion = "v9.8.7"
+	releaseCommit  = "0123456789abcdef0123456789abcdef01234567"
+	releaseLDFlags = "-w -X " + module + "/internal/version.version=" + releaseVersion + " -X " + module + "/internal/version.commit=" + releaseCommit
+)
+
 // A build in a checkout says so, with its commit when the toolchain
 // stamped one (not with -buildvcs=false, nor in a git worktree, which Go
-// does not recognise): never "(devel)".
+// does not recognise): never "(devel)". TestMain's programs are linked as a
+// release: this build is the checkout's own, with nothing linked in (-w
+// only leaves out the debugging information).
 func TestCheckoutBuildVersion(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(binary, "--version").CombinedOutput()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-race", "-ldflags=-w", "-o", dir+"/", ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	out, err = exec.Command(filepath.Join(dir, "symm-mcp"), "--version").CombinedOutput()
 	require.NoError(t, err)
 	assert.Regexp(t, `^symm-mcp v0\.0\.0-dev(\+[0-9a-f]{12}(-dirty)?)?\n$`, string(out))
 }
 
 // A release build (make dist links the version and commit in) shows the
 // one version string in --version, the MCP serverInfo, doctor, status and
-// the live view.
+// the live view. TestMain linked them into the server and the daemon.
 func TestReleaseVersionEverywhere(t *testing.T) {
 	t.Parallel()
-	const rev = "0123456789abcdef0123456789abcdef01234567"
 	const want = "v9.8.7+0123456789ab"
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "symm-mcp")
-	// Built as TestMain built binary and its daemon, so that only the link
-	// is new: the version and commit are the linker's, as make dist sets
-	// them, in both binaries (serve is symm-mcpd's).
-	build := exec.Command("go", "build", "-race", "-ldflags",
-		"-X "+module+"/internal/version.version=v9.8.7 -X "+module+"/internal/version.commit="+rev, "-o", dir+"/", ".", "../symm-mcpd")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
 
-	out, err = exec.Command(bin, "--version").CombinedOutput()
+	out, err := exec.Command(binary, "--version").CombinedOutput()
 	require.NoError(t, err)
 	assert.Equal(t, "symm-mcp "+want+"\n", string(out))
 
 	t.Run("serverInfo", func(t *testing.T) {
 		client := mcp.NewClient(&mcp.Implementation{Name: "version-test", Version: "1"}, nil)
-		cs, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: exec.Command(bin, "--no-notify")}, nil)
+		cs, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: exec.Command(binary, "--no-notify")}, nil)
 		require.NoError(t, err)
 		info := cs.InitializeResult().ServerInfo
 		assert.Equal(t, "symm-mcp", info.Name)
@@ -60,8 +64,8 @@ func TestReleaseVersionEverywhere(t *testing.T) {
 
 	t.Run("doctor", func(t *testing.T) {
 		for _, args := range [][]string{nil, {"--json"}} {
-			cmd := exec.Command(bin, append([]string{"doctor"}, args...)...)
-			cmd.Env = []string{"PATH=" + t.TempDir(), "HOME=" + t.TempDir()}
+			cmd := exec.Command(binary, append([]string{"doctor"}, args...)...)
+			cmd.Env = []string{"PATH=" + t.TempDir(), "HOME=" + t.TempDir(), goraceEnv()}
 			cmd.Dir = t.TempDir()
 			out, err := cmd.Output()
 			require.NoError(t, err, "no agent installed is no failure")
@@ -77,7 +81,7 @@ func TestReleaseVersionEverywhere(t *testing.T) {
 
 	t.Run("status and live view", func(t *testing.T) {
 		d := newShared(t, agentPath(t))
-		mcpURL, token, _ := startServeHTTPOf(t, bin, d)
+		mcpURL, token, _ := startServeHTTP(t, d)
 		st, code := d.status(t)
 		require.Equal(t, 0, code)
 		assert.Equal(t, want, st.Version)

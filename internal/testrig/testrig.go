@@ -55,6 +55,14 @@ func BuildRace(ctx context.Context, dir string, pkgs ...string) error {
 	return goBuild(ctx, dir, []string{"-race"}, pkgs)
 }
 
+// BuildRaceLinked is BuildRace with the linker's flags ldflags: -X to
+// link a version in as make dist does, -w to leave out the debugging
+// information, whose writing was nearly half of a race-built link's CPU
+// (6.2 s against 3.5 s for cmd/symm-mcp's four programs).
+func BuildRaceLinked(ctx context.Context, dir, ldflags string, pkgs ...string) error {
+	return goBuild(ctx, dir, []string{"-race", "-ldflags=" + ldflags}, pkgs)
+}
+
 func goBuild(ctx context.Context, dir string, flags, pkgs []string) error {
 	args := append(append(append([]string{"build"}, flags...), "-o", dir+string(filepath.Separator)), pkgs...)
 	out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
