@@ -22,6 +22,15 @@ import (
 // agentTimeouts are the rig's supervisor timeouts.
 var agentTimeouts = testrig.Timeouts()
 
+// quickTimeouts are for the tests that wait a supervisor timeout out (an
+// agent that ignores the cancel, SIGTERM or its closed stdin, a process
+// that holds stdout): what they check is the escalation and its end, not
+// its length, and each second cut is a second of the package's wall.
+// Each is still far more than a healthy fake agent needs.
+var quickTimeouts = supervisor.Timeouts{
+	TurnCancel: time.Second, ExitGrace: time.Second, Term: time.Second, Kill: 2 * time.Second, Drain: time.Second,
+}
+
 // agentRig is a Service wired as in production (testrig.New), with the
 // fake agent on PATH under every agent's executable name.
 type agentRig struct {
@@ -151,6 +160,27 @@ func (r *agentRig) waitForEvent(t *testing.T, id, typ string) map[string]any {
 	}
 	t.Fatalf("no %s event", typ)
 	return nil
+}
+
+// waitRecord waits until the task's record satisfies ok, and returns it:
+// woken by the task's changes (Service.Changes), not by polling, since a
+// finished task's Wait returns at once and a loop on it spins a core.
+func (r *agentRig) waitRecord(t *testing.T, id, what string, ok func(rec map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		changed, err := r.svc.Changes(id)
+		require.NoError(t, err)
+		if rec := r.task(t, id); ok(rec) {
+			return rec
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("task %s: %s", id, what)
+		}
+	}
 }
 
 // pids returns every process the task's agent started: the agent itself

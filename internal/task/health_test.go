@@ -33,6 +33,7 @@ func (s sampledSupervisor) CPU(id supervisor.RunID) (time.Duration, bool) { retu
 // wait does not end at once for it). Nothing is stopped: when the agent
 // speaks again it is active, and it ends as it would have.
 func TestHealthStalledWakesTheWaitOnce(t *testing.T) {
+	t.Parallel()
 	clock := tasktest.NewClock()
 	const stallAfter = 10 * time.Minute
 	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter,
@@ -112,10 +113,12 @@ func TestHealthStalledWakesTheWaitOnce(t *testing.T) {
 // keeps using CPU (a long build, say) is not stalled; last_cpu_at follows
 // the samples.
 func TestHealthCPUKeepsATaskActive(t *testing.T) {
+	t.Parallel()
 	clock := tasktest.NewClock()
 	const stallAfter = 10 * time.Minute
 	var cpu atomic.Int64
-	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter,
+	// The agent hangs through the cancel that ends the test.
+	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter, timeouts: &quickTimeouts,
 		cpu: func(supervisor.RunID) (time.Duration, bool) {
 			return time.Duration(cpu.Add(int64(time.Millisecond))), true
 		}})
