@@ -136,7 +136,7 @@ func TestAgentExitsMidTurn(t *testing.T) {
 }
 
 func TestCancelMidStream(t *testing.T) {
-	r := newAgentRig(t, agentRigOptions{timeouts: &quickTimeouts})
+	r := newAgentRig(t, agentRigOptions{timeouts: &quickTimeouts, flush: quickFlush})
 	cases := map[string]struct {
 		cfg    map[string]any
 		steps  []map[string]any

@@ -31,6 +31,11 @@ var quickTimeouts = supervisor.Timeouts{
 	TurnCancel: time.Second, ExitGrace: time.Second, Term: time.Second, Kill: 2 * time.Second, Drain: time.Second,
 }
 
+// quickFlush is agentRigOptions.flush for the tests that wait for what
+// an agent said before it hangs or waits: recorded at once, not after
+// FlushInterval. Tests of how text is coalesced keep FlushInterval.
+const quickFlush = 20 * time.Millisecond
+
 // agentRig is a Service wired as in production (testrig.New), with the
 // fake agent on PATH under every agent's executable name.
 type agentRig struct {
@@ -51,6 +56,10 @@ type agentRigOptions struct {
 	clock      Clock
 	stallAfter time.Duration
 	cpu        func(supervisor.RunID) (time.Duration, bool)
+	// flush: how long streamed text waits before it is recorded (0:
+	// FlushInterval), short for the tests that wait for a message the
+	// agent sends before it hangs or waits.
+	flush time.Duration
 }
 
 func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
@@ -61,7 +70,7 @@ func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
 		Store: store.New(), Agents: parts.Registry(), Supervisor: parts.Sup,
 		Workspace: parts.Workspace, RequestTimeout: o.requestTimeout, StderrCap: o.stderrCap,
 		Clock: o.clock, StallAfter: o.stallAfter,
-		Getenv: parts.Getenv,
+		Getenv: parts.Getenv, flushEvery: o.flush,
 	}
 	if o.cpu != nil {
 		cfg.Supervisor = sampledSupervisor{parts.Sup, o.cpu}

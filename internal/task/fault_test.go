@@ -136,7 +136,7 @@ func TestFaultExitsAtOnce(t *testing.T) {
 
 func TestFaultPermissionCancelledThenTurnKeptOpen(t *testing.T) {
 	t.Parallel()
-	r := newAgentRig(t, agentRigOptions{timeouts: &quickTimeouts})
+	r := newAgentRig(t, agentRigOptions{timeouts: &quickTimeouts, flush: quickFlush})
 	ws := testrig.Workspace(t, nil)
 	steps := []map[string]any{
 		{"message": "kept"},

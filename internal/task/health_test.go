@@ -36,7 +36,7 @@ func TestHealthStalledWakesTheWaitOnce(t *testing.T) {
 	t.Parallel()
 	clock := tasktest.NewClock()
 	const stallAfter = 10 * time.Minute
-	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter,
+	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter, flush: quickFlush,
 		cpu: func(supervisor.RunID) (time.Duration, bool) { return time.Second, true }})
 	ws := testrig.Workspace(t, nil)
 	goOn := filepath.Join(ws, "go-on")
@@ -117,15 +117,16 @@ func TestHealthCPUKeepsATaskActive(t *testing.T) {
 	clock := tasktest.NewClock()
 	const stallAfter = 10 * time.Minute
 	var cpu atomic.Int64
-	// The agent hangs through the cancel that ends the test.
-	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter, timeouts: &quickTimeouts,
+	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter, flush: quickFlush,
 		cpu: func(supervisor.RunID) (time.Duration, bool) {
 			return time.Duration(cpu.Add(int64(time.Millisecond))), true
 		}})
 	ws := testrig.Workspace(t, nil)
 	id := rig.spawn(t, SpawnRequest{Workspace: ws, Prompt: testrig.Script(
 		map[string]any{"message": "first"},
-		map[string]any{"hang": true},
+		// Silent until the cancel that ends the test, which it answers (an
+		// agent that ignored it would hold the test for TurnCancel).
+		map[string]any{"wait_for_cancel": true},
 	)})
 	rig.waitForEvent(t, id, "agent_message")
 	clock.Advance(3*stallAfter, time.Second)
