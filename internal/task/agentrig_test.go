@@ -19,9 +19,6 @@ import (
 // against the Service directly: what the MCP layer adds is translation,
 // tested in mcpserver.
 
-// agentTimeouts are the rig's supervisor timeouts.
-var agentTimeouts = testrig.Timeouts()
-
 // quickTimeouts are for the tests that wait a supervisor timeout out (an
 // agent that ignores the cancel, SIGTERM or its closed stdin, a process
 // that holds stdout): what they check is the escalation and its end, not
