@@ -136,7 +136,7 @@ func TestAgentExitsMidTurn(t *testing.T) {
 }
 
 func TestCancelMidStream(t *testing.T) {
-	r := newAgentRig(t, agentRigOptions{})
+	r := newAgentRig(t, agentRigOptions{timeouts: &quickTimeouts, flush: quickFlush})
 	cases := map[string]struct {
 		cfg    map[string]any
 		steps  []map[string]any
@@ -175,7 +175,7 @@ func TestCancelMidStream(t *testing.T) {
 			out := r.cancel(t, id)
 			elapsed := time.Since(start)
 			assert.Equal(t, c.status, out["status"])
-			bound := agentTimeouts.TurnCancel + agentTimeouts.Term + agentTimeouts.Kill + agentTimeouts.Drain + 2*time.Second
+			bound := quickTimeouts.TurnCancel + quickTimeouts.Term + quickTimeouts.Kill + quickTimeouts.Drain + 2*time.Second
 			assert.Less(t, elapsed, bound)
 			if c.signal != nil {
 				assert.Equal(t, c.signal, out["signal"])

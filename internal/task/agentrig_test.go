@@ -19,8 +19,19 @@ import (
 // against the Service directly: what the MCP layer adds is translation,
 // tested in mcpserver.
 
-// agentTimeouts are the rig's supervisor timeouts.
-var agentTimeouts = testrig.Timeouts()
+// quickTimeouts are for the tests that wait a supervisor timeout out (an
+// agent that ignores the cancel, SIGTERM or its closed stdin, a process
+// that holds stdout): what they check is the escalation and its end, not
+// its length, and each second cut is a second of the package's wall.
+// Each is still far more than a healthy fake agent needs.
+var quickTimeouts = supervisor.Timeouts{
+	TurnCancel: time.Second, ExitGrace: time.Second, Term: time.Second, Kill: 2 * time.Second, Drain: time.Second,
+}
+
+// quickFlush is agentRigOptions.flush for the tests that wait for what
+// an agent said before it hangs or waits: recorded at once, not after
+// FlushInterval. Tests of how text is coalesced keep FlushInterval.
+const quickFlush = 20 * time.Millisecond
 
 // agentRig is a Service wired as in production (testrig.New), with the
 // fake agent on PATH under every agent's executable name.
@@ -42,6 +53,10 @@ type agentRigOptions struct {
 	clock      Clock
 	stallAfter time.Duration
 	cpu        func(supervisor.RunID) (time.Duration, bool)
+	// flush: how long streamed text waits before it is recorded (0:
+	// FlushInterval), short for the tests that wait for a message the
+	// agent sends before it hangs or waits.
+	flush time.Duration
 }
 
 func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
@@ -52,7 +67,7 @@ func newAgentRig(t *testing.T, o agentRigOptions) *agentRig {
 		Store: store.New(), Agents: parts.Registry(), Supervisor: parts.Sup,
 		Workspace: parts.Workspace, RequestTimeout: o.requestTimeout, StderrCap: o.stderrCap,
 		Clock: o.clock, StallAfter: o.stallAfter,
-		Getenv: parts.Getenv,
+		Getenv: parts.Getenv, flushEvery: o.flush,
 	}
 	if o.cpu != nil {
 		cfg.Supervisor = sampledSupervisor{parts.Sup, o.cpu}
@@ -151,6 +166,27 @@ func (r *agentRig) waitForEvent(t *testing.T, id, typ string) map[string]any {
 	}
 	t.Fatalf("no %s event", typ)
 	return nil
+}
+
+// waitRecord waits until the task's record satisfies ok, and returns it:
+// woken by the task's changes (Service.Changes), not by polling, since a
+// finished task's Wait returns at once and a loop on it spins a core.
+func (r *agentRig) waitRecord(t *testing.T, id, what string, ok func(rec map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		changed, err := r.svc.Changes(id)
+		require.NoError(t, err)
+		if rec := r.task(t, id); ok(rec) {
+			return rec
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("task %s: %s", id, what)
+		}
+	}
 }
 
 // pids returns every process the task's agent started: the agent itself

@@ -21,9 +21,13 @@ import (
 // and events the Service keeps; the replies' own bounds (max_bytes, the
 // size of a reply line) are tested in mcpserver.
 
-// huge is a 9 MiB string of two-byte characters, so that a cut inside a
-// character would show.
-var huge = strings.Repeat("é", 9<<20/2)
+// huge is a 2 MiB string of two-byte characters, so that a cut inside a
+// character would show: twice the largest event (ledger.MaxEventBytes),
+// 32 times the largest prompt kept whole. Its size is not what is tested
+// (the agent's longest accepted line, 10 MiB, is acpsession's to test),
+// and the race detector's cost follows it: at 9 MiB these tests took 16 s
+// of CPU.
+var huge = strings.Repeat("é", 2<<20/2)
 
 // rawEvents pages through every event of the task, as stored, at the
 // largest pages.
@@ -46,6 +50,7 @@ func (r *agentRig) rawEvents(t *testing.T, id string) []json.RawMessage {
 // length, and every page can be read and paged past.
 func TestOversizeUpdatesAreCapped(t *testing.T) {
 	t.Parallel()
+	require.Greater(t, len(huge), ledger.MaxEventBytes, "a field of huge alone crosses the event bound")
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{
 		{"plan": []map[string]any{{"content": huge, "priority": "high", "status": "pending"}}},
@@ -107,6 +112,7 @@ func TestLargePromptIsPreviewed(t *testing.T) {
 	r := newAgentRig(t, agentRigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"turn": map[string]any{"steps": []map[string]any{{"message": "read it"}}}})
 	prompt := "ab" + huge
+	require.Greater(t, len(prompt), ledger.MaxPromptBytes)
 	sum := sha256.Sum256([]byte(prompt))
 	want := map[string]any{
 		"prompt":           string([]rune(prompt)[:ledger.PromptPreviewChars]),

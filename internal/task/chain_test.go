@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -127,14 +126,8 @@ func TestKeepAliveEndsTheKeptProcess(t *testing.T) {
 	idle := 1
 	id := r.spawn(t, SpawnRequest{Prompt: testrig.Script(map[string]any{"pid": true}), Workspace: ws, KeepAlive: true, IdleTimeoutS: &idle})
 	r.wait(t, id)
-	deadline := time.Now().Add(30 * time.Second)
-	rec := r.task(t, id)
-	for rec["kept_process"] == nil {
-		require.True(t, time.Now().Before(deadline), "the kept process did not end after its keep-alive")
-		_, err := r.svc.Wait(context.Background(), []string{id}, 20*time.Millisecond)
-		require.NoError(t, err)
-		rec = r.task(t, id)
-	}
+	rec := r.waitRecord(t, id, "the kept process did not end after its keep-alive",
+		func(rec map[string]any) bool { return rec["kept_process"] != nil })
 	kp := rec["kept_process"].(map[string]any)
 	assert.Equal(t, 0.0, kp["exit_code"], "the agent left on its own when its stdin closed")
 	assert.Nil(t, kp["signal"])

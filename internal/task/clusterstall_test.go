@@ -65,6 +65,7 @@ func joinTasks(t *testing.T, natsURL string, key []byte, host string, svc *atomi
 // for the same stall; and the task's end still ends a's wait. b's health
 // checks run on a stepped clock: nothing sleeps for the threshold.
 func TestClusterWaitEndsOnAnotherHostsStall(t *testing.T) {
+	t.Parallel()
 	natsURL := natsForTasks(t)
 	key := make([]byte, jetstream.MinKeyBytes)
 	_, _ = rand.Read(key)

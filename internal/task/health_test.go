@@ -33,9 +33,10 @@ func (s sampledSupervisor) CPU(id supervisor.RunID) (time.Duration, bool) { retu
 // wait does not end at once for it). Nothing is stopped: when the agent
 // speaks again it is active, and it ends as it would have.
 func TestHealthStalledWakesTheWaitOnce(t *testing.T) {
+	t.Parallel()
 	clock := tasktest.NewClock()
 	const stallAfter = 10 * time.Minute
-	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter,
+	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter, flush: quickFlush,
 		cpu: func(supervisor.RunID) (time.Duration, bool) { return time.Second, true }})
 	ws := testrig.Workspace(t, nil)
 	goOn := filepath.Join(ws, "go-on")
@@ -112,17 +113,20 @@ func TestHealthStalledWakesTheWaitOnce(t *testing.T) {
 // keeps using CPU (a long build, say) is not stalled; last_cpu_at follows
 // the samples.
 func TestHealthCPUKeepsATaskActive(t *testing.T) {
+	t.Parallel()
 	clock := tasktest.NewClock()
 	const stallAfter = 10 * time.Minute
 	var cpu atomic.Int64
-	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter,
+	rig := newAgentRig(t, agentRigOptions{clock: clock, stallAfter: stallAfter, flush: quickFlush,
 		cpu: func(supervisor.RunID) (time.Duration, bool) {
 			return time.Duration(cpu.Add(int64(time.Millisecond))), true
 		}})
 	ws := testrig.Workspace(t, nil)
 	id := rig.spawn(t, SpawnRequest{Workspace: ws, Prompt: testrig.Script(
 		map[string]any{"message": "first"},
-		map[string]any{"hang": true},
+		// Silent until the cancel that ends the test, which it answers (an
+		// agent that ignored it would hold the test for TurnCancel).
+		map[string]any{"wait_for_cancel": true},
 	)})
 	rig.waitForEvent(t, id, "agent_message")
 	clock.Advance(3*stallAfter, time.Second)

@@ -19,7 +19,7 @@ import (
 // the marker's place: the marker is a regular file when the reply comes.
 func TestFIFOAtNotifyPathDoesNotHangCancel(t *testing.T) {
 	t.Parallel()
-	r := newAgentRig(t, agentRigOptions{markers: true})
+	r := newAgentRig(t, agentRigOptions{markers: true, flush: quickFlush})
 	out := r.spawnRecord(t, SpawnRequest{
 		Prompt:    testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}),
 		Workspace: testrig.Workspace(t, nil),

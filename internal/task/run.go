@@ -432,9 +432,9 @@ func (r *taskRun) Text(kind acpsession.TextKind, text string) {
 		r.flushLocked()
 	case !r.armed && len(r.pending) > 0:
 		if r.timer == nil {
-			r.timer = time.AfterFunc(FlushInterval, r.Flush)
+			r.timer = time.AfterFunc(r.s.cfg.flushEvery, r.Flush)
 		} else {
-			r.timer.Reset(FlushInterval)
+			r.timer.Reset(r.s.cfg.flushEvery)
 		}
 		r.armed = true
 	}

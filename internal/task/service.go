@@ -174,6 +174,12 @@ type Config struct {
 	Clock  Clock
 	Logger *slog.Logger
 	Now    func() time.Time
+
+	// flushEvery is how long streamed text may wait before it is recorded
+	// (0: FlushInterval). Only this package's tests set it: a test that
+	// waits for an agent's message in the middle of a turn would otherwise
+	// sit the second out.
+	flushEvery time.Duration
 }
 
 // Service is the TaskService. Its methods are safe for concurrent use.
@@ -229,6 +235,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = MaxWait
+	}
+	if cfg.flushEvery <= 0 {
+		cfg.flushEvery = FlushInterval
 	}
 	cfg.MaxWait = min(cfg.MaxWait, LongestWait)
 	if cfg.Getenv == nil {
