@@ -35,6 +35,9 @@ type Service interface {
 	Spawn(ctx context.Context, req task.SpawnRequest) (json.RawMessage, error)
 	Task(id string) (json.RawMessage, error)
 	Events(req task.EventsRequest) (ledger.Page, error)
+	// AppendEvents is Events with the page's events appended to a buffer,
+	// joined by commas (get_events' reply; issue 33).
+	AppendEvents(dst []byte, req task.EventsRequest) ([]byte, ledger.Page, error)
 	Wait(ctx context.Context, ids []string, timeout time.Duration) (task.WaitResult, error)
 	// MaxWait is the longest wait the server keeps (task.MaxWait, Symm's
 	// bound, unless --max-wait raised it).

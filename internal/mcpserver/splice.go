@@ -36,12 +36,12 @@ type splicer struct {
 	buf      []byte
 	// spare is a reply buffer already written, kept for the next reply
 	// built for this splicer (replyBuffer): paging a log then allocates no
-	// new buffer per page (issue 33). lent is the first byte of the last
-	// buffer replyBuffer handed out: only that one, once written, becomes
-	// spare (another payload may be bytes its handler does not own, such
-	// as stored JSON).
+	// new buffer per page (issue 33). lent is the last buffer replyBuffer
+	// handed out: only a payload in it (the reply may start past its
+	// first byte), once written, makes it spare (another payload may be
+	// bytes its handler does not own, such as stored JSON).
 	spare []byte
-	lent  *byte
+	lent  []byte
 }
 
 func newSplicer(w io.Writer) *splicer {
@@ -112,8 +112,14 @@ func replyBuffer(ctx context.Context, n int) []byte {
 	if cap(b) < max(n, 1) {
 		b = make([]byte, 0, max(n, 1))
 	}
-	s.lent = &b[:1][0]
+	s.lent = b[:0]
 	return b[:0]
+}
+
+// sameArray reports whether a and b, both with room, end in the same
+// backing array: a slice of a buffer from any offset to its end does.
+func sameArray(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
 }
 
 // maxSpare bounds the payload kept as spare: a page's (get_events' bound
@@ -181,8 +187,8 @@ func (s *splicer) Write(p []byte) (int, error) {
 	}
 	out = append(out, p...)
 	for _, n := range used {
-		if b := s.payloads[n]; cap(b) > 0 && cap(b) <= maxSpare && &b[:1][0] == s.lent {
-			s.spare, s.lent = b[:0], nil
+		if b := s.payloads[n]; cap(s.lent) <= maxSpare && sameArray(b, s.lent) {
+			s.spare, s.lent = s.lent, nil
 		}
 		delete(s.payloads, n)
 	}
