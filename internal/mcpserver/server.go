@@ -170,17 +170,23 @@ func addToolRequest[In any](s *mcp.Server, d toolDef[In], h func(context.Context
 		if err != nil {
 			return nil, nil, err
 		}
-		// The text block is the same JSON: the splicer writes it from b,
-		// and a copy is made only for a session without one.
-		text := ""
-		if !spliced(ctx, b) {
-			text = string(b)
-		}
-		return &mcp.CallToolResult{
-			StructuredContent: b,
-			Content:           []mcp.Content{&mcp.TextContent{Text: text}},
-		}, nil, nil
+		return toolResult(ctx, b), nil, nil
 	})
+}
+
+// toolResult is a tool's result of the stored JSON b, as the SDK sends it
+// on (the handler's output is nil: the SDK adds nothing).
+func toolResult(ctx context.Context, b json.RawMessage) *mcp.CallToolResult {
+	// The text block is the same JSON: the splicer writes it from b, and
+	// a copy is made only for a session without one.
+	text := ""
+	if !spliced(ctx, b) {
+		text = string(b)
+	}
+	return &mcp.CallToolResult{
+		StructuredContent: b,
+		Content:           []mcp.Content{&mcp.TextContent{Text: text}},
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -312,6 +318,10 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	// goroutine below (the SDK's session among them) is done.
 	defer subs.close()
 	defer tasks.close()
+	ran := make(chan struct{})
+	opts.gone = ran
+	// Inside the wait for the tools below and the splicer.
+	s.AddReceivingMiddleware(plainEvents(handlers{svc, opts.withDefaults()}))
 	begin, ready := make(chan struct{}), make(chan struct{})
 	startRegistering := sync.OnceFunc(func() { close(begin) })
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -345,8 +355,6 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	ran := make(chan struct{})
-	opts.gone = ran
 	wg.Go(func() {
 		select {
 		case <-begin:

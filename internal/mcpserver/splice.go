@@ -123,8 +123,9 @@ func sameArray(a, b []byte) bool {
 }
 
 // maxSpare bounds the payload kept as spare: a page's (get_events' bound
-// is 1 MiB), not one outsized reply's.
-const maxSpare = 1 << 20
+// is 1 MiB of events, with their commas and its head), not one
+// outsized reply's.
+const maxSpare = 1<<20 + 4<<10
 
 // spliceable: written as it is, the JSON must not be empty or break the
 // line framing. Stored JSON never does; anything else is left to the SDK.

@@ -181,7 +181,7 @@ func (h handlers) getEvents(ctx context.Context, a eventsArgs) (json.RawMessage,
 	// The page's events are written after room for the reply's head, the
 	// stored bytes copied once, straight into the reply; the head, which
 	// needs the page's cursor and status, is written before them after.
-	b := replyBuffer(ctx, eventsHeadRoom+pageRoom(req.MaxBytes)+len("]}"))
+	b := replyBuffer(ctx, eventsHeadRoom+pageRoom(req.MaxBytes, req.Limit)+len("]}"))
 	b, p, err := h.svc.AppendEvents(b[:eventsHeadRoom], req)
 	if err != nil {
 		return nil, err
@@ -201,16 +201,23 @@ func (h handlers) getEvents(ctx context.Context, a eventsArgs) (json.RawMessage,
 // cursor's 19 digits at most and the longest status hold in it.
 const eventsHeadRoom = 96
 
-// pageRoom is the most bytes of events a page of maxBytes holds but for
-// a first event larger than that (task.Service.Events' clamping).
-func pageRoom(maxBytes int) int {
+// pageRoom is the most bytes a page of maxBytes and limit events holds
+// joined by commas, but for a first event larger than maxBytes
+// (task.Service.Events' clamping).
+func pageRoom(maxBytes, limit int) int {
 	switch {
 	case maxBytes <= 0:
-		return task.DefaultPageBytes
+		maxBytes = task.DefaultPageBytes
 	case maxBytes > task.MaxPageBytes:
-		return task.MaxPageBytes
+		maxBytes = task.MaxPageBytes
 	}
-	return maxBytes
+	switch {
+	case limit <= 0:
+		limit = task.DefaultPageLimit
+	case limit > task.MaxPageLimit:
+		limit = task.MaxPageLimit
+	}
+	return maxBytes + limit
 }
 
 // appendEventsHead appends the reply's bytes before p's events to b.
