@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -134,7 +135,9 @@ func TestPlainEventsTakesPlainCalls(t *testing.T) {
 		t.Helper()
 		passed = 0
 		ss := sessionOf(t, version)
-		res, err := mw(context.Background(), "tools/call", &mcp.CallToolRequest{Session: ss, Params: p})
+		// Inside the splicer's middleware, as serve installs it.
+		ctx := context.WithValue(context.Background(), splicingKey{}, newSplicer(io.Discard))
+		res, err := mw(ctx, "tools/call", &mcp.CallToolRequest{Session: ss, Params: p})
 		require.NoError(t, err)
 		return res.(*mcp.CallToolResult), passed == 0
 	}
@@ -142,7 +145,7 @@ func TestPlainEventsTakesPlainCalls(t *testing.T) {
 	res, answered := call("2025-11-25", &mcp.CallToolParamsRaw{Name: "get_events", Arguments: args})
 	require.True(t, answered)
 	assert.JSONEq(t, `{"cursor":2,"has_more":false,"status":"running","events":[{"seq":2}]}`, string(res.StructuredContent.(json.RawMessage)))
-	assert.Equal(t, string(res.StructuredContent.(json.RawMessage)), res.Content[0].(*mcp.TextContent).Text, "no splicer: the text block is the JSON")
+	assert.Empty(t, res.Content[0].(*mcp.TextContent).Text, "the splicer writes the text block from the JSON")
 
 	for name, p := range map[string]*mcp.CallToolParamsRaw{
 		"meta":       {Name: "get_events", Arguments: args, Meta: mcp.Meta{"progressToken": 1}},

@@ -91,8 +91,13 @@ type splicingKey struct{}
 // spliced reports whether the splicer of ctx's session will write raw as
 // a reply's text block, so that the handler need not copy it into one.
 func spliced(ctx context.Context, raw json.RawMessage) bool {
+	return splicing(ctx) && spliceable(raw)
+}
+
+// splicing reports whether ctx is a tools/call a splicer writes.
+func splicing(ctx context.Context) bool {
 	s, _ := ctx.Value(splicingKey{}).(*splicer)
-	return s != nil && spliceable(raw)
+	return s != nil
 }
 
 // replyBuffer returns an empty buffer of at least n bytes of room for a

@@ -178,6 +178,15 @@ func (h handlers) getEvents(ctx context.Context, a eventsArgs) (json.RawMessage,
 	req := task.EventsRequest{
 		TaskID: a.TaskID, AfterSeq: int64(a.AfterSeq), Limit: a.Limit.int(), EventTypes: a.EventTypes, MaxBytes: a.MaxBytes.int(),
 	}
+	if !splicing(ctx) {
+		// No spare buffer to write into (over HTTP): the page is
+		// copied into a reply of its exact size.
+		p, err := h.svc.Events(req)
+		if err != nil {
+			return nil, err
+		}
+		return eventsReply(p), nil
+	}
 	// The page's events are written after room for the reply's head, the
 	// stored bytes copied once, straight into the reply; the head, which
 	// needs the page's cursor and status, is written before them after.
