@@ -70,6 +70,14 @@ const (
 	Thought
 )
 
+// TextAppender is a Sink that also takes streamed text as bytes it copies
+// before it returns: a text chunk is then handed over from the line read,
+// with no string made of it (issue 33). The session calls AppendText
+// instead of Text for such chunks.
+type TextAppender interface {
+	AppendText(kind TextKind, text []byte)
+}
+
 // Sink receives what the session observes. Calls are made one at a time, in
 // the order the agent sent what they describe. Each method that returns an
 // error reports that what it was given could not be recorded.

@@ -33,17 +33,42 @@ import (
 // whole leaves its own prefix in p.
 func readFast(b []byte, p *textPrefix) (sid []byte, m Mapped, ok bool) {
 	var u fastUpdate
-	if p != nil && p.matches(b) {
-		if u.resume(b, p) {
-			return u.mapped()
-		}
-		u = fastUpdate{} // the whole read decides, from nothing
-	}
-	if !u.scan(b) {
+	if !u.read(b, p) {
 		return nil, Mapped{}, false
 	}
+	return u.mapped()
+}
+
+// read is readFast's reading of b into u, before the mapping; false when
+// b takes the general path.
+func (u *fastUpdate) read(b []byte, p *textPrefix) bool {
+	if p != nil && p.matches(b) {
+		if u.resume(b, p) {
+			return true
+		}
+		*u = fastUpdate{} // the whole read decides, from nothing
+	}
+	if !u.scan(b) {
+		return false
+	}
 	if p != nil && u.textAt > 0 && u.textAt <= maxTextPrefix && u.isText() && u.seen[2]&^updateTextKeys == 0 {
-		p.keep(b, &u)
+		p.keep(b, u)
+	}
+	return true
+}
+
+// mappedInPlace is mapped, but a text chunk whose text needs no decoding
+// keeps it in the line (Mapped.inLine) instead of a string of its own:
+// most of a turn's lines are such chunks, and their text is copied by the
+// sink anyway (issue 33). The session's reader hands it on before it reads
+// the next line; a chunk held for the session start gets its string then.
+func (u *fastUpdate) mappedInPlace() (sid []byte, m Mapped, ok bool) {
+	if u.text != nil && u.textPlain && u.isText() {
+		kind := Message
+		if string(u.typ) == "agent_thought_chunk" {
+			kind = Thought
+		}
+		return u.sid, Mapped{HasText: true, TextKind: kind, inLine: u.text[1 : len(u.text)-1]}, true
 	}
 	return u.mapped()
 }

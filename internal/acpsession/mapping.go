@@ -89,6 +89,10 @@ type Mapped struct {
 	HasText  bool
 	TextKind TextKind
 	Text     string
+	// inLine, when not nil, is the text instead of Text: its bytes in the
+	// line the reader is handling (the fast path's text chunks), valid
+	// only until it reads the next; textOf makes it a string to keep.
+	inLine []byte
 	// Usage, when not nil, is a usage_update's report for Sink.Usage.
 	Usage *UsageFields
 	// Title, when not nil, is a session_info_update's title for Sink.Title.
@@ -97,6 +101,14 @@ type Mapped struct {
 	// (ToolCallFields, PlanFields or AgentUpdateFields).
 	EventType string
 	Fields    any
+}
+
+// kept returns m with its text its own: a string, not bytes of the line.
+func (m Mapped) kept() Mapped {
+	if m.inLine != nil {
+		m.Text, m.inLine = string(m.inLine), nil
+	}
+	return m
 }
 
 // errNotObject rejects an update that is not a JSON object.

@@ -442,7 +442,7 @@ func (st *state) admit(sid string, m Mapped) bool {
 		return sid == st.sid
 	case st.phase == phaseIdle || st.phase == phaseSetup:
 		if st.sid == "" || sid == st.sid {
-			st.held = append(st.held, heldUpdate{sid: sid, m: m})
+			st.held = append(st.held, heldUpdate{sid: sid, m: m.kept()})
 		}
 	}
 	return false
@@ -485,7 +485,12 @@ func (s *Session) feed(f fact) {
 // emitLocked hands m to the sink; sinkMu must be held.
 func (s *Session) emitLocked(m Mapped) {
 	if m.HasText {
-		if m.Text != "" {
+		switch a, ok := s.sink.(TextAppender); {
+		case len(m.inLine) > 0 && ok:
+			a.AppendText(m.TextKind, m.inLine)
+		case len(m.inLine) > 0:
+			s.sink.Text(m.TextKind, string(m.inLine))
+		case m.Text != "":
 			s.sink.Text(m.TextKind, m.Text)
 		}
 		return

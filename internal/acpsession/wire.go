@@ -326,7 +326,11 @@ func (s *Session) handleUpdate(env *envelope, clean bool) {
 // handleFast handles b (a trimmed line starting with '{') when readFast
 // reads it; false leaves the line to the general path, with nothing done.
 func (s *Session) handleFast(env *envelope, b []byte) bool {
-	sid, m, ok := readFast(b, &env.prefix)
+	var u fastUpdate
+	if !u.read(b, &env.prefix) {
+		return false
+	}
+	sid, m, ok := u.mappedInPlace()
 	if !ok {
 		return false
 	}

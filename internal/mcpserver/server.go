@@ -35,6 +35,9 @@ type Service interface {
 	Spawn(ctx context.Context, req task.SpawnRequest) (json.RawMessage, error)
 	Task(id string) (json.RawMessage, error)
 	Events(req task.EventsRequest) (ledger.Page, error)
+	// AppendEvents is Events with the page's events appended to a buffer,
+	// joined by commas (get_events' reply; issue 33).
+	AppendEvents(dst []byte, req task.EventsRequest) ([]byte, ledger.Page, error)
 	Wait(ctx context.Context, ids []string, timeout time.Duration) (task.WaitResult, error)
 	// MaxWait is the longest wait the server keeps (task.MaxWait, Symm's
 	// bound, unless --max-wait raised it).
@@ -231,17 +234,23 @@ func addToolRequest[In any](s *mcp.Server, d toolDef[In], h func(context.Context
 		if err != nil {
 			return nil, nil, err
 		}
-		// The text block is the same JSON: the splicer writes it from b,
-		// and a copy is made only for a session without one.
-		text := ""
-		if !spliced(ctx, b) {
-			text = string(b)
-		}
-		return &mcp.CallToolResult{
-			StructuredContent: b,
-			Content:           []mcp.Content{&mcp.TextContent{Text: text}},
-		}, nil, nil
+		return toolResult(ctx, b), nil, nil
 	})
+}
+
+// toolResult is a tool's result of the stored JSON b, as the SDK sends it
+// on (the handler's output is nil: the SDK adds nothing).
+func toolResult(ctx context.Context, b json.RawMessage) *mcp.CallToolResult {
+	// The text block is the same JSON: the splicer writes it from b, and
+	// a copy is made only for a session without one.
+	text := ""
+	if !spliced(ctx, b) {
+		text = string(b)
+	}
+	return &mcp.CallToolResult{
+		StructuredContent: b,
+		Content:           []mcp.Content{&mcp.TextContent{Text: text}},
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -375,6 +384,8 @@ func serve(ctx context.Context, svc Service, version string, in io.ReadCloser, o
 	defer tasks.close()
 	ran := make(chan struct{}) // closed when the SDK's session ended
 	opts.gone = ran
+	// Inside the registering of tools below and the splicer.
+	s.AddReceivingMiddleware(plainEvents(handlers{svc, opts.withDefaults()}))
 	lazy := newLazyTools(tools(s, svc, opts))
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {

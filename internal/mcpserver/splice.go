@@ -36,12 +36,12 @@ type splicer struct {
 	buf      []byte
 	// spare is a reply buffer already written, kept for the next reply
 	// built for this splicer (replyBuffer): paging a log then allocates no
-	// new buffer per page (issue 33). lent is the first byte of the last
-	// buffer replyBuffer handed out: only that one, once written, becomes
-	// spare (another payload may be bytes its handler does not own, such
-	// as stored JSON).
+	// new buffer per page (issue 33). lent is the last buffer replyBuffer
+	// handed out: only a payload in it (the reply may start past its
+	// first byte), once written, makes it spare (another payload may be
+	// bytes its handler does not own, such as stored JSON).
 	spare []byte
-	lent  *byte
+	lent  []byte
 }
 
 func newSplicer(w io.Writer) *splicer {
@@ -91,8 +91,13 @@ type splicingKey struct{}
 // spliced reports whether the splicer of ctx's session will write raw as
 // a reply's text block, so that the handler need not copy it into one.
 func spliced(ctx context.Context, raw json.RawMessage) bool {
+	return splicing(ctx) && spliceable(raw)
+}
+
+// splicing reports whether ctx is a tools/call a splicer writes.
+func splicing(ctx context.Context) bool {
 	s, _ := ctx.Value(splicingKey{}).(*splicer)
-	return s != nil && spliceable(raw)
+	return s != nil
 }
 
 // replyBuffer returns an empty buffer of at least n bytes of room for a
@@ -112,13 +117,20 @@ func replyBuffer(ctx context.Context, n int) []byte {
 	if cap(b) < max(n, 1) {
 		b = make([]byte, 0, max(n, 1))
 	}
-	s.lent = &b[:1][0]
+	s.lent = b[:0]
 	return b[:0]
 }
 
+// sameArray reports whether a and b, both with room, end in the same
+// backing array: a slice of a buffer from any offset to its end does.
+func sameArray(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
+}
+
 // maxSpare bounds the payload kept as spare: a page's (get_events' bound
-// is 1 MiB), not one outsized reply's.
-const maxSpare = 1 << 20
+// is 1 MiB of events, with their commas and its head), not one
+// outsized reply's.
+const maxSpare = 1<<20 + 4<<10
 
 // spliceable: written as it is, the JSON must not be empty or break the
 // line framing. Stored JSON never does; anything else is left to the SDK.
@@ -181,8 +193,8 @@ func (s *splicer) Write(p []byte) (int, error) {
 	}
 	out = append(out, p...)
 	for _, n := range used {
-		if b := s.payloads[n]; cap(b) > 0 && cap(b) <= maxSpare && &b[:1][0] == s.lent {
-			s.spare, s.lent = b[:0], nil
+		if b := s.payloads[n]; cap(s.lent) <= maxSpare && sameArray(b, s.lent) {
+			s.spare, s.lent = s.lent, nil
 		}
 		delete(s.payloads, n)
 	}

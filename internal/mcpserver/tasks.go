@@ -11,6 +11,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/symm-mcp/symm-mcp/internal/jsonstr"
 	"github.com/symm-mcp/symm-mcp/internal/ledger"
 	"github.com/symm-mcp/symm-mcp/internal/permission"
 	"github.com/symm-mcp/symm-mcp/internal/task"
@@ -174,43 +175,80 @@ var getEventsTool = toolDef[eventsArgs]{
 }
 
 func (h handlers) getEvents(ctx context.Context, a eventsArgs) (json.RawMessage, error) {
-	p, err := h.svc.Events(task.EventsRequest{
+	req := task.EventsRequest{
 		TaskID: a.TaskID, AfterSeq: int64(a.AfterSeq), Limit: a.Limit.int(), EventTypes: a.EventTypes, MaxBytes: a.MaxBytes.int(),
-	})
+	}
+	if !splicing(ctx) {
+		// No spare buffer to write into (over HTTP): the page is
+		// copied into a reply of its exact size.
+		p, err := h.svc.Events(req)
+		if err != nil {
+			return nil, err
+		}
+		return eventsReply(p), nil
+	}
+	// The page's events are written after room for the reply's head, the
+	// stored bytes copied once, straight into the reply; the head, which
+	// needs the page's cursor and status, is written before them after.
+	b := replyBuffer(ctx, eventsHeadRoom+pageRoom(req.MaxBytes, req.Limit)+len("]}"))
+	b, p, err := h.svc.AppendEvents(b[:eventsHeadRoom], req)
 	if err != nil {
 		return nil, err
 	}
-	status := jsonValue(p.Status)
-	return appendEventsReply(replyBuffer(ctx, eventsReplySize(p, status)), p, status), nil
+	b = append(b, "]}"...)
+	var space [eventsHeadRoom]byte
+	head := appendEventsHead(space[:0], p)
+	if len(head) > eventsHeadRoom {
+		return append(head, b[eventsHeadRoom:]...), nil
+	}
+	start := eventsHeadRoom - len(head)
+	copy(b[start:], head)
+	return b[start:], nil
+}
+
+// eventsHeadRoom is the room kept for a get_events reply's head: the
+// cursor's 19 digits at most and the longest status hold in it.
+const eventsHeadRoom = 96
+
+// pageRoom is the most bytes a page of maxBytes and limit events holds
+// joined by commas, but for a first event larger than maxBytes
+// (task.Service.Events' clamping).
+func pageRoom(maxBytes, limit int) int {
+	switch {
+	case maxBytes <= 0:
+		maxBytes = task.DefaultPageBytes
+	case maxBytes > task.MaxPageBytes:
+		maxBytes = task.MaxPageBytes
+	}
+	switch {
+	case limit <= 0:
+		limit = task.DefaultPageLimit
+	case limit > task.MaxPageLimit:
+		limit = task.MaxPageLimit
+	}
+	return maxBytes + limit
+}
+
+// appendEventsHead appends the reply's bytes before p's events to b.
+func appendEventsHead(b []byte, p ledger.Page) []byte {
+	b = append(b, `{"cursor":`...)
+	b = strconv.AppendInt(b, p.Cursor, 10)
+	b = append(b, `,"has_more":`...)
+	b = strconv.AppendBool(b, p.HasMore)
+	b = append(b, `,"status":"`...)
+	b = jsonstr.AppendContent(b, []byte(p.Status), true)
+	return append(b, `","events":[`...)
 }
 
 // eventsReply is a page of events as get_events and the events resource
 // return it: the page's stored bytes copied once, into a buffer of the
 // reply's exact size (intent 0050).
 func eventsReply(p ledger.Page) json.RawMessage {
-	status := jsonValue(p.Status)
-	return appendEventsReply(make([]byte, 0, eventsReplySize(p, status)), p, status)
-}
-
-// eventsReplySize is the most bytes eventsReply writes for p, whose
-// status is status as JSON.
-func eventsReplySize(p ledger.Page, status []byte) int {
-	n := len(`{"cursor":,"has_more":false,"status":,"events":[]}`) + 20 + len(status) + len(p.Events)
+	n := eventsHeadRoom + len(p.Status) + len(p.Events) + len("]}")
 	for _, e := range p.Events {
 		n += len(e)
 	}
-	return n
-}
-
-// appendEventsReply appends eventsReply's bytes for p to b.
-func appendEventsReply(b []byte, p ledger.Page, status []byte) json.RawMessage {
-	b = append(b, `{"cursor":`...)
-	b = strconv.AppendInt(b, p.Cursor, 10)
-	b = append(b, `,"has_more":`...)
-	b = strconv.AppendBool(b, p.HasMore)
-	b = append(b, `,"status":`...)
-	b = append(b, status...)
-	b = append(b, `,"events":[`...)
+	b := appendEventsHead(make([]byte, 0, n), p)
 	for i, e := range p.Events {
 		if i > 0 {
 			b = append(b, ',')

@@ -228,13 +228,64 @@ func (s *Store) Events(id string, q ledger.Query) (ledger.Page, error) {
 	if err != nil {
 		return ledger.Page{}, err
 	}
-	q.Limit = max(q.Limit, 1)
-	if q.MaxScan <= 0 {
-		q.MaxScan = int(^uint(0) >> 1)
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	l := &e.log
+	// First pass: choose the events, so the copy below is one allocation.
+	var picked []int
+	size := 0
+	p := l.page(q, func(i int) {
+		if picked == nil {
+			picked = make([]int, 0, min(max(q.Limit, 1), l.n, 1024))
+		}
+		picked = append(picked, i)
+		size += int(l.ref(i).n)
+	})
+	buf := make([]byte, 0, size)
+	p.Events = make([]json.RawMessage, len(picked))
+	for k, i := range picked {
+		off := len(buf)
+		buf = append(buf, l.event(i)...)
+		p.Events[k] = buf[off:len(buf):len(buf)]
+	}
+	p.Status = e.status
+	return p, nil
+}
+
+// AppendEvents reads the page Events reads, but appends its events to dst,
+// joined by commas, instead of copying them into a buffer of their own:
+// a reply that holds them as a JSON array is built from the stored bytes
+// with no allocation of its own when dst has the room (issue 33). It
+// returns the extended buffer and the page without its Events.
+func (s *Store) AppendEvents(dst []byte, id string, q ledger.Query) ([]byte, ledger.Page, error) {
+	e, err := s.get(id)
+	if err != nil {
+		return dst, ledger.Page{}, err
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	l := &e.log
+	first := true
+	p := l.page(q, func(i int) {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, l.event(i)...)
+	})
+	p.Status = e.status
+	return dst, p, nil
+}
+
+// page walks the events q picks, in order, handing each to take, and
+// returns the page's cursor and whether more follow. The entry's read
+// lock is held.
+func (l *eventLog) page(q ledger.Query, take func(i int)) ledger.Page {
+	limit := max(q.Limit, 1)
+	maxScan := q.MaxScan
+	if maxScan <= 0 {
+		maxScan = int(^uint(0) >> 1)
+	}
 	total := int64(l.n)
 	start := min(max(q.After, 0), total)
 
@@ -249,17 +300,16 @@ func (s *Store) Events(id string, q ledger.Query) (ledger.Page, error) {
 		}
 	}
 
-	// First pass: choose the events, so the copy below is one allocation.
-	picked := make([]int, 0, min(int64(q.Limit), total-start, 1024))
-	size, scanned := 0, 0
+	picked, size, scanned := 0, 0, 0
 	cursor := start
-	for i := int(start); i < int(total) && len(picked) < q.Limit && scanned < q.MaxScan; i++ {
+	for i := int(start); i < int(total) && picked < limit && scanned < maxScan; i++ {
 		r := l.ref(i)
 		if (want == nil || want[r.typ]) && !l.dropped(r) {
-			if len(picked) > 0 && size+int(r.n) > q.MaxBytes {
+			if picked > 0 && size+int(r.n) > q.MaxBytes {
 				break
 			}
-			picked = append(picked, i)
+			take(i)
+			picked++
 			size += int(r.n)
 		}
 		if want != nil {
@@ -269,15 +319,7 @@ func (s *Store) Events(id string, q ledger.Query) (ledger.Page, error) {
 		}
 		cursor = int64(i) + 1
 	}
-
-	buf := make([]byte, 0, size)
-	events := make([]json.RawMessage, len(picked))
-	for k, i := range picked {
-		off := len(buf)
-		buf = append(buf, l.event(i)...)
-		events[k] = buf[off:len(buf):len(buf)]
-	}
-	return ledger.Page{Events: events, Cursor: cursor, HasMore: cursor < total, Status: e.status}, nil
+	return ledger.Page{Cursor: cursor, HasMore: cursor < total}
 }
 
 // AppendCapped records an event of a capped type (stderr): the task keeps

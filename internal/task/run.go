@@ -266,8 +266,9 @@ func (r *taskRun) requestStop(source string) (started, live bool) {
 const droppedInterval = time.Second
 
 var (
-	_ supervisor.Sink = (*taskRun)(nil)
-	_ acpsession.Sink = (*taskRun)(nil)
+	_ supervisor.Sink         = (*taskRun)(nil)
+	_ acpsession.Sink         = (*taskRun)(nil)
+	_ acpsession.TextAppender = (*taskRun)(nil)
 )
 
 type errorFields struct {
@@ -416,7 +417,14 @@ func (r *taskRun) flushLocked() {
 }
 
 // Text implements acpsession.Sink.
-func (r *taskRun) Text(kind acpsession.TextKind, text string) {
+func (r *taskRun) Text(kind acpsession.TextKind, text string) { appendText(r, kind, text) }
+
+// AppendText implements acpsession.TextAppender: text is copied before it
+// returns.
+func (r *taskRun) AppendText(kind acpsession.TextKind, text []byte) { appendText(r, kind, text) }
+
+// appendText adds streamed text to the pending text event.
+func appendText[T string | []byte](r *taskRun, kind acpsession.TextKind, text T) {
 	r.mu.Lock()
 	defer r.unlock()
 	if r.ended {
