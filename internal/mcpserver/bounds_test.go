@@ -189,7 +189,9 @@ func TestEventsMaxBytes(t *testing.T) {
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
 	const each = 2000
-	for range 1500 {
+	// Enough events to fill the largest page (1 MiB) with some left over:
+	// the bound is what is tested, not the size of the ledger beyond it.
+	for range task.MaxPageBytes/each + 50 {
 		require.NoError(t, sink.Plan(acpsession.PlanFields{Entries: fieldsJSON(t, strings.Repeat("e", each))}))
 	}
 	big := strings.Repeat("é", 60000) // 120 KB of text, over the default bound
@@ -256,9 +258,11 @@ func TestEventsMaxBytes(t *testing.T) {
 	})
 }
 
-// huge is a 9 MiB string of two-byte characters, so that a cut inside a
-// character would show.
-var huge = strings.Repeat("é", 9<<20/2)
+// huge is a 2 MiB string of two-byte characters, so that a cut inside a
+// character would show: 32 times the 64 KiB over which a record keeps a
+// prompt's preview only, and many times the 64 KiB read buffer of a
+// client's line (framing.go).
+var huge = strings.Repeat("é", 2<<20/2)
 
 // TestLargePromptReplyIsSmall: spawn_task's reply to a prompt over
 // 64 KiB stays small and carries the prompt's preview, length and SHA-256
@@ -296,7 +300,9 @@ func TestListTasksPages(t *testing.T) {
 		require.NoError(t, json.Unmarshal(raw, &rec))
 		return rec.TaskID
 	}
-	const n = 2500
+	// More tasks than the largest page holds (the clamp is seen), in
+	// several pages of 300.
+	const n = task.MaxListLimit + 100
 	created := make([]string, n)
 	for i := range created {
 		created[i] = spawn()
@@ -322,10 +328,13 @@ func TestListTasksPages(t *testing.T) {
 		assert.Len(t, ids(out), task.MaxListLimit)
 	})
 	t.Run("while tasks are created", func(t *testing.T) {
+		// Tasks are created beside the pages' reads (the race detector sees
+		// the store's reads and writes meet) and between them. The
+		// goroutine's share is bounded: left alone it outpaces the reads.
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		wg.Go(func() {
-			for range 2000 {
+			for range 300 {
 				select {
 				case <-stop:
 					return
@@ -350,6 +359,7 @@ func TestListTasksPages(t *testing.T) {
 			if cursor == nil {
 				break
 			}
+			spawn()
 		}
 		close(stop)
 		wg.Wait()
@@ -393,7 +403,9 @@ func TestCallerStringsAreBounded(t *testing.T) {
 	}
 	label := strings.Repeat("l", task.MaxLabelBytes)
 	var created []string
-	for range 300 {
+	// Each summary carries both labels: these tasks' summaries are more
+	// than one page's MaxListBytes, so the byte bound ends a page.
+	for range task.MaxListBytes/(2*task.MaxLabelBytes) + 30 {
 		id, run := l.spawn(t, map[string]any{"initiator_id": label, "executor_id": label})
 		run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
 		created = append(created, id)
