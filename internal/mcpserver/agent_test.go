@@ -46,6 +46,14 @@ func TestPlainPromptSucceeds(t *testing.T) {
 	testrig.RequireGone(t, r.pids(t, id, ws))
 }
 
+// flushStep is a fake agent's step that records its pending message
+// text at once, as any other event does: a test that waits for a message
+// the agent follows with no other update would wait for the text's
+// flush timer (task.FlushInterval, a real second).
+var flushStep = map[string]any{"raw_update": map[string]any{
+	"sessionUpdate": "tool_call", "toolCallId": "flush", "title": "flush", "kind": "other", "status": "completed",
+}}
+
 // waitForEvent waits until the task has recorded an event of that type.
 func waitForEvent(t *testing.T, r *rig, id, typ string) map[string]any {
 	t.Helper()

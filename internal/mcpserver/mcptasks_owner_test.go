@@ -171,7 +171,9 @@ func TestTaskWaitFollowsDecisions(t *testing.T) {
 	spawn := func(timeoutS int) string {
 		t.Helper()
 		res := c.call(t, "tools/call", map[string]any{"_meta": meta2026(false), "name": "spawn_task", "arguments": map[string]any{
-			"agent": "fake", "prompt": testrig.Script(askStep("edit"), map[string]any{"message": "decided"}, map[string]any{"wait_for_cancel": true}),
+			// The tool call after the message records it at once (text is
+			// otherwise held up to task.FlushInterval, a real second).
+			"agent": "fake", "prompt": testrig.Script(askStep("edit"), map[string]any{"message": "decided"}, flushStep, map[string]any{"wait_for_cancel": true}),
 			"workspace": ws, "ask": []string{"edit"}, "ask_timeout_s": timeoutS}})
 		require.Nil(t, res.Error)
 		id, _ := dig(decode(t, res.Result), "structuredContent", "task_id").(string)
