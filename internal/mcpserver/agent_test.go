@@ -50,9 +50,7 @@ func TestPlainPromptSucceeds(t *testing.T) {
 // text at once, as any other event does: a test that waits for a message
 // the agent follows with no other update would wait for the text's
 // flush timer (task.FlushInterval, a real second).
-var flushStep = map[string]any{"raw_update": map[string]any{
-	"sessionUpdate": "tool_call", "toolCallId": "flush", "title": "flush", "kind": "other", "status": "completed",
-}}
+var flushStep = map[string]any{"tool_call": map[string]any{"toolCallId": "flush", "title": "flush", "kind": "other", "status": "completed"}}
 
 // waitForEvent waits until the task has recorded an event of that type.
 func waitForEvent(t *testing.T, r *rig, id, typ string) map[string]any {
@@ -82,7 +80,7 @@ func TestShutdownEndsEveryAgent(t *testing.T) {
 	var ids, wss []string
 	for range 8 {
 		ws := testrig.Workspace(t, nil)
-		ids = append(ids, r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"fork": map[string]any{"n": 1}}, map[string]any{"message": "up"}, map[string]any{"hang": true}), "workspace": ws}))
+		ids = append(ids, r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"fork": map[string]any{"n": 1}}, map[string]any{"message": "up"}, flushStep, map[string]any{"hang": true}), "workspace": ws}))
 		wss = append(wss, ws)
 	}
 	for _, id := range ids {

@@ -111,7 +111,7 @@ func onlyKey(t *testing.T, got map[string]any) string {
 // goroutine or descriptor left). The task it waited on goes on.
 func TestHTTPTaskWaitsEndWithClose(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	live := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": testrig.Workspace(t, nil)})
+	live := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, flushStep, map[string]any{"wait_for_cancel": true}), "workspace": testrig.Workspace(t, nil)})
 	waitForEvent(t, r, live, "agent_message")
 	base := leakcheck.Take()
 

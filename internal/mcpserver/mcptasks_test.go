@@ -434,7 +434,7 @@ func TestTasks2025Asks(t *testing.T) {
 // goroutine or descriptor left), and the task it waited on goes on.
 func TestTaskWaitEndsWithTheSession(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	live := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": testrig.Workspace(t, nil)})
+	live := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, flushStep, map[string]any{"wait_for_cancel": true}), "workspace": testrig.Workspace(t, nil)})
 	waitForEvent(t, r, live, "agent_message")
 	base := leakcheck.Take()
 
