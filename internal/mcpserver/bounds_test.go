@@ -402,13 +402,23 @@ func TestCallerStringsAreBounded(t *testing.T) {
 		assert.True(t, strings.HasPrefix(msg, "invalid_request: "+k), msg)
 	}
 	label := strings.Repeat("l", task.MaxLabelBytes)
-	var created []string
-	// Each summary carries both labels: these tasks' summaries are more
-	// than one page's MaxListBytes, so the byte bound ends a page.
+	// Labels at their bound are taken over MCP; the tasks that fill the
+	// pages after it are made through the service, as the paging is what
+	// they are for. Each summary carries both labels: these tasks'
+	// summaries are more than one page's MaxListBytes, so the byte bound
+	// ends a page.
+	id, run := l.spawn(t, map[string]any{"initiator_id": label, "executor_id": label})
+	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
+	created := []string{id}
 	for range task.MaxListBytes/(2*task.MaxLabelBytes) + 30 {
-		id, run := l.spawn(t, map[string]any{"initiator_id": label, "executor_id": label})
-		run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
-		created = append(created, id)
+		raw, err := l.svc.Spawn(context.Background(), task.SpawnRequest{Agent: "codex", Prompt: "review it", Workspace: l.ws, InitiatorID: label, ExecutorID: label})
+		require.NoError(t, err)
+		var rec struct {
+			TaskID string `json:"task_id"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &rec))
+		(<-l.sup.Started).End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
+		created = append(created, rec.TaskID)
 	}
 	msg := callErr(t, l.cs, "resolve_task", map[string]any{"task_id": created[0], "resolution": "accepted", "note": strings.Repeat("n", task.MaxNoteBytes+1)})
 	assert.True(t, strings.HasPrefix(msg, "invalid_request: note"), msg)
