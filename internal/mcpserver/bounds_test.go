@@ -116,20 +116,6 @@ func pageBytes(p rawPage) int {
 	return n
 }
 
-// allRawEvents pages through every event of a task at the largest pages.
-func allRawEvents(t *testing.T, cs *mcp.ClientSession, id string) []json.RawMessage {
-	t.Helper()
-	var all []json.RawMessage
-	for after := int64(0); ; {
-		p := getPage(t, cs, map[string]any{"task_id": id, "after_seq": after, "limit": 1000, "max_bytes": task.MaxPageBytes})
-		all = append(all, p.Events...)
-		after = p.Cursor
-		if !p.HasMore {
-			return all
-		}
-	}
-}
-
 // TestPagesPutPagingFirst: cursor, has_more and status come before the
 // events, in the text block and in structuredContent as written, and in
 // the output schema's property order, so that a host showing only the
@@ -191,7 +177,8 @@ func TestEventsMaxBytes(t *testing.T) {
 	const each = 2000
 	// Enough events to fill the largest page (1 MiB) with some left over:
 	// the bound is what is tested, not the size of the ledger beyond it.
-	for range task.MaxPageBytes/each + 50 {
+	const small = task.MaxPageBytes/each + 50
+	for range small {
 		require.NoError(t, sink.Plan(acpsession.PlanFields{Entries: fieldsJSON(t, strings.Repeat("e", each))}))
 	}
 	big := strings.Repeat("é", 60000) // 120 KB of text, over the default bound
@@ -232,15 +219,21 @@ func TestEventsMaxBytes(t *testing.T) {
 		assert.NotEmpty(t, p.Events, "the minimum itself is accepted")
 	})
 	t.Run("an oversize event alone", func(t *testing.T) {
+		// It follows the small events, so it is found from the seq of
+		// their count on (the task's first events come before them).
 		var bigSeq int64
-		for _, e := range allRawEvents(t, l.cs, id) {
-			if strings.Contains(string(e), big) {
-				var m struct{ Seq int64 }
-				require.NoError(t, json.Unmarshal(e, &m))
-				bigSeq = m.Seq
+		for after := int64(small); bigSeq == 0; {
+			p := getPage(t, l.cs, map[string]any{"task_id": id, "after_seq": after})
+			for _, e := range p.Events {
+				if strings.Contains(string(e), big) {
+					var m struct{ Seq int64 }
+					require.NoError(t, json.Unmarshal(e, &m))
+					bigSeq = m.Seq
+				}
 			}
+			require.True(t, bigSeq != 0 || p.HasMore, "no oversize event after seq %d", small)
+			after = p.Cursor
 		}
-		require.NotZero(t, bigSeq)
 		w := newRawClient(t, l.svc)
 		// From just before it, the page holds it alone; from the event
 		// before that, the page ends before it.
