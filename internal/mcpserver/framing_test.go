@@ -95,7 +95,9 @@ func TestMalformedLinesKeepTheSession(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
-	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"hang": true}), "workspace": ws})
+	// The agent ends its turn on a cancel at once: a cancelled task would
+	// show, and the test's end does not wait out the supervisor's bounds.
+	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": ws})
 	w := newWire(t, r.svc, "2025-11-25")
 
 	huge := `{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"get_task","arguments":{"task_id":"` +
