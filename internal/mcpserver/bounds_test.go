@@ -251,11 +251,11 @@ func TestEventsMaxBytes(t *testing.T) {
 	})
 }
 
-// huge is a 2 MiB string of two-byte characters, so that a cut inside a
-// character would show: 32 times the 64 KiB over which a record keeps a
-// prompt's preview only, and many times the 64 KiB read buffer of a
-// client's line (framing.go).
-var huge = strings.Repeat("é", 2<<20/2)
+// huge is a 1 MiB string of two-byte characters, so that a cut inside a
+// character would show: 16 times the 64 KiB over which a record keeps a
+// prompt's preview only, and of the 64 KiB read buffer of a client's
+// line (framing.go).
+var huge = strings.Repeat("é", 1<<20/2)
 
 // TestLargePromptReplyIsSmall: spawn_task's reply to a prompt over
 // 64 KiB stays small and carries the prompt's preview, length and SHA-256
@@ -327,7 +327,7 @@ func TestListTasksPages(t *testing.T) {
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		wg.Go(func() {
-			for range 300 {
+			for range 100 {
 				select {
 				case <-stop:
 					return
