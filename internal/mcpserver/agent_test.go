@@ -76,7 +76,12 @@ func waitForEvent(t *testing.T, r *rig, id, typ string) map[string]any {
 
 func TestShutdownEndsEveryAgent(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, rigOptions{markers: true})
+	// The agents ignore the cancel: the turn's bound is cut short, so that
+	// they reach the rest of the ending (stdin closed, the group
+	// signalled) without the test waiting out three seconds.
+	timeouts := testrig.Timeouts()
+	timeouts.TurnCancel = 200 * time.Millisecond
+	r := newRig(t, rigOptions{markers: true, timeouts: &timeouts})
 	var ids, wss []string
 	for range 8 {
 		ws := testrig.Workspace(t, nil)
