@@ -46,6 +46,12 @@ func TestPlainPromptSucceeds(t *testing.T) {
 	testrig.RequireGone(t, r.pids(t, id, ws))
 }
 
+// flushStep is a fake agent's step that records its pending message
+// text at once, as any other event does: a test that waits for a message
+// the agent follows with no other update would wait for the text's
+// flush timer (task.FlushInterval, a real second).
+var flushStep = map[string]any{"tool_call": map[string]any{"toolCallId": "flush", "title": "flush", "kind": "other", "status": "completed"}}
+
 // waitForEvent waits until the task has recorded an event of that type.
 func waitForEvent(t *testing.T, r *rig, id, typ string) map[string]any {
 	t.Helper()
@@ -70,11 +76,16 @@ func waitForEvent(t *testing.T, r *rig, id, typ string) map[string]any {
 
 func TestShutdownEndsEveryAgent(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, rigOptions{markers: true})
+	// The agents ignore the cancel: the turn's bound is cut short, so that
+	// they reach the rest of the ending (stdin closed, the group
+	// signalled) without the test waiting out three seconds.
+	timeouts := testrig.Timeouts()
+	timeouts.TurnCancel = 200 * time.Millisecond
+	r := newRig(t, rigOptions{markers: true, timeouts: &timeouts})
 	var ids, wss []string
 	for range 8 {
 		ws := testrig.Workspace(t, nil)
-		ids = append(ids, r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"fork": map[string]any{"n": 1}}, map[string]any{"message": "up"}, map[string]any{"hang": true}), "workspace": ws}))
+		ids = append(ids, r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"fork": map[string]any{"n": 1}}, map[string]any{"message": "up"}, flushStep, map[string]any{"hang": true}), "workspace": ws}))
 		wss = append(wss, ws)
 	}
 	for _, id := range ids {

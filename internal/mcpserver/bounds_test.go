@@ -116,20 +116,6 @@ func pageBytes(p rawPage) int {
 	return n
 }
 
-// allRawEvents pages through every event of a task at the largest pages.
-func allRawEvents(t *testing.T, cs *mcp.ClientSession, id string) []json.RawMessage {
-	t.Helper()
-	var all []json.RawMessage
-	for after := int64(0); ; {
-		p := getPage(t, cs, map[string]any{"task_id": id, "after_seq": after, "limit": 1000, "max_bytes": task.MaxPageBytes})
-		all = append(all, p.Events...)
-		after = p.Cursor
-		if !p.HasMore {
-			return all
-		}
-	}
-}
-
 // TestPagesPutPagingFirst: cursor, has_more and status come before the
 // events, in the text block and in structuredContent as written, and in
 // the output schema's property order, so that a host showing only the
@@ -189,7 +175,10 @@ func TestEventsMaxBytes(t *testing.T) {
 	id, run := l.spawn(t, nil)
 	sink := run.Sink.(acpsession.Sink)
 	const each = 2000
-	for range 1500 {
+	// Enough events to fill the largest page (1 MiB) with some left over:
+	// the bound is what is tested, not the size of the ledger beyond it.
+	const small = task.MaxPageBytes/each + 50
+	for range small {
 		require.NoError(t, sink.Plan(acpsession.PlanFields{Entries: fieldsJSON(t, strings.Repeat("e", each))}))
 	}
 	big := strings.Repeat("é", 60000) // 120 KB of text, over the default bound
@@ -230,15 +219,21 @@ func TestEventsMaxBytes(t *testing.T) {
 		assert.NotEmpty(t, p.Events, "the minimum itself is accepted")
 	})
 	t.Run("an oversize event alone", func(t *testing.T) {
+		// It follows the small events, so it is found from the seq of
+		// their count on (the task's first events come before them).
 		var bigSeq int64
-		for _, e := range allRawEvents(t, l.cs, id) {
-			if strings.Contains(string(e), big) {
-				var m struct{ Seq int64 }
-				require.NoError(t, json.Unmarshal(e, &m))
-				bigSeq = m.Seq
+		for after := int64(small); bigSeq == 0; {
+			p := getPage(t, l.cs, map[string]any{"task_id": id, "after_seq": after})
+			for _, e := range p.Events {
+				if strings.Contains(string(e), big) {
+					var m struct{ Seq int64 }
+					require.NoError(t, json.Unmarshal(e, &m))
+					bigSeq = m.Seq
+				}
 			}
+			require.True(t, bigSeq != 0 || p.HasMore, "no oversize event after seq %d", small)
+			after = p.Cursor
 		}
-		require.NotZero(t, bigSeq)
 		w := newRawClient(t, l.svc)
 		// From just before it, the page holds it alone; from the event
 		// before that, the page ends before it.
@@ -256,9 +251,11 @@ func TestEventsMaxBytes(t *testing.T) {
 	})
 }
 
-// huge is a 9 MiB string of two-byte characters, so that a cut inside a
-// character would show.
-var huge = strings.Repeat("é", 9<<20/2)
+// huge is a 1 MiB string of two-byte characters, so that a cut inside a
+// character would show: 16 times the 64 KiB over which a record keeps a
+// prompt's preview only, and of the 64 KiB read buffer of a client's
+// line (framing.go).
+var huge = strings.Repeat("é", 1<<20/2)
 
 // TestLargePromptReplyIsSmall: spawn_task's reply to a prompt over
 // 64 KiB stays small and carries the prompt's preview, length and SHA-256
@@ -296,7 +293,9 @@ func TestListTasksPages(t *testing.T) {
 		require.NoError(t, json.Unmarshal(raw, &rec))
 		return rec.TaskID
 	}
-	const n = 2500
+	// More tasks than the largest page holds (the clamp is seen), in
+	// several pages of 300.
+	const n = task.MaxListLimit + 100
 	created := make([]string, n)
 	for i := range created {
 		created[i] = spawn()
@@ -322,10 +321,13 @@ func TestListTasksPages(t *testing.T) {
 		assert.Len(t, ids(out), task.MaxListLimit)
 	})
 	t.Run("while tasks are created", func(t *testing.T) {
+		// Tasks are created beside the pages' reads (the race detector sees
+		// the store's reads and writes meet) and between them. The
+		// goroutine's share is bounded: left alone it outpaces the reads.
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		wg.Go(func() {
-			for range 2000 {
+			for range 100 {
 				select {
 				case <-stop:
 					return
@@ -350,6 +352,7 @@ func TestListTasksPages(t *testing.T) {
 			if cursor == nil {
 				break
 			}
+			spawn()
 		}
 		close(stop)
 		wg.Wait()
@@ -392,11 +395,23 @@ func TestCallerStringsAreBounded(t *testing.T) {
 		assert.True(t, strings.HasPrefix(msg, "invalid_request: "+k), msg)
 	}
 	label := strings.Repeat("l", task.MaxLabelBytes)
-	var created []string
-	for range 300 {
-		id, run := l.spawn(t, map[string]any{"initiator_id": label, "executor_id": label})
-		run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
-		created = append(created, id)
+	// Labels at their bound are taken over MCP; the tasks that fill the
+	// pages after it are made through the service, as the paging is what
+	// they are for. Each summary carries both labels: these tasks'
+	// summaries are more than one page's MaxListBytes, so the byte bound
+	// ends a page.
+	id, run := l.spawn(t, map[string]any{"initiator_id": label, "executor_id": label})
+	run.End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
+	created := []string{id}
+	for range task.MaxListBytes/(2*task.MaxLabelBytes) + 30 {
+		raw, err := l.svc.Spawn(context.Background(), task.SpawnRequest{Agent: "codex", Prompt: "review it", Workspace: l.ws, InitiatorID: label, ExecutorID: label})
+		require.NoError(t, err)
+		var rec struct {
+			TaskID string `json:"task_id"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &rec))
+		(<-l.sup.Started).End(supervisor.Exit{ExitCode: zero(), StopReason: "end_turn"})
+		created = append(created, rec.TaskID)
 	}
 	msg := callErr(t, l.cs, "resolve_task", map[string]any{"task_id": created[0], "resolution": "accepted", "note": strings.Repeat("n", task.MaxNoteBytes+1)})
 	assert.True(t, strings.HasPrefix(msg, "invalid_request: note"), msg)

@@ -233,7 +233,8 @@ func TestWaitAndListRepliesStaySmall(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
-	long := strings.Repeat("a long message with a few words, ", 300)
+	// 2 KB each: the 64 messages whole would be twice the 64 KiB.
+	long := strings.Repeat("a long message with a few words, ", 60)
 	var ids []string
 	for i := range 64 {
 		steps := []map[string]any{{"message": long}}

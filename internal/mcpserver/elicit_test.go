@@ -159,6 +159,7 @@ func TestAskOverMCP(t *testing.T) {
 	for _, version := range generations {
 		for _, tc := range tests {
 			t.Run(version+"/"+tc.name, func(t *testing.T) {
+				t.Parallel() // each case its own service, session and agent
 				r := newRig(t, rigOptions{})
 				var mu sync.Mutex
 				var asked []*mcp.ElicitRequest

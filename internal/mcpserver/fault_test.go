@@ -20,7 +20,7 @@ import (
 func TestFaultClientDisconnectsDuringWait(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
-	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": ws})
+	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, flushStep, map[string]any{"wait_for_cancel": true}), "workspace": ws})
 	// The baseline is taken once the agent is up (its turn under way), so
 	// that nothing of its start-up counts: taken right after spawn_task,
 	// on a loaded machine the count ended one descriptor over it.

@@ -107,7 +107,10 @@ func TestSpawnTasksFleet(t *testing.T) {
 
 	t.Run("one failing start", func(t *testing.T) {
 		repo := g.repo(t, map[string]string{"a.txt": "a\n"})
-		entries := make([]map[string]any, 64)
+		// More entries than the parallelism, so that starts queue behind
+		// it; each one that starts is a real agent in a real worktree.
+		const n = 20
+		entries := make([]map[string]any, n)
 		for i := range entries {
 			entries[i] = map[string]any{"prompt": fmt.Sprintf("task %d", i)}
 		}
@@ -117,7 +120,7 @@ func TestSpawnTasksFleet(t *testing.T) {
 		out := call(t, r.cs, "spawn_tasks", map[string]any{"tasks": entries, "parallelism": 16,
 			"defaults": map[string]any{"agent": "fake", "prompt": "hi", "workspace": repo, "isolation": "worktree", "allow": []string{"read"}}})
 		tasks := out["tasks"].([]any)
-		require.Len(t, tasks, 64)
+		require.Len(t, tasks, n)
 		var ids []string
 		for i, e := range tasks {
 			m := e.(map[string]any)
@@ -131,7 +134,7 @@ func TestSpawnTasksFleet(t *testing.T) {
 			assert.Equal(t, "running", m["status"])
 			ids = append(ids, m["task_id"].(string))
 		}
-		assert.Len(t, ids, 63)
+		assert.Len(t, ids, n-1)
 		assert.Equal(t, []any{map[string]any{"workspace": ws, "indexes": []any{9.0, 10.0}}}, out["shared_workspaces"])
 		for _, id := range ids {
 			rec := r.wait(t, id)
@@ -146,7 +149,7 @@ func TestSpawnTasksFleet(t *testing.T) {
 		assert.NotNil(t, rec0["worktree"])
 		entries7, err := os.ReadDir(g.root)
 		require.NoError(t, err)
-		assert.Len(t, entries7, 61, "a worktree for each worktree entry that started")
+		assert.Len(t, entries7, n-3, "a worktree for each worktree entry that started")
 	})
 
 	t.Run("bad parallelism", func(t *testing.T) {

@@ -95,7 +95,9 @@ func TestMalformedLinesKeepTheSession(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
-	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"hang": true}), "workspace": ws})
+	// The agent ends its turn on a cancel at once: a cancelled task would
+	// show, and the test's end does not wait out the supervisor's bounds.
+	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": ws})
 	w := newWire(t, r.svc, "2025-11-25")
 
 	huge := `{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"get_task","arguments":{"task_id":"` +
@@ -193,7 +195,10 @@ func TestIDsEchoedAsSent(t *testing.T) {
 func TestCancellationByTheClientsID(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
-	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"hang": true}), "workspace": ws})
+	// The agent runs until it is cancelled: at the test's end, at once
+	// (one ignoring the cancel would hold the cleanup for the
+	// supervisor's bounds, three seconds).
+	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"wait_for_cancel": true}), "workspace": ws})
 	w := newWire(t, r.svc, "2025-11-25")
 	w.send(t, `{"jsonrpc":"2.0","id":12345678901234567890,"method":"tools/call","params":{"name":"wait_tasks","arguments":{"task_ids":["`+id+`"],"timeout_seconds":30}}}`)
 	w.send(t, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":12345678901234567890,"reason":"enough"}}`)
@@ -293,7 +298,10 @@ func TestStaleCancellationCancelsNothing(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
-	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"hang": true}), "workspace": ws})
+	// The agent runs until it is cancelled: at the test's end, at once
+	// (one ignoring the cancel would hold the cleanup for the
+	// supervisor's bounds, three seconds).
+	id := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"wait_for_cancel": true}), "workspace": ws})
 	w := newWire(t, r.svc, "2025-11-25")
 	// The initialize above was our request 1; this wait is our 2.
 	w.send(t, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"wait_tasks","arguments":{"task_ids":["`+id+`"],"timeout_seconds":1}}}`)

@@ -111,7 +111,7 @@ func onlyKey(t *testing.T, got map[string]any) string {
 // goroutine or descriptor left). The task it waited on goes on.
 func TestHTTPTaskWaitsEndWithClose(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	live := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": testrig.Workspace(t, nil)})
+	live := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, flushStep, map[string]any{"wait_for_cancel": true}), "workspace": testrig.Workspace(t, nil)})
 	waitForEvent(t, r, live, "agent_message")
 	base := leakcheck.Take()
 
@@ -163,6 +163,9 @@ func TestHTTPTaskWaitsEndWithClose(t *testing.T) {
 // leaves that state however the question is decided: on the live view
 // (Service.Answer, as the view calls it), by the session's own retried
 // call of another tool, or by the ask timeout.
+//
+// Not parallel: the test must see the question open before its ask
+// timeout (permission.MinAskTimeoutS, a real second) ends it.
 func TestTaskWaitFollowsDecisions(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	w, reg := serveWire(t, r, options{})
@@ -171,7 +174,9 @@ func TestTaskWaitFollowsDecisions(t *testing.T) {
 	spawn := func(timeoutS int) string {
 		t.Helper()
 		res := c.call(t, "tools/call", map[string]any{"_meta": meta2026(false), "name": "spawn_task", "arguments": map[string]any{
-			"agent": "fake", "prompt": testrig.Script(askStep("edit"), map[string]any{"message": "decided"}, map[string]any{"wait_for_cancel": true}),
+			// The tool call after the message records it at once (text is
+			// otherwise held up to task.FlushInterval, a real second).
+			"agent": "fake", "prompt": testrig.Script(askStep("edit"), map[string]any{"message": "decided"}, flushStep, map[string]any{"wait_for_cancel": true}),
 			"workspace": ws, "ask": []string{"edit"}, "ask_timeout_s": timeoutS}})
 		require.Nil(t, res.Error)
 		id, _ := dig(decode(t, res.Result), "structuredContent", "task_id").(string)
@@ -228,6 +233,7 @@ func TestTaskWaitFollowsDecisions(t *testing.T) {
 // another session its id is answered exactly as an unknown one, and
 // tasks/list does not show it.
 func TestTasksAreTheirSessions(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
 	ts, _ := serveHTTP(t, r, token)
@@ -296,6 +302,7 @@ func TestTasksAreTheirSessions(t *testing.T) {
 // TestTasksUnknownIDs: every tasks method, in each form, answers an id it
 // does not know with -32602.
 func TestTasksUnknownIDs(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	w := rawWire(t, r)
 	init2025(t, w, map[string]any{"tasks": map[string]any{}})
@@ -318,6 +325,7 @@ func TestTasksUnknownIDs(t *testing.T) {
 // newest first; a page's cursor goes on past the tasks created since, and
 // a cursor it did not give is invalid params.
 func TestTasksListPages(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	live := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"wait_for_cancel": true}), "workspace": testrig.Workspace(t, nil)})
 	w, _ := serveWire(t, r, options{tasks: func(m *mcpTasks) { m.page = 2 }})
@@ -376,6 +384,7 @@ func TestTasksListPages(t *testing.T) {
 // to a question already decided change nothing; the question stays open
 // until a real answer, which decides it once.
 func TestTaskUpdateHostile(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	w := rawWire(t, r)
 	c := &rpc{w: w}
@@ -442,6 +451,7 @@ func TestTaskUpdateHostile(t *testing.T) {
 // JSON-RPC batch goes on as it came, for the SDK to refuse, and creates
 // nothing; the session goes on after both.
 func TestLiftHTTPHostile(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
 	ts, h := serveHTTP(t, r, token)

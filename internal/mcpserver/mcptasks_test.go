@@ -98,6 +98,7 @@ func toolExecution(t *testing.T, w *wire, id int) map[string]any {
 // its symm task ends, tasks/result waits for it, tasks/cancel is
 // cancel_task.
 func TestTasks2025(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	w := rawWire(t, r)
 	initRes := init2025(t, w, map[string]any{"tasks": map[string]any{"cancel": map[string]any{}}})
@@ -178,6 +179,7 @@ func TestTasks2025(t *testing.T) {
 // tasks capability sees nothing new, and a task field on its call is
 // ignored: the call is answered as before.
 func TestTasksUndeclaredUnaffected(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	w := rawWire(t, r)
 	initRes := init2025(t, w, map[string]any{})
@@ -211,6 +213,7 @@ func meta2026(tasks bool) map[string]any {
 // a permission decision is open, with the question inlined, tasks/update
 // answers it, and the completed task carries the tool's normal result.
 func TestTasks2026(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	w := rawWire(t, r)
 
@@ -291,6 +294,7 @@ func onlyTask(t *testing.T, r *rig) string {
 // ends with the wait's normal reply (tasks/result); a 2026-07-28 wait is
 // cancelled by tasks/cancel, which ends the call and not the symm task.
 func TestTaskWaits(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, nil)
 	quick := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "done"}), "workspace": ws})
@@ -337,6 +341,7 @@ func TestTaskWaits(t *testing.T) {
 // asks for nothing, and tasks/update cannot answer a question of a task
 // it does not name.
 func TestTasksHostile(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	w := rawWire(t, r)
 	init2025(t, w, map[string]any{"tasks": map[string]any{}})
@@ -397,6 +402,7 @@ func TestTasksHostile(t *testing.T) {
 // the question is open; the question comes as elicitation/create with the
 // related-task _meta, and the answer lets the task end.
 func TestTasks2025Asks(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	w := rawWire(t, r)
 	init2025(t, w, map[string]any{"tasks": map[string]any{}, "elicitation": map[string]any{"form": map[string]any{}}})
@@ -434,7 +440,7 @@ func TestTasks2025Asks(t *testing.T) {
 // goroutine or descriptor left), and the task it waited on goes on.
 func TestTaskWaitEndsWithTheSession(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	live := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, map[string]any{"wait_for_cancel": true}), "workspace": testrig.Workspace(t, nil)})
+	live := r.spawn(t, map[string]any{"prompt": testrig.Script(map[string]any{"message": "up"}, flushStep, map[string]any{"wait_for_cancel": true}), "workspace": testrig.Workspace(t, nil)})
 	waitForEvent(t, r, live, "agent_message")
 	base := leakcheck.Take()
 
@@ -522,6 +528,7 @@ func (c *httpClient) post(t *testing.T, msg map[string]any) (reply, *http.Respon
 // TestTasks2025OverHTTP: the 2025-11-25 form over the --http listener,
 // its task fields lifted there as the stdio framing lifts them.
 func TestTasks2025OverHTTP(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
 	ts, _ := serveHTTP(t, r, token)
@@ -547,6 +554,7 @@ func TestTasks2025OverHTTP(t *testing.T) {
 // TestLiftHTTPBounds: the HTTP lifting reads no more than the SDK would
 // take: a body over the bound still gets the SDK's 413, whole.
 func TestLiftHTTPBounds(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
 	ts, _ := serveHTTP(t, r, token)
@@ -567,6 +575,7 @@ func TestLiftHTTPBounds(t *testing.T) {
 // declares the 2026-07-28 extension at initialize is offered it there, and
 // its calls of the two tools run as tasks of that form.
 func TestTasksExtensionAtInitialize(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	w := rawWire(t, r)
 	initRes := init2025(t, w, map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}})
@@ -608,6 +617,7 @@ func BenchmarkLiftTaskFields(b *testing.B) {
 // TestLiftTaskFields: the lifted key is in the _meta a decoder keeps, the
 // rest as it came; anything not lifted passes byte for byte.
 func TestLiftTaskFields(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		method, params string
 		key            string // "" when nothing is lifted
@@ -641,6 +651,7 @@ func TestLiftTaskFields(t *testing.T) {
 // TestLiftRequest: the HTTP lifting changes only the params of a request
 // that carries task fields; its id and the rest stay byte for byte.
 func TestLiftRequest(t *testing.T) {
+	t.Parallel()
 	body := `{"jsonrpc":"2.0","id":12345678901234567890,"method":"tools/call","params":{"name":"spawn_task","task":{}},"x":1}`
 	out := string(liftRequest([]byte(body)))
 	assert.Equal(t, `{"jsonrpc":"2.0","id":12345678901234567890,"method":"tools/call","params":{"name":"spawn_task","task":{},"_meta":{"`+liftedTaskKey+`":{}}},"x":1}`, out)
@@ -658,6 +669,7 @@ func TestLiftRequest(t *testing.T) {
 // 2025-11-25, so there a client declares the 2026-07-28 extension at
 // initialize; its spawns run as tasks of that form.
 func TestTasksExtensionOverHTTP(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	const token = "test-token"
 	ts, _ := serveHTTP(t, r, token)
@@ -686,6 +698,7 @@ func TestTasksExtensionOverHTTP(t *testing.T) {
 // that is over, else the oldest spawn (its symm task is in the ledger),
 // never a newer one first.
 func TestMCPTasksBound(t *testing.T) {
+	t.Parallel()
 	r := newMCPTasks(nil, realClock{})
 	r.limit = 3
 	running := make(chan struct{})

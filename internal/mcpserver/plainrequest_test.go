@@ -67,6 +67,7 @@ func agreeWithSDK(t *testing.T, line string) bool {
 }
 
 func TestPlainRequestAgreesWithSDK(t *testing.T) {
+	t.Parallel()
 	read := 0
 	for _, line := range plainSeeds {
 		if agreeWithSDK(t, line) {
@@ -84,6 +85,7 @@ func TestPlainRequestAgreesWithSDK(t *testing.T) {
 // decoding reads (an escape in a key) get the same reply, with the ids as
 // sent, through a real session.
 func TestPlainRequestServed(t *testing.T) {
+	t.Parallel()
 	w := newWire(t, newLedger(t).svc, "2025-11-25")
 	w.send(t, `{"jsonrpc":"2.0","id":"p","method":"tools/call","params":{"name":"list_tasks","arguments":{}}}`)
 	plain := w.line(t)

@@ -13,6 +13,7 @@ import (
 	"github.com/symm-mcp/symm-mcp/internal/notify"
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
 	"github.com/symm-mcp/symm-mcp/internal/store"
+	"github.com/symm-mcp/symm-mcp/internal/supervisor"
 	"github.com/symm-mcp/symm-mcp/internal/task"
 	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
@@ -63,11 +64,13 @@ type rigOptions struct {
 	// sandbox confines the agents: the service's sandbox settings, its
 	// executable and environment filled in (sandbox_test.go).
 	sandbox *task.SandboxConfig
+	// timeouts are the supervisor's; nil is testrig.Timeouts().
+	timeouts *supervisor.Timeouts
 }
 
 func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
-	opts := testrig.Options{Adapters: append(agents.DefaultAdapters(), fakeAdapter(), fakeFlagAdapter), Markers: o.markers}
+	opts := testrig.Options{Adapters: append(agents.DefaultAdapters(), fakeAdapter(), fakeFlagAdapter), Markers: o.markers, Timeouts: o.timeouts}
 	if o.git != nil {
 		opts.Links = map[string]string{"git": o.git.bin}
 	}

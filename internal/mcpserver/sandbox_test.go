@@ -205,6 +205,7 @@ func TestDescribeAgentReportsTheSandbox(t *testing.T) {
 // cannot be created), the step is told why, refuses with that as its one
 // line, and the task fails without its agent ever running.
 func TestSandboxUnpreparedFailsTheTask(t *testing.T) {
+	t.Parallel()
 	abi, err := sandbox.Check()
 	require.NoError(t, err, "this machine must confine tasks (Landlock ABI %d)", abi)
 	home := t.TempDir()

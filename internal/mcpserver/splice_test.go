@@ -293,6 +293,7 @@ func TestSplicerMiddleware(t *testing.T) {
 // written, the next one it lends (paging allocates no buffer per page);
 // a payload it did not lend (stored JSON a handler returned) never is.
 func TestSplicerSpareBuffer(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	s := newSplicer(&out)
 	ctx := context.WithValue(context.Background(), splicingKey{}, s)

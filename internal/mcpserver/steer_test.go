@@ -88,7 +88,7 @@ func TestSteerIntoRunningTurn(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	ws := testrig.Workspace(t, map[string]any{"steering": map[string]any{}})
 	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
-		msgStep("working"), map[string]any{"await_steer": true}, msgStep(" and done"),
+		msgStep("working"), flushStep, map[string]any{"await_steer": true}, msgStep(" and done"),
 	)})
 	r.awaitMessage(t, id, "working")
 
@@ -127,7 +127,7 @@ func steerFallsBack(t *testing.T, cfg map[string]any, wantSteerRequests int) {
 	ws := testrig.Workspace(t, cfg)
 	gate := filepath.Join(t.TempDir(), "go")
 	id := r.spawn(t, map[string]any{"workspace": ws, "prompt": testrig.Script(
-		msgStep("working"), map[string]any{"wait_file": gate}, msgStep(" done"),
+		msgStep("working"), flushStep, map[string]any{"wait_file": gate}, msgStep(" done"),
 	)})
 	r.awaitMessage(t, id, "working")
 
@@ -225,7 +225,7 @@ func TestSteeredTurnTail(t *testing.T) {
 			{"tool_call": map[string]any{"toolCallId": "bg", "title": "background task ended", "kind": "execute", "status": "completed"}},
 			{"write_file": map[string]any{"path": "tail-done", "content": "x"}},
 		}},
-		msgStep("working"), map[string]any{"await_steer": true},
+		msgStep("working"), flushStep, map[string]any{"await_steer": true},
 	)})
 	r.awaitMessage(t, id, "working")
 	out := call(t, r.cs, "send_task", map[string]any{"task_id": id, "prompt": "change course", "steer": true})
