@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Stdout.WriteString(client(sock, os.Getenv(clientEnv+"_NNP") != "") + "\n")
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(run(m))
 }
 
 // client connects to sock, sends a line and says what came back: "echo"
@@ -91,6 +91,7 @@ func runClientWith(t *testing.T, files []*os.File, argv []string, env ...string)
 // process that set no_new_privs for itself; the same client unconfined is
 // served.
 func TestConfinedPeerRefused(t *testing.T) {
+	t.Parallel()
 	abi, err := sandbox.Check()
 	require.NoError(t, err, "this machine must confine tasks (Landlock ABI %d): CI's does", abi)
 	cfg := testConfig(t, &fakeTasks{})
@@ -132,6 +133,7 @@ func TestConfinedPeerRefused(t *testing.T) {
 // TestReadConfinement reads this process's own status as the kernel
 // writes it, and refuses a process that is not there.
 func TestReadConfinement(t *testing.T) {
+	t.Parallel()
 	c, err := readConfinement("self")
 	require.NoError(t, err)
 	status, err := os.ReadFile("/proc/self/status")
