@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // The test binary is also the sandbox's pre-exec step and the client the
@@ -31,7 +32,13 @@ func TestMain(m *testing.M) {
 		os.Stdout.WriteString(client(sock, os.Getenv(clientEnv+"_NNP") != "") + "\n")
 		os.Exit(0)
 	}
-	os.Exit(run(m))
+	// The tests wait on timeouts, sockets and child processes, not on
+	// the CPU: more of the parallel ones run at once than the cores.
+	if err := testrig.Parallel(8); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
 }
 
 // client connects to sock, sends a line and says what came back: "echo"
