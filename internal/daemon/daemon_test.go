@@ -229,7 +229,9 @@ func TestFirstLine(t *testing.T) {
 // TestShutdownRequest: shutdown ends the tasks once, releases the socket
 // and the locks, then answers; a cleanup that was not confirmed says so.
 func TestShutdownRequest(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it takes a lock again once it was let go, and a
+	// process forked meanwhile by another test holds the flock's file
+	// until it execs.
 	for _, failing := range []bool{false, true} {
 		t.Run(map[bool]string{false: "confirmed", true: "unconfirmed"}[failing], func(t *testing.T) {
 			tasks := &fakeTasks{}
@@ -451,7 +453,9 @@ func TestShutdownWait(t *testing.T) {
 // for the ledger is refused at start with a message naming the room, and
 // nothing is written in it (no lock, no socket, no record).
 func TestFullStateDirectory(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it takes a lock again once it was let go, and a
+	// process forked meanwhile by another test holds the flock's file
+	// until it execs.
 	full := func(bytes, inodes, files uint64) func(string, *syscall.Statfs_t) error {
 		return func(_ string, st *syscall.Statfs_t) error {
 			st.Bsize, st.Bavail, st.Ffree, st.Files = 4096, bytes/4096, inodes, files
@@ -506,7 +510,9 @@ func TestFullStateDirectory(t *testing.T) {
 // tasks, or no handler for the HTTP listener serves nothing and lets go
 // of the socket and the locks at once.
 func TestServeNeedsWhatItServes(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it takes a lock again once it was let go, and a
+	// process forked meanwhile by another test holds the flock's file
+	// until it execs.
 	handler := func(string) http.Handler { return http.NotFoundHandler() }
 	for name, tt := range map[string]struct {
 		http   string
