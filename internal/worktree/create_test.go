@@ -20,7 +20,6 @@ import (
 )
 
 func TestCreateOfHEAD(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"README": "hello\n", "src/main.go": "package main\n"})
 	head := r.head(r.repo)
 
@@ -52,7 +51,6 @@ func TestCreateOfHEAD(t *testing.T) {
 }
 
 func TestCreateOfBaseRef(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"f": "one\n"})
 	first := r.head(r.repo)
 	r.git(r.repo, "tag", "--annotate", "--message=v1", "v1", first)
@@ -98,7 +96,6 @@ func TestCreateOfBaseRef(t *testing.T) {
 // A base_ref that looks like an option is a revision that does not exist:
 // git never reads it as an option, and nothing is created.
 func TestCreateRefusesOptionLikeRefs(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, nil)
 	calls := r.recordGit()
 	smuggled := filepath.Join(t.TempDir(), "smuggled")
@@ -123,7 +120,6 @@ func TestCreateRefusesOptionLikeRefs(t *testing.T) {
 }
 
 func TestCreateInSubdirectory(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"a/b/f": "x\n", "g": "y\n"})
 	r.write(r.repo, map[string]string{"new/untracked": "z\n"})
 
@@ -158,7 +154,6 @@ func TestCreateInSubdirectory(t *testing.T) {
 // A workspace reached through a symbolic link maps like the directory it
 // names.
 func TestCreateThroughSymlink(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"a/f": "x\n"})
 	link := filepath.Join(t.TempDir(), "link")
 	require.NoError(t, os.Symlink(filepath.Join(r.repo, "a"), link))
@@ -170,7 +165,6 @@ func TestCreateThroughSymlink(t *testing.T) {
 }
 
 func TestCreateDirtySource(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name  string
 		dirty func(r *rig)
@@ -188,7 +182,6 @@ func TestCreateDirtySource(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
 			r := newRig(t, map[string]string{"f": "base\n", ".gitignore": "*.out\n"})
 			tt.dirty(r)
 			status := r.git(r.repo, "status", "--porcelain", "--ignored")
@@ -205,7 +198,6 @@ func TestCreateDirtySource(t *testing.T) {
 // TestCreateRefusals covers every bad input: each is a typed *Error naming
 // what was wrong, and leaves nothing behind.
 func TestCreateRefusals(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name    string
 		setup   func(r *rig, req *Request) // may change the request and the rig
@@ -371,7 +363,6 @@ func TestCreateRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
 			r := newRig(t, map[string]string{"f": "x\n"})
 			req := r.request("bad")
 			tt.setup(r, &req)
@@ -402,7 +393,6 @@ func TestCreateRefusals(t *testing.T) {
 }
 
 func TestCreateRefusesBadTaskIDs(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, nil)
 	for _, id := range []string{"", "-x", ".x", "a/b", "a..b", "a.lock", "a b", "a\nb", strings.Repeat("a", 129)} {
 		_, err := r.m.Create(context.Background(), r.request(id))
@@ -416,7 +406,6 @@ func TestCreateRefusesBadTaskIDs(t *testing.T) {
 // A Create cancelled while git runs stops it, with the hook it started
 // (its process group is killed), and undoes what was made.
 func TestCreateCancelled(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"f": "x\n"})
 	dir := t.TempDir()
 	started, block := filepath.Join(dir, "started"), filepath.Join(dir, "block")
@@ -467,7 +456,6 @@ func alive(pid int) bool {
 
 // Creates of one repository may run at once (a fleet starts several).
 func TestCreateConcurrently(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"f": "x\n"})
 	const n = 8
 	var wg sync.WaitGroup
@@ -487,7 +475,6 @@ func TestCreateConcurrently(t *testing.T) {
 // Variables that point git elsewhere (as a git hook that started the server
 // would have set) do not reach the commands.
 func TestCreateIgnoresRepositoryVariables(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"f": "x\n"})
 	other := newRig(t, map[string]string{"g": "y\n"})
 	r.m.Env = append(r.m.Env,

@@ -19,7 +19,6 @@ import (
 // are; the worktree's index and files, and the object store, are not
 // touched.
 func TestDiff(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{
 		"committed.txt":   "one\n",
 		"staged.txt":      "a\n",
@@ -112,7 +111,6 @@ func TestDiff(t *testing.T) {
 }
 
 func TestDiffOfNothing(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, nil)
 	wt, err := r.m.Create(context.Background(), r.request("none"))
 	require.NoError(t, err)
@@ -125,7 +123,6 @@ func TestDiffOfNothing(t *testing.T) {
 // A diff lists at most ledger.MaxDiffFiles files, in path order; the totals count
 // them all.
 func TestDiffTruncated(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, nil)
 	wt, err := r.m.Create(context.Background(), r.request("many"))
 	require.NoError(t, err)
@@ -156,7 +153,6 @@ func TestDiffTruncated(t *testing.T) {
 }
 
 func TestDiffRefusals(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, nil)
 	wt, err := r.m.Create(context.Background(), r.request("x"))
 	require.NoError(t, err)
@@ -183,7 +179,6 @@ func TestDiffRefusals(t *testing.T) {
 }
 
 func TestParseDiffRefusesMalformedOutput(t *testing.T) {
-	t.Parallel()
 	for _, out := range []string{
 		":100644 100644 a b M\x00",                   // no path
 		":100644 100644 a b M\x00p\x00",              // no numstat

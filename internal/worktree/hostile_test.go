@@ -61,7 +61,6 @@ var agentConfigs = []agentConfig{
 // removing it run none of the programs the config names, and the results
 // are what they are without that config.
 func TestNoCodeFromTheRepository(t *testing.T) {
-	t.Parallel()
 	cases := append([]agentConfig(nil), agentConfigs...)
 	cases = append(cases, agentConfig{"all at once", func(r *rig, marks string, prog func(string) string) {
 		for _, c := range agentConfigs {
@@ -70,7 +69,6 @@ func TestNoCodeFromTheRepository(t *testing.T) {
 	}})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
 			r := newRig(t, map[string]string{
 				"a.txt":          "one\ntwo\n",
 				"b.bin":          "bin\n",
@@ -134,7 +132,6 @@ func TestNoCodeFromTheRepository(t *testing.T) {
 // runs nothing either, the worktree's own config (extensions.worktreeConfig)
 // included.
 func TestRemoveRunsNoWorktreeConfig(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"a.txt": "one\n", ".gitattributes": "*.txt filter=wt\n"})
 	ctx := context.Background()
 	wt, err := r.m.Create(ctx, r.request("t"))

@@ -13,7 +13,6 @@ import (
 // Two worktrees editing the same file report each other; a third editing
 // another file reports none and is reported by none.
 func TestOverlapsOfRealWorktrees(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"shared.go": "package p\n", "other.go": "package p\n", "third.go": "package p\n"})
 	diffs := map[string]ledger.Diff{}
 	edits := map[string]map[string]string{
@@ -47,7 +46,6 @@ func TestOverlapsOfRealWorktrees(t *testing.T) {
 }
 
 func TestOverlaps(t *testing.T) {
-	t.Parallel()
 	files := func(fs ...ledger.FileChange) ledger.Diff { return ledger.Diff{Files: fs} }
 	mod := func(p string) ledger.FileChange { return ledger.FileChange{Path: p, Status: ledger.FileModified} }
 	mine := files(mod("z.go"), mod("a.go"), ledger.FileChange{Path: "new.go", OldPath: "old.go", Status: ledger.FileRenamed})

@@ -11,7 +11,6 @@ import (
 )
 
 func TestRemove(t *testing.T) {
-	t.Parallel()
 	commit := func(r *rig, wt Worktree) {
 		r.write(wt.Path, map[string]string{"f": "agent\n"})
 		r.commitAll(wt.Path, "agent")
@@ -78,7 +77,6 @@ func TestRemove(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
 			r := newRig(t, map[string]string{"f": "base\n", ".gitignore": "*.log\n"})
 			r.git(r.repo, "branch", "topic")
 			req := r.request("rm")
@@ -119,7 +117,6 @@ func TestRemove(t *testing.T) {
 // A kept worktree is removed once its work is safe: cleanup can be asked
 // again after the caller merged.
 func TestRemoveAfterMerging(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, map[string]string{"f": "base\n"})
 	req := r.request("later")
 	req.BaseRef = "main"
@@ -141,7 +138,6 @@ func TestRemoveAfterMerging(t *testing.T) {
 }
 
 func TestRemoveRefusals(t *testing.T) {
-	t.Parallel()
 	r := newRig(t, nil)
 	wt, err := r.m.Create(context.Background(), r.request("x"))
 	require.NoError(t, err)
