@@ -36,6 +36,7 @@ func (a *recAsker) Ask(_ context.Context, q permission.Question) (permission.Ans
 // allow option; a kindless request is asked only when every reading of
 // its kind is allowed or asked.
 func TestAskRouting(t *testing.T) {
+	t.Parallel()
 	onlyAlways := []obj{{"id": "always", "kind": "allow_always"}, {"id": "reject", "kind": "reject_once"}}
 	tests := []struct {
 		name      string
@@ -116,6 +117,7 @@ func TestAskRouting(t *testing.T) {
 // TestAskRawInputBound: the question shows at most 2,000 characters of
 // the tool call's raw input.
 func TestAskRawInputBound(t *testing.T) {
+	t.Parallel()
 	asker := &recAsker{}
 	long := strings.Repeat("é", 5000)
 	h := newHarness(t, fakeagent.Config{}, Params{

@@ -132,6 +132,7 @@ var fastLines = []struct {
 }
 
 func TestFastPathAgreesWithGeneral(t *testing.T) {
+	t.Parallel()
 	for _, tc := range fastLines {
 		t.Run(tc.name, func(t *testing.T) {
 			fast, general, took := fastVersusGeneral([]byte(tc.line + "\n"))
@@ -142,6 +143,7 @@ func TestFastPathAgreesWithGeneral(t *testing.T) {
 }
 
 func TestFastPathTakesTheBenchmarkLines(t *testing.T) {
+	t.Parallel()
 	for name, line := range benchLines {
 		_, _, took := fastVersusGeneral(line)
 		assert.True(t, took, name)
@@ -213,6 +215,7 @@ func FuzzFastPathResumed(f *testing.F) {
 // chunk of a session is read from its text on, and a chunk of another
 // session or type is read whole and keeps its own prefix.
 func TestFastPathResumes(t *testing.T) {
+	t.Parallel()
 	line := func(sid, typ, text string) []byte {
 		return []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"` + sid +
 			`","update":{"sessionUpdate":"` + typ + `","content":{"type":"text","text":"` + text + `"}}}}`)
@@ -247,6 +250,7 @@ func TestFastPathResumes(t *testing.T) {
 // Updates read before the session start is recorded are held; the reader
 // reuses its buffer meanwhile, so what is held must not share it.
 func TestHeldUpdatesDoNotShareTheLine(t *testing.T) {
+	t.Parallel()
 	sink := &rawSink{}
 	s := newBareSession(sink)
 	s.st.phase, s.st.sid = phaseIdle, ""

@@ -15,6 +15,7 @@ import (
 )
 
 func TestMapUpdate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		update  string
@@ -140,6 +141,7 @@ func newBareSession(sink Sink) *Session {
 }
 
 func TestTruncateRaw(t *testing.T) {
+	t.Parallel()
 	quoted := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
 	t.Run("short values are kept as they are", func(t *testing.T) {
 		in := raw(`{ "a" : 1 }`)
@@ -202,6 +204,7 @@ func FuzzMapUpdate(f *testing.F) {
 }
 
 func TestIDKey(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		`3`: "3", ` 3 `: "3", `3.0`: "3", `3e0`: "3", `-1`: "-1", `"3"`: `"3"`, `"a-b"`: `"a-b"`, `3.5`: "3.5",
 	} {

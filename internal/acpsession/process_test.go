@@ -116,6 +116,7 @@ func (c *child) stderrText() string {
 }
 
 func TestChildProcess(t *testing.T) {
+	t.Parallel()
 	t.Run("a turn, stderr lines, exit 0 on stdin EOF", func(t *testing.T) {
 		c := startChild(t, &fakeagent.Config{Stderr: []string{"starting up"}},
 			t.TempDir(), Params{Prompt: script(t, steps(obj{"stderr": "working"}, obj{"message": "done"}))})
@@ -259,6 +260,7 @@ func TestChildProcess(t *testing.T) {
 // never blocked by the session, which reads and discards stdout to EOF even
 // after a failure.
 func TestChildDrainedAfterFailure(t *testing.T) {
+	t.Parallel()
 	c := startChild(t, &fakeagent.Config{}, t.TempDir(), Params{Prompt: script(t, steps(
 		obj{"stdout_raw": obj{"bytes": maxLine + 1}},
 		obj{"chunks": obj{"n": 20000, "text": "more output {i} that nobody records"}},

@@ -38,6 +38,7 @@ func claudeLike() fakeagent.Config {
 }
 
 func TestSetupOrderAndRequests(t *testing.T) {
+	t.Parallel()
 	cfg := claudeLike()
 	h := newHarness(t, cfg, Params{
 		Cwd:    "/work/space",
@@ -89,6 +90,7 @@ func TestSetupOrderAndRequests(t *testing.T) {
 }
 
 func TestSettings(t *testing.T) {
+	t.Parallel()
 	copilot := fakeagent.Config{
 		Modes: &fakeagent.Modes{
 			Current: "https://agentclientprotocol.com/protocol/session-modes#agent",
@@ -307,6 +309,7 @@ func TestSetupTimeouts(t *testing.T) {
 }
 
 func TestResume(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	cfg := fakeagent.Config{LoadSession: true, StateDir: state}
 
@@ -372,6 +375,7 @@ func permissionOptions() []obj {
 }
 
 func TestPermissionInTurn(t *testing.T) {
+	t.Parallel()
 	allOptions := `[{"option_id":"allow","kind":"allow_once"},{"option_id":"always","kind":"allow_always"},{"option_id":"reject","kind":"reject_once"}]`
 	tests := []struct {
 		name   string
@@ -434,6 +438,7 @@ func TestPermissionInTurn(t *testing.T) {
 }
 
 func TestPermissionOutsideTurn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, fakeagent.Config{
 		NewSessionSteps: []fakeagent.Step{{Permission: &fakeagent.Permission{ToolCallID: "early", Kind: "read"}}},
 	}, Params{
@@ -465,6 +470,7 @@ func TestPermissionOutsideTurn(t *testing.T) {
 }
 
 func TestPermissionNotRecorded(t *testing.T) {
+	t.Parallel()
 	sink := &recSink{eventErr: func(typ string) error {
 		if typ == EventPermission {
 			return errors.New("disk full")
@@ -487,6 +493,7 @@ func TestPermissionNotRecorded(t *testing.T) {
 // is stopping) gets the request answered cancelled, and the turn goes on
 // without an error; stopping it is the supervisor's part.
 func TestPermissionWithdrawn(t *testing.T) {
+	t.Parallel()
 	sink := &recSink{withdraw: true}
 	h := startHarness(t, fakeagent.Config{}, Params{
 		Allow:  []string{"execute"},
@@ -500,6 +507,7 @@ func TestPermissionWithdrawn(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	t.Run("mid-stream", func(t *testing.T) {
 		h := newHarness(t, fakeagent.Config{}, Params{
 			Prompt: script(t, steps(obj{"chunks": obj{"n": 100, "text": "{i} "}}, obj{"wait_for_cancel": true}, obj{"message": "never"})),
@@ -584,6 +592,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestManyChunksInOrder(t *testing.T) {
+	t.Parallel()
 	const n, every = 10000, 100
 	h := newHarness(t, fakeagent.Config{}, Params{
 		Prompt: script(t, steps(obj{"chunks": obj{"n": n, "text": "c{i};", "tool_call_every": every}})),
@@ -615,6 +624,7 @@ func TestManyChunksInOrder(t *testing.T) {
 }
 
 func TestToolCallsAndTruncation(t *testing.T) {
+	t.Parallel()
 	big := strings.Repeat("é", 3000) + strings.Repeat("x", 3000) // JSON text: 6,002 characters
 	h := newHarness(t, fakeagent.Config{}, Params{
 		Prompt: script(t, steps(
@@ -649,6 +659,7 @@ func TestToolCallsAndTruncation(t *testing.T) {
 }
 
 func TestUpdateMapping(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, fakeagent.Config{}, Params{
 		Prompt: script(t, obj{
 			"steps": []obj{
@@ -704,6 +715,7 @@ func TestUpdateMapping(t *testing.T) {
 }
 
 func TestUpdatesAroundTheTurn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, fakeagent.Config{
 		UpdatesBeforeNewSessionResponse: []json.RawMessage{
 			raw(`{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"init","description":"d"}]}`),
@@ -761,6 +773,7 @@ func TestUpdatesAroundTheTurn(t *testing.T) {
 }
 
 func TestLongLines(t *testing.T) {
+	t.Parallel()
 	t.Run("a 10 MiB line, its newline included, is read (and skipped: not JSON)", func(t *testing.T) {
 		h := newHarness(t, fakeagent.Config{}, Params{
 			Prompt: script(t, steps(obj{"stdout_raw": obj{"bytes": maxLine - 1}}, obj{"message": "after"})),
@@ -783,6 +796,7 @@ func TestLongLines(t *testing.T) {
 }
 
 func TestAgentRequestsGetErrors(t *testing.T) {
+	t.Parallel()
 	p := Params{Prompt: script(t, steps(
 		obj{"request": obj{"method": "fs/read_text_file", "params": obj{"sessionId": "s", "path": "/etc/hosts"}}},
 		obj{"request": obj{"method": "fs/write_text_file", "params": obj{"sessionId": "s", "path": "/tmp/x", "content": "c"}}},
@@ -817,6 +831,7 @@ func TestAgentRequestsGetErrors(t *testing.T) {
 }
 
 func TestAgentEndsEarly(t *testing.T) {
+	t.Parallel()
 	t.Run("exit mid-turn", func(t *testing.T) {
 		h := newHarness(t, fakeagent.Config{}, Params{Prompt: script(t, steps(obj{"message": "partial"}, obj{"exit": obj{"code": 3}}))})
 		_, err := h.run()
@@ -923,6 +938,7 @@ func assertClosed(t *testing.T, ch <-chan struct{}, msg string) {
 }
 
 func TestTurnScripts(t *testing.T) {
+	t.Parallel()
 	t.Run("config turn when the prompt is not a script", func(t *testing.T) {
 		msg := "configured"
 		h := newHarness(t, fakeagent.Config{Turn: &fakeagent.Script{Steps: []fakeagent.Step{{Message: &msg}}, StopReason: "refusal"}}, Params{Prompt: "plain words"})
@@ -971,6 +987,7 @@ func (b *breakingStdin) Write(p []byte) (int, error) {
 // its stdout does: Run's error is ErrConnectionClosed, whatever request
 // the write carried, while the text still says what failed.
 func TestBrokenStdinIsConnectionClosed(t *testing.T) {
+	t.Parallel()
 	for _, method := range []string{"initialize", "session/new", "session/prompt"} {
 		t.Run(method, func(t *testing.T) {
 			inR, inW := io.Pipe()

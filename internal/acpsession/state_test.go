@@ -18,6 +18,7 @@ import (
 // The session state has one writer: nothing outside state.go assigns to a
 // field of a Session's st (apply, and the constructor beside it).
 func TestStateHasOneWriter(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	fset := token.NewFileSet()
@@ -72,6 +73,7 @@ func writesState(e ast.Expr) bool {
 
 // The transitions the package doc draws, fact by fact.
 func TestPhaseTransitions(t *testing.T) {
+	t.Parallel()
 	load, prompt := factSent{method: "session/load"}, factSent{method: "session/prompt"}
 	cases := []struct {
 		name  string

@@ -31,6 +31,7 @@ func steerTurn(t *testing.T, cfg fakeagent.Config) (*harness, <-chan error) {
 }
 
 func TestSteerInjected(t *testing.T) {
+	t.Parallel()
 	h, ran := steerTurn(t, fakeagent.Config{Steering: &fakeagent.Steering{}})
 	require.True(t, h.s.Steers(), "the offer is read from initialize's top-level _meta")
 	out, err := h.s.Steer(context.Background(), "turn left")
@@ -77,6 +78,7 @@ func TestSteerInjected(t *testing.T) {
 }
 
 func TestSteerNotTaken(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct {
 		cfg     fakeagent.Config
 		want    SteerOutcome
@@ -107,6 +109,7 @@ func TestSteerNotTaken(t *testing.T) {
 }
 
 func TestSteerBeforeTurn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, fakeagent.Config{Steering: &fakeagent.Steering{}}, Params{Prompt: "hi"})
 	_, err := h.s.Steer(context.Background(), "x")
 	assert.ErrorIs(t, err, ErrNoTurn)
@@ -115,6 +118,7 @@ func TestSteerBeforeTurn(t *testing.T) {
 // A session run with Keep is not closed by Run; Close closes it when the
 // caller ends the conversation (task's process, after its last turn).
 func TestCloseAfterKeptRun(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, fakeagent.Config{CloseSession: true}, Params{Prompt: "hi", Keep: true})
 	_, err := h.run()
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestUsageReportsAreReadLeniently(t *testing.T) {
+	t.Parallel()
 	n := func(v int64) *int64 { return &v }
 	tests := []struct {
 		name   string
@@ -56,6 +57,7 @@ func TestUsageReportsAreReadLeniently(t *testing.T) {
 // and order, and leaves the others out; the encoder of the event decides
 // HTML escaping, as it did for the fields' struct.
 func TestUsageEventFields(t *testing.T) {
+	t.Parallel()
 	n := func(v int64) *int64 { return &v }
 	f := UsageFields{Source: UsageFromPrompt, Usage: ledger.Usage{InputTokens: n(1), TotalTokens: n(3),
 		Cost: &ledger.Cost{Amount: 0.25, Currency: "<X>"}, Context: &ledger.ContextUsage{Used: 1, Size: 9}}}
@@ -73,6 +75,7 @@ func TestUsageEventFields(t *testing.T) {
 }
 
 func TestTitleFromInfo(t *testing.T) {
+	t.Parallel()
 	title := func(s string) *TitleChange { return &TitleChange{Title: &s} }
 	tests := []struct {
 		raw  string

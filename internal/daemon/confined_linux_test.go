@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/symm-mcp/symm-mcp/internal/sandbox"
+	"github.com/symm-mcp/symm-mcp/internal/testrig"
 )
 
 // The test binary is also the sandbox's pre-exec step and the client the
@@ -30,6 +31,12 @@ func TestMain(m *testing.M) {
 	if sock := os.Getenv(clientEnv); sock != "" {
 		os.Stdout.WriteString(client(sock, os.Getenv(clientEnv+"_NNP") != "") + "\n")
 		os.Exit(0)
+	}
+	// The tests wait on timeouts, sockets and child processes, not on
+	// the CPU: more of the parallel ones run at once than the cores.
+	if err := testrig.Parallel(8); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	os.Exit(m.Run())
 }
@@ -91,6 +98,7 @@ func runClientWith(t *testing.T, files []*os.File, argv []string, env ...string)
 // process that set no_new_privs for itself; the same client unconfined is
 // served.
 func TestConfinedPeerRefused(t *testing.T) {
+	t.Parallel()
 	abi, err := sandbox.Check()
 	require.NoError(t, err, "this machine must confine tasks (Landlock ABI %d): CI's does", abi)
 	cfg := testConfig(t, &fakeTasks{})
@@ -132,6 +140,7 @@ func TestConfinedPeerRefused(t *testing.T) {
 // TestReadConfinement reads this process's own status as the kernel
 // writes it, and refuses a process that is not there.
 func TestReadConfinement(t *testing.T) {
+	t.Parallel()
 	c, err := readConfinement("self")
 	require.NoError(t, err)
 	status, err := os.ReadFile("/proc/self/status")

@@ -100,6 +100,7 @@ func serve(t *testing.T, cfg testSetup) (d *Daemon, wait func() error) {
 }
 
 func TestCheckPeer(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		cred *syscall.Ucred
@@ -131,6 +132,7 @@ func TestCheckPeer(t *testing.T) {
 // TestPeerCredOfARealConnection: SO_PEERCRED reads this process's own
 // credentials off a real connection.
 func TestPeerCredOfARealConnection(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, &fakeTasks{})
 	serve(t, cfg)
 	c, err := net.Dial("unix", cfg.Socket)
@@ -145,6 +147,7 @@ func TestPeerCredOfARealConnection(t *testing.T) {
 // TestOtherUIDRefused: a connection whose peer is another user gets no
 // session and no control answer: the daemon closes it.
 func TestOtherUIDRefused(t *testing.T) {
+	t.Parallel()
 	sessions := make(chan string, 1)
 	cfg := testConfig(t, &fakeTasks{})
 	cfg.Session = echo(sessions)
@@ -179,6 +182,7 @@ func TestOtherUIDRefused(t *testing.T) {
 // TestFirstLine: a control line is control; any other first line is the
 // session's first message, and later lines are never control.
 func TestFirstLine(t *testing.T) {
+	t.Parallel()
 	sessions := make(chan string, 8)
 	cfg := testConfig(t, &fakeTasks{})
 	cfg.Session = echo(sessions)
@@ -225,6 +229,9 @@ func TestFirstLine(t *testing.T) {
 // TestShutdownRequest: shutdown ends the tasks once, releases the socket
 // and the locks, then answers; a cleanup that was not confirmed says so.
 func TestShutdownRequest(t *testing.T) {
+	// Not parallel: it takes a lock again once it was let go, and a
+	// process forked meanwhile by another test holds the flock's file
+	// until it execs.
 	for _, failing := range []bool{false, true} {
 		t.Run(map[bool]string{false: "confirmed", true: "unconfirmed"}[failing], func(t *testing.T) {
 			tasks := &fakeTasks{}
@@ -258,6 +265,7 @@ func TestShutdownRequest(t *testing.T) {
 // TestSecondDaemon: the same state directory, or the same socket, is
 // refused naming the running daemon's pid.
 func TestSecondDaemon(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, &fakeTasks{})
 	serve(t, cfg)
 	other := shortDir(t)
@@ -278,6 +286,7 @@ func TestSecondDaemon(t *testing.T) {
 // TestStaleSocket: a socket nobody listens on is replaced; a file that is
 // not a socket is refused and left alone.
 func TestStaleSocket(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, &fakeTasks{})
 	require.NoError(t, os.MkdirAll(filepath.Dir(cfg.Socket), 0o700))
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
@@ -306,6 +315,7 @@ func TestStaleSocket(t *testing.T) {
 // daemon's; "not ours" is checked against another uid, so it needs no
 // root to chown).
 func TestDirectoryChecks(t *testing.T) {
+	t.Parallel()
 	base := shortDir(t)
 	uid := os.Geteuid()
 	mk := func(name string, mode os.FileMode) string {
@@ -357,6 +367,7 @@ func TestDirectoryChecks(t *testing.T) {
 }
 
 func TestSocketPathLimit(t *testing.T) {
+	t.Parallel()
 	assert.NoError(t, CheckSocketPath("/"+strings.Repeat("a", MaxSocketPath-1)))
 	err := CheckSocketPath("/" + strings.Repeat("a", MaxSocketPath))
 	assert.ErrorContains(t, err, "109 bytes; a Unix socket path is at most 108")
@@ -370,6 +381,7 @@ func TestSocketPathLimit(t *testing.T) {
 // entry's home, never from an XDG variable; the socket is in the state
 // directory. So whatever a host strips, every front finds one daemon.
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	noPasswd := func(int) (string, error) { return "", errors.New("no entry") }
 	passwd := func(uid int) (string, error) {
@@ -413,6 +425,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestWaitExited(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	assert.ErrorIs(t, WaitExited(ctx, os.Getpid()), context.DeadlineExceeded, "this process runs")
@@ -423,6 +436,7 @@ func TestWaitExited(t *testing.T) {
 // worst case (the tasks' bound, then the sessions', then the answer),
 // with room for the exit; the arithmetic, not a wait.
 func TestShutdownWait(t *testing.T) {
+	t.Parallel()
 	for _, b := range []struct{ tasks, sessions time.Duration }{
 		{30 * time.Second, 30 * time.Second},
 		{time.Second, 45 * time.Second},
@@ -439,6 +453,9 @@ func TestShutdownWait(t *testing.T) {
 // for the ledger is refused at start with a message naming the room, and
 // nothing is written in it (no lock, no socket, no record).
 func TestFullStateDirectory(t *testing.T) {
+	// Not parallel: it takes a lock again once it was let go, and a
+	// process forked meanwhile by another test holds the flock's file
+	// until it execs.
 	full := func(bytes, inodes, files uint64) func(string, *syscall.Statfs_t) error {
 		return func(_ string, st *syscall.Statfs_t) error {
 			st.Bsize, st.Bavail, st.Ffree, st.Files = 4096, bytes/4096, inodes, files
@@ -493,6 +510,9 @@ func TestFullStateDirectory(t *testing.T) {
 // tasks, or no handler for the HTTP listener serves nothing and lets go
 // of the socket and the locks at once.
 func TestServeNeedsWhatItServes(t *testing.T) {
+	// Not parallel: it takes a lock again once it was let go, and a
+	// process forked meanwhile by another test holds the flock's file
+	// until it execs.
 	handler := func(string) http.Handler { return http.NotFoundHandler() }
 	for name, tt := range map[string]struct {
 		http   string

@@ -77,6 +77,7 @@ func (f *fakeListener) received() [][]byte {
 // whose listener runs as another user; they send it nothing and start no
 // daemon.
 func TestDialRefusesASocketNotOurs(t *testing.T) {
+	t.Parallel()
 	otherUID := uint32(65534)
 	tests := []struct {
 		name string
@@ -273,6 +274,7 @@ func fakeDaemonSocket(t *testing.T, conn func(r *bufio.Reader, c *net.UnixConn))
 // leaves no fragment in the host's stream: the request gets the LostCode
 // answer on a line of its own, and only that.
 func TestDaemonDiesMidLine(t *testing.T) {
+	t.Parallel()
 	_, f := fakeDaemonSocket(t, func(r *bufio.Reader, c *net.UnixConn) {
 		if _, err := r.ReadString('\n'); err != nil {
 			return
@@ -298,6 +300,7 @@ func TestDaemonDiesMidLine(t *testing.T) {
 // relay: past the write timeout the connection counts as lost and the
 // request in flight is answered with LostCode.
 func TestDaemonStopsReading(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	_, f := fakeDaemonSocket(t, func(r *bufio.Reader, c *net.UnixConn) { <-release })
 	t.Cleanup(func() { close(release) }) // before the listener's close waits
@@ -323,6 +326,7 @@ func TestDaemonStopsReading(t *testing.T) {
 // when the connection is lost only the request still unanswered gets the
 // LostCode answer, once.
 func TestReencodedIDs(t *testing.T) {
+	t.Parallel()
 	_, f := fakeDaemonSocket(t, func(r *bufio.Reader, c *net.UnixConn) {
 		for range 3 {
 			line, err := r.ReadBytes('\n')

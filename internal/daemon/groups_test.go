@@ -19,6 +19,7 @@ import (
 // leader's start time differs (its pid was reused) is left alone; either
 // way the record is cleared.
 func TestGroupsRecord(t *testing.T) {
+	t.Parallel()
 	start := func(t *testing.T) *exec.Cmd {
 		cmd := exec.Command("sleep", "1000")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -64,6 +65,7 @@ func TestGroupsRecord(t *testing.T) {
 // TestDecideGroup: what survives of a recorded group is ended only when
 // it is surely the recorded group's.
 func TestDecideGroup(t *testing.T) {
+	t.Parallel()
 	const pgid, start, sid = 500, 1000, 77
 	rec := groupRecord{pgid: pgid, start: start, sid: sid, hasSID: true}
 	member := func(pid int, st uint64, session int) procStat {
@@ -128,6 +130,7 @@ func TestDecideGroup(t *testing.T) {
 }
 
 func TestParseGroupRecord(t *testing.T) {
+	t.Parallel()
 	assert.Equal(t, groupRecord{pgid: 5, start: 123, sid: 9, hasSID: true}, parseGroupRecord(5, []byte("123 9\n")))
 	assert.Equal(t, groupRecord{pgid: 5, start: 123, sid: 0, hasSID: true}, parseGroupRecord(5, []byte("123 0\n")), "session 0 (a container) is a session")
 	assert.Equal(t, groupRecord{pgid: 5, start: 123}, parseGroupRecord(5, []byte("123\n")), "an older daemon's record")
@@ -137,6 +140,7 @@ func TestParseGroupRecord(t *testing.T) {
 // TestGroupsRecordLeaderGone: a recorded group whose leader exited has
 // its members ended one by one.
 func TestGroupsRecordLeaderGone(t *testing.T) {
+	t.Parallel()
 	state := shortDir(t)
 	g := NewGroups(state, nil)
 	_, err := g.endSurvivors()
@@ -174,6 +178,7 @@ func TestGroupsRecordLeaderGone(t *testing.T) {
 // read leaves a live group alone: its leader may be any process that got
 // the pid since.
 func TestGroupsRecordWithoutStart(t *testing.T) {
+	t.Parallel()
 	state := shortDir(t)
 	g := NewGroups(state, nil)
 	_, err := g.endSurvivors()

@@ -138,6 +138,7 @@ func TestHTTPSlowHeaders(t *testing.T) {
 // TestHTTPSlowBody: a client that sends its body slowly is cut at the read
 // timeout; the handler's read fails rather than waiting for ever.
 func TestHTTPSlowBody(t *testing.T) {
+	t.Parallel()
 	rig := startHTTPRig(t, HTTPLimits{ReadHeader: time.Minute, Read: 300 * time.Millisecond})
 	c := rig.dial(t)
 	_, err := fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 1000\r\n\r\n0123456789", rig.addr, rig.token)
@@ -156,6 +157,7 @@ func TestHTTPSlowBody(t *testing.T) {
 // response that lasts past it (as an SSE reply to a long wait_tasks does)
 // keeps its context and arrives, with or without a body.
 func TestHTTPLongResponse(t *testing.T) {
+	t.Parallel()
 	rig := startHTTPRig(t, HTTPLimits{Read: 200 * time.Millisecond})
 	code, body := rig.post(t, "?hold=600ms", "with a body")
 	assert.Equal(t, http.StatusOK, code)
@@ -170,6 +172,7 @@ func TestHTTPLongResponse(t *testing.T) {
 // and the body is not read: the client's writes fail long before it is
 // sent, and the handler behind the token never ran.
 func TestHTTPUnauthenticatedBodyUnread(t *testing.T) {
+	t.Parallel()
 	rig := startHTTPRig(t, HTTPLimits{Read: time.Minute})
 	for name, tc := range map[string]struct {
 		head string
@@ -228,6 +231,7 @@ func TestHTTPUnauthenticatedBodyUnread(t *testing.T) {
 // TestHTTPConnectionCap: connections past the cap wait, not refused; the
 // daemon answers the owner again once the hostile ones go.
 func TestHTTPConnectionCap(t *testing.T) {
+	t.Parallel()
 	rig := startHTTPRig(t, HTTPLimits{MaxConns: 3, ReadHeader: time.Minute})
 	var hostile []net.Conn
 	for range 3 {
@@ -269,6 +273,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 // TestHTTPRefusalLog: a flood of bad tokens writes a bounded log: the
 // first refusal, then summary lines whose counts add up to the rest.
 func TestHTTPRefusalLog(t *testing.T) {
+	t.Parallel()
 	rig := startHTTPRig(t, HTTPLimits{RefusalLog: 100 * time.Millisecond})
 	const flood = 200
 	start := time.Now()
@@ -337,6 +342,7 @@ func (h *closingHandler) Close() error {
 // view's, when it is one) is closed once, when the daemon's end waited for
 // the listener's requests.
 func TestHTTPHandlerClosed(t *testing.T) {
+	t.Parallel()
 	mcpH, webH := &closingHandler{}, &closingHandler{}
 	cfg := testConfig(t, &fakeTasks{})
 	cfg.HTTP = "127.0.0.1:0"

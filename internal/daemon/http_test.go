@@ -11,6 +11,7 @@ import (
 )
 
 func TestCheckHTTPAddr(t *testing.T) {
+	t.Parallel()
 	for addr, ok := range map[string]bool{
 		"127.0.0.1:0": true, "127.0.0.1:8080": true, "127.1.2.3:80": true, "[::1]:0": true, "localhost:0": true,
 		":0": false, "0.0.0.0:0": false, "[::]:0": false, "192.0.2.1:80": false, "example.com:80": false,
@@ -29,6 +30,7 @@ func TestCheckHTTPAddr(t *testing.T) {
 // TestToken: made once (0600), then read back the same; a token file
 // that is a link, open to others or not ours is refused and left as is.
 func TestToken(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	uid := os.Geteuid()
 	tok, err := loadToken(dir, uid)

@@ -14,6 +14,7 @@ import (
 // parentheses (any user picks their executable's name) does not shift
 // the fields read after it.
 func TestParentOfAHostileName(t *testing.T) {
+	t.Parallel()
 	sleep, err := exec.LookPath("sleep")
 	require.NoError(t, err)
 	name := filepath.Join(t.TempDir(), ") 1 2 (x) ")
@@ -35,6 +36,7 @@ func TestParentOfAHostileName(t *testing.T) {
 // TestReadOrigin: the test's own origin is its parent (go test), with
 // this directory and an env file made absolute.
 func TestReadOrigin(t *testing.T) {
+	t.Parallel()
 	wd, err := os.Getwd()
 	require.NoError(t, err)
 	o := ReadOrigin("agents.env")

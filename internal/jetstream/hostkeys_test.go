@@ -70,6 +70,7 @@ func stall(t *testing.T, gate *sync.Mutex) {
 // B's heartbeat comes back it is refused by the compare-and-set: B reports
 // the loss once and stops, and X keeps the name (no flapping).
 func TestClusterHeartbeatLostNameStopsTheLoser(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	b, x := c.join(t, 1, "b"), c.join(t, 2, "x")
 	var gate sync.Mutex
@@ -119,6 +120,7 @@ func TestClusterHeartbeatLostNameStopsTheLoser(t *testing.T) {
 // B stalls past SilentAfter and nobody claims its name: when it comes
 // back its entry is created again, and it keeps the name.
 func TestClusterHeartbeatExpiredNameClaimedAgain(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1)
 	b := c.join(t, 0, "b")
 	var gate sync.Mutex
@@ -136,59 +138,134 @@ func TestClusterHeartbeatExpiredNameClaimedAgain(t *testing.T) {
 	assert.Empty(t, lost)
 }
 
-// skewed is a judge's clock off by offset, wall clock only (no monotonic
-// reading): what a host whose clock is wrong reads.
-func skewed(offset time.Duration) func() time.Time {
-	return func() time.Time { return time.Now().Round(0).Add(offset) }
+// steppedClock is a judge's clock that moves only when the test steps
+// it, from a wall reading off the servers' clock by offset (no monotonic
+// reading): what a host whose clock is wrong reads, with silence measured
+// on steps, never on how long a loaded machine took between two sweeps.
+type steppedClock struct {
+	base    time.Time
+	stepped atomic.Int64
+}
+
+func newSteppedClock(offset time.Duration) *steppedClock {
+	return &steppedClock{base: time.Now().Round(0).Add(offset)}
+}
+
+func (c *steppedClock) now() time.Time { return c.base.Add(time.Duration(c.stepped.Load())) }
+
+func (c *steppedClock) step(d time.Duration) { c.stepped.Add(int64(d)) }
+
+// seenRev is the revision of host's entry judge last saw change.
+func seenRev(judge *Hosts, host string) uint64 {
+	judge.mu.Lock()
+	defer judge.mu.Unlock()
+	return judge.seen[host].rev
+}
+
+// awaitSeen waits until judge has seen host's entry at a revision past
+// rev, and returns it.
+func awaitSeen(t *testing.T, judge *Hosts, host string, rev uint64) uint64 {
+	t.Helper()
+	var got uint64
+	require.Eventually(t, func() bool { got = seenRev(judge, host); return got > rev }, clusterWait, 10*time.Millisecond,
+		"%s sees %s's entry past revision %d", judge.opts.Name, host, rev)
+	return got
 }
 
 // Judges whose clocks are an hour ahead and an hour behind the servers'
-// keep B live while its revision moves, and end its task once it stops,
-// by their own measure of SilentAfter: before the entry expires (the
-// bucket's TTL, B's 15 s, is longer than the judges' 3 s).
+// keep B live while its revision moves, however far their clocks move
+// between two of its heartbeats (each step short of Silent, more than
+// Silent in all), and end its task once its revision stays unchanged for
+// Silent on their clocks: before the entry expires (the bucket's TTL, B's
+// 15 s, is longer than the judges' 3 s). The judges' clocks move only
+// when the test steps them, so a loaded machine slowing B's heartbeats
+// or the judges' sweeps cannot make B look silent.
 func TestClusterSilenceJudgedByRevisionNotClock(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	a, b, cc := c.join(t, 0, "a"), c.join(t, 1, "b"), c.join(t, 2, "c")
 	ctx := context.Background()
+	const silent = 3 * time.Second
 	// B first: its Silent is the bucket's TTL.
-	hb, err := JoinHosts(ctx, b.cl, HostsOptions{Name: "b", ID: "id-b", Every: 200 * time.Millisecond, Silent: 15 * time.Second})
+	hb, err := JoinHosts(ctx, b.cl, HostsOptions{Name: "b", ID: "id-b", Every: 100 * time.Millisecond, Silent: 15 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(hb.Close)
+	type judge struct {
+		m     *member
+		h     *Hosts
+		clock *steppedClock
+		other string // the other judge, whose heartbeats mark this one's sweeps
+	}
+	var judges []judge
 	for _, j := range []struct {
 		m      *member
 		name   string
+		other  string
 		offset time.Duration
-	}{{a, "a", time.Hour}, {cc, "c", -time.Hour}} {
+	}{{a, "a", "c", time.Hour}, {cc, "c", "a", -time.Hour}} {
+		clock := newSteppedClock(j.offset)
 		h, err := JoinHosts(ctx, j.m.cl, HostsOptions{Name: j.name, ID: "id-" + j.name, Ledger: j.m.l,
-			Every: 200 * time.Millisecond, Silent: 3 * time.Second, Now: skewed(j.offset)})
+			Every: 100 * time.Millisecond, Silent: silent, Now: clock.now})
 		require.NoError(t, err)
 		t.Cleanup(h.Close)
+		judges = append(judges, judge{m: j.m, h: h, clock: clock, other: j.other})
+	}
+	// sweeps waits for two more sweeps of every judge: the second began
+	// after the first ended, and each sees the other judge's heartbeat.
+	sweeps := func() {
+		for _, j := range judges {
+			awaitSeen(t, j.h, j.other, awaitSeen(t, j.h, j.other, seenRev(j.h, j.other)))
+		}
+	}
+	running := func(why string) {
+		t.Helper()
+		for _, j := range judges {
+			st, err := j.m.l.Status("t1")
+			require.NoError(t, err)
+			assert.Equal(t, ledger.Running, st, why)
+		}
 	}
 	runTask(t, b.l, "t1", 3)
 	_, err = b.l.Events("t1", ledger.Query{Limit: 1})
 	require.NoError(t, err)
-	for _, m := range []*member{a, cc} {
-		m.await(t, "B's task", statusIs(m.l, "t1", ledger.Running))
+	for _, j := range judges {
+		j.m.await(t, "B's task", statusIs(j.m.l, "t1", ledger.Running))
 	}
-	kv := hostsKV(t, b)
-	_, rev0 := holder(kv, "b")
-	// While B beats (25 more revisions, 5 s, longer than the judges'
-	// Silent), nobody ends its task.
-	require.Eventually(t, func() bool { _, rev := holder(kv, "b"); return rev >= rev0+25*3 }, clusterWait, 50*time.Millisecond)
-	for _, m := range []*member{a, cc} {
-		st, err := m.l.Status("t1")
-		require.NoError(t, err)
-		assert.Equal(t, ledger.Running, st, "a beating host's task is not ended by a judge with a skewed clock")
+
+	// While B beats, each judge's clock moves 2 s (short of Silent) each
+	// time it sees B's revision change: 10 s in all, longer than Silent.
+	for range 5 {
+		for _, j := range judges {
+			awaitSeen(t, j.h, "b", seenRev(j.h, "b"))
+			j.clock.step(2 * time.Second)
+		}
 	}
+	sweeps()
+	running("a beating host's task is not ended by a judge with a skewed clock")
 
 	halted := time.Now()
 	hb.halt() // B's entry stays, unchanged, until its TTL
-	a.await(t, "B's task failed", statusIs(a.l, "t1", ledger.Failed))
+	last, err := hb.leaderEntry(ctx, "b")
+	require.NoError(t, err)
+	for _, j := range judges {
+		if seenRev(j.h, "b") < last.rev {
+			awaitSeen(t, j.h, "b", last.rev-1)
+		}
+		j.clock.step(silent - time.Second)
+	}
+	sweeps()
+	running("a host silent for less than Silent on the judge's clock is live")
+	for _, j := range judges {
+		j.clock.step(time.Second)
+	}
+	for _, j := range judges {
+		j.m.await(t, "B's task failed", statusIs(j.m.l, "t1", ledger.Failed))
+	}
 	took := time.Since(halted)
-	id, _ := holder(kv, "b")
+	id, _ := holder(hostsKV(t, b), "b")
 	assert.Equal(t, "id-b", id, "B's entry has not expired: its revision judged it")
 	assert.Less(t, took, 12*time.Second)
-	t.Logf("B's task failed %v after its last heartbeat (judges' Silent 3 s)", took)
+	t.Logf("B's task failed %v after its last heartbeat (judges' Silent 3 s on their stepped clocks)", took)
 	rec, _ := a.l.TaskJSON("t1")
 	assert.Contains(t, string(rec), "host b stopped answering at ")
 }
@@ -330,6 +407,7 @@ func TestClusterIdempotencyKeyOfDeadClaimantTakenOver(t *testing.T) {
 
 // A claim released (its task was not created) frees the key at once.
 func TestClusterIdempotencyKeyReleased(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1)
 	a := c.join(t, 0, "a")
 	ctx := context.Background()

@@ -10,7 +10,12 @@ import (
 // grandchild of an idle agent makes it advance; a run that ended, or was
 // never started, has no sample.
 func TestCPUCountsTheGroup(t *testing.T) {
-	sup := newSupervisor(t, quick)
+	// The spinner burns a core until the group is ended: the turn's
+	// cancel and the exit grace, which this test does not measure, are
+	// cut short so that it burns only while the test waits for a scan.
+	to := quick
+	to.TurnCancel, to.ExitGrace = 50*time.Millisecond, 50*time.Millisecond
+	sup := newSupervisor(t, to)
 	pids := make(chan int, 1)
 	convs := make(chan *lineConv, 1)
 	s := newSink(false)

@@ -15,10 +15,13 @@ package testrig
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +95,22 @@ func Main(m *testing.M) int {
 	}
 	fakeAgent = filepath.Join(dir, filepath.Base(FakeAgentPkg))
 	return m.Run()
+}
+
+// Parallel lets n of a package's parallel tests run at once (GOMAXPROCS
+// if more) unless the command line gives -test.parallel: for a package
+// whose tests mostly wait (on child processes, sockets, a cluster's
+// elections), not on the CPU. A TestMain calls it before m.Run.
+func Parallel(n int) error {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if given {
+		return nil
+	}
+	return flag.Set("test.parallel", strconv.Itoa(max(n, runtime.GOMAXPROCS(0))))
 }
 
 // FakeAgent is the fake agent's binary, built by Main.
