@@ -1,8 +1,6 @@
 package mcpserver
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"testing"
 
@@ -15,9 +13,8 @@ import (
 // events it appended after room for it) makes that whole buffer the next
 // spare once written; a payload of another buffer does not.
 func TestSplicerSpareFromOffset(t *testing.T) {
-	var out bytes.Buffer
-	s := newSplicer(&out)
-	ctx := context.WithValue(context.Background(), splicingKey{}, s)
+	t.Parallel()
+	s, ctx, out := testSplicer()
 	write := func(raw json.RawMessage) {
 		t.Helper()
 		stem := s.hold(raw)

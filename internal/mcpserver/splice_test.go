@@ -294,9 +294,7 @@ func TestSplicerMiddleware(t *testing.T) {
 // a payload it did not lend (stored JSON a handler returned) never is.
 func TestSplicerSpareBuffer(t *testing.T) {
 	t.Parallel()
-	var out bytes.Buffer
-	s := newSplicer(&out)
-	ctx := context.WithValue(context.Background(), splicingKey{}, s)
+	s, ctx, out := testSplicer()
 	write := func(raw json.RawMessage) {
 		t.Helper()
 		stem := s.hold(raw)
@@ -327,4 +325,12 @@ func TestSplicerSpareBuffer(t *testing.T) {
 	bigger := replyBuffer(ctx, 4096)
 	assert.GreaterOrEqual(t, cap(bigger), 4096, "a spare too small is replaced")
 	assert.Equal(t, 10, cap(replyBuffer(context.Background(), 10)), "a call no splicer writes gets a buffer of its own")
+}
+
+// testSplicer is a splicer writing to a buffer, and a context that lends
+// its reply buffers.
+func testSplicer() (*splicer, context.Context, *bytes.Buffer) {
+	out := new(bytes.Buffer)
+	s := newSplicer(out)
+	return s, context.WithValue(context.Background(), splicingKey{}, s), out
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -54,21 +53,13 @@ func TestAppendEventsIsEvents(t *testing.T) {
 		require.NoError(t, err)
 		got, p, err := s.AppendEvents([]byte("head:"), "t", q)
 		require.NoError(t, err)
-		assert.Equal(t, "head:"+string(bytes.Join(rawBytes(want.Events), []byte(","))), string(got), "%+v", q)
+		assert.Equal(t, "head:"+string(bytes.Join(rawList(want.Events), []byte(","))), string(got), "%+v", q)
 		assert.Nil(t, p.Events)
 		want.Events = nil
 		assert.Equal(t, want, p, "%+v", q)
 	}
 	_, _, err = s.AppendEvents(nil, "missing", ledger.Query{Limit: 1, MaxBytes: 1024})
 	assert.ErrorIs(t, err, ledger.ErrNotFound)
-}
-
-func rawBytes(events []json.RawMessage) [][]byte {
-	out := make([][]byte, len(events))
-	for i, e := range events {
-		out[i] = e
-	}
-	return out
 }
 
 // TestAppendEventsAllocatesNothing: with room in dst, a page is written
