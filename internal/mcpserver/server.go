@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -176,8 +177,11 @@ func newLazyTools(ts []toolAdder) *lazyTools {
 
 // need registers what a request of method needs before the SDK sees it.
 func (l *lazyTools) need(method string, req mcp.Request) {
+	if strings.HasPrefix(method, "notifications/") {
+		return // a notification (cancelled, progress, roots) needs no tool
+	}
 	switch method {
-	case "initialize", "notifications/initialized", "ping":
+	case "initialize", "ping":
 		return
 	case "tools/call":
 		if call, ok := req.(*mcp.CallToolRequest); ok && call.Params != nil {
@@ -350,7 +354,7 @@ func RunStdio(ctx context.Context, svc Service, version string, log *slog.Logger
 // The tools are registered when a request first needs them, never beside
 // initialize (on a busy machine that delayed its answer by as much as
 // registering took; intent 0008): a tools/call registers the tool it
-// calls, any other request but initialize, its notification and ping
+// calls, any other request but initialize and ping (a notification none)
 // every tool (lazyTools). Tool replies are written from stored JSON past
 // the SDK's encoding (splicer).
 func Serve(ctx context.Context, svc Service, version string, in io.ReadCloser, out io.Writer) Outcome {
