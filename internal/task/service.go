@@ -464,7 +464,9 @@ type eventsAppender interface {
 // joined by commas, as a JSON array holds them; it returns the extended
 // buffer and the page without its Events. A ledger that can writes them
 // there straight from the stored bytes: get_events' reply is then built
-// with no copy of the page of its own (issue 33).
+// with no copy of the page of its own (issue 33). The two go together: a
+// type that wraps the Service and serves Events otherwise must serve
+// AppendEvents the same way (routing.Router overrides neither).
 func (s *Service) AppendEvents(dst []byte, req EventsRequest) ([]byte, ledger.Page, error) {
 	q, err := eventsQuery(req)
 	if err != nil {
