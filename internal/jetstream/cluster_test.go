@@ -726,16 +726,7 @@ func TestClusterHeldRecordReadsItsEventsWhenTheFollowerLags(t *testing.T) {
 		}})
 	defer close(lag) // before A's Close (a cleanup): the follower must be let go
 
-	const updates = 5
-	runTask(t, b.l, "t1", updates)
-	_, err := b.l.Transition("t1", ledger.Succeeded, t0)
-	require.NoError(t, err)
-	want := allEvents(t, b.l, "t1")
-	require.Len(t, want, 3+updates+1)
-
-	waitFor("B's task's end on A", statusIs(a, "t1", ledger.Succeeded))
-	assert.Equal(t, want, allEvents(t, a, "t1"), "the end served with every event it accounts for")
-	assert.NotContains(t, logs.String(), "served before its events")
+	endServedWhole(t, b.l, a, logs, waitFor, 5, false)
 }
 
 // A batch the events follower missed (it came while its task's record was
@@ -755,16 +746,27 @@ func TestClusterMissedBatchReadFromTheStream(t *testing.T) {
 			return !strings.HasPrefix(subject, subjectPrefix) || !skipped.CompareAndSwap(false, true)
 		}})
 
-	runTask(t, b.l, "t1", 2)
-	_, err := b.l.Events("t1", ledger.Query{Limit: 1}) // its batch published
+	endServedWhole(t, b.l, a, logs, waitFor, 2, true)
+	assert.True(t, skipped.Load(), "a batch was missed")
+}
+
+// endServedWhole runs task t1 on b with updates updates (its first batch
+// published before the end when publishFirst) and ends it there, then
+// checks that a serves the end with every event b recorded, and never
+// logged a record served before its events.
+func endServedWhole(t *testing.T, b, a *Ledger, logs *syncbuf.Buffer, waitFor func(string, func() bool), updates int, publishFirst bool) {
+	t.Helper()
+	runTask(t, b, "t1", updates)
+	if publishFirst {
+		_, err := b.Events("t1", ledger.Query{Limit: 1}) // its batch published
+		require.NoError(t, err)
+	}
+	_, err := b.Transition("t1", ledger.Succeeded, t0)
 	require.NoError(t, err)
-	_, err = b.l.Transition("t1", ledger.Succeeded, t0)
-	require.NoError(t, err)
-	want := allEvents(t, b.l, "t1")
-	require.Len(t, want, 3+2+1)
+	want := allEvents(t, b, "t1")
+	require.Len(t, want, 3+updates+1)
 
 	waitFor("B's task's end on A", statusIs(a, "t1", ledger.Succeeded))
-	assert.True(t, skipped.Load(), "a batch was missed")
 	assert.Equal(t, want, allEvents(t, a, "t1"), "the end served with every event it accounts for")
 	assert.NotContains(t, logs.String(), "served before its events")
 }

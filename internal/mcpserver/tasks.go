@@ -190,7 +190,7 @@ func (h handlers) getEvents(ctx context.Context, a eventsArgs) (json.RawMessage,
 	// The page's events are written after room for the reply's head, the
 	// stored bytes copied once, straight into the reply; the head, which
 	// needs the page's cursor and status, is written before them after.
-	b := replyBuffer(ctx, eventsHeadRoom+pageRoom(req.MaxBytes, req.Limit)+len("]}"))
+	b := replyBuffer(ctx, eventsHeadRoom+task.PageRoom(req)+len("]}"))
 	b, p, err := h.svc.AppendEvents(b[:eventsHeadRoom], req)
 	if err != nil {
 		return nil, err
@@ -209,25 +209,6 @@ func (h handlers) getEvents(ctx context.Context, a eventsArgs) (json.RawMessage,
 // eventsHeadRoom is the room kept for a get_events reply's head: the
 // cursor's 19 digits at most and the longest status hold in it.
 const eventsHeadRoom = 96
-
-// pageRoom is the most bytes a page of maxBytes and limit events holds
-// joined by commas, but for a first event larger than maxBytes
-// (task.Service.Events' clamping).
-func pageRoom(maxBytes, limit int) int {
-	switch {
-	case maxBytes <= 0:
-		maxBytes = task.DefaultPageBytes
-	case maxBytes > task.MaxPageBytes:
-		maxBytes = task.MaxPageBytes
-	}
-	switch {
-	case limit <= 0:
-		limit = task.DefaultPageLimit
-	case limit > task.MaxPageLimit:
-		limit = task.MaxPageLimit
-	}
-	return maxBytes + limit
-}
 
 // appendEventsHead appends the reply's bytes before p's events to b.
 func appendEventsHead(b []byte, p ledger.Page) []byte {

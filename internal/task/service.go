@@ -490,6 +490,18 @@ func (s *Service) AppendEvents(dst []byte, req EventsRequest) ([]byte, ledger.Pa
 	return dst, p, nil
 }
 
+// PageRoom is the most bytes AppendEvents appends for req, its defaults
+// and bounds applied: max_bytes of events and a comma each, a first event
+// larger than max_bytes aside (it comes alone); 0 for a request Events
+// refuses.
+func PageRoom(req EventsRequest) int {
+	q, err := eventsQuery(req)
+	if err != nil {
+		return 0
+	}
+	return q.MaxBytes + q.Limit
+}
+
 // eventsQuery checks an events request and returns the ledger's query.
 func eventsQuery(req EventsRequest) (ledger.Query, error) {
 	if req.AfterSeq < 0 {
