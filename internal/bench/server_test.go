@@ -390,8 +390,13 @@ func (s *server) call(ctx context.Context, name string, args, out any) error {
 	if err != nil {
 		return err
 	}
-	if sc, ok := structuredOf(line); ok && json.Unmarshal(sc, out) == nil {
-		return nil
+	if sc, ok := structuredOf(line); ok {
+		if p, ok := out.(*rawPage); ok && p.cut(sc) {
+			return nil
+		}
+		if json.Unmarshal(sc, out) == nil {
+			return nil
+		}
 	}
 	res := struct {
 		StructuredContent any  `json:"structuredContent"`
@@ -537,6 +542,43 @@ type rawPage struct {
 	Cursor  int64           `json:"cursor"`
 	HasMore bool            `json:"has_more"`
 	Status  string          `json:"status"`
+}
+
+// cut reads a page's cursor, has_more and status and keeps its events as
+// the bytes they came in, unread: the caller checks every event after the
+// measurement (decodePages), as acpxTurn reads acpx's output after its
+// own. Decoding a whole page as it came checked the events' JSON on the
+// two cores the server shares with the harness; with get_events' default
+// pages it was about a third of the paged turn's wall beside acpx (intent
+// 0008). Both orders of the page's members are read: the events last (this
+// server's) and first (the baseline's). Anything else is decoded whole.
+func (p *rawPage) cut(sc []byte) bool {
+	var small, events []byte
+	switch {
+	case bytes.HasPrefix(sc, []byte(`{"cursor":`)):
+		head, rest, ok := bytes.Cut(sc, []byte(`,"events":`))
+		if !ok || !bytes.HasSuffix(rest, []byte("}")) {
+			return false
+		}
+		small, events = append(head[:len(head):len(head)], '}'), rest[:len(rest)-1]
+	case bytes.HasPrefix(sc, []byte(`{"events":`)):
+		// The last cursor key is the page's own: one inside an event
+		// would be followed by the page's.
+		i := bytes.LastIndex(sc, []byte(`,"cursor":`))
+		if i < 0 {
+			return false
+		}
+		small, events = append([]byte{'{'}, sc[i+1:]...), sc[len(`{"events":`):i]
+	default:
+		return false
+	}
+	var h rawPage
+	if json.Unmarshal(small, &h) != nil || h.Events != nil {
+		return false
+	}
+	*p = h
+	p.Events = events
+	return true
 }
 
 func (s *server) events(ctx context.Context, id string, after int64, limit int, types ...string) (page, error) {
@@ -697,4 +739,39 @@ func TestStructuredOf(t *testing.T) {
 			assert.Error(t, json.Unmarshal(sc, new(any)), name)
 		}
 	}
+}
+
+// TestRawPageCut: a page's head is read as a whole decode reads it, in
+// both orders of its members, and its events are kept as they came; a
+// cursor key inside an event does not move the cut; any other head is
+// left to the whole decode, and events that are not one array fail
+// decodePages, which reads every page after the measurement.
+func TestRawPageCut(t *testing.T) {
+	events := `[{"seq":1,"type":"tool_call","raw_input":{"x":[1],"cursor":9}},{"seq":2,"text":"a \"b\""}]`
+	for name, sc := range map[string]string{
+		"events last (this server)": `{"cursor":2,"has_more":true,"status":"running","events":` + events + `}`,
+		"events first (b42b97a)":    `{"events":` + events + `,"cursor":2,"has_more":true,"status":"running"}`,
+	} {
+		var want, got rawPage
+		require.NoError(t, json.Unmarshal([]byte(sc), &want), name)
+		require.True(t, got.cut([]byte(sc)), name)
+		assert.Equal(t, want.Cursor, got.Cursor, name)
+		assert.Equal(t, want.HasMore, got.HasMore, name)
+		assert.Equal(t, want.Status, got.Status, name)
+		assert.JSONEq(t, string(want.Events), string(got.Events), name)
+		assert.Equal(t, events, string(got.Events), name)
+	}
+	for name, sc := range map[string]string{
+		"no events":       `{"cursor":2,"has_more":false,"status":"running"}`,
+		"another head":    `{"status":"running","cursor":2,"events":[]}`,
+		"a broken head":   `{"cursor":2,"has_more":tru,"events":[]}`,
+		"no cursor after": `{"events":[]}`,
+	} {
+		var p rawPage
+		assert.False(t, p.cut([]byte(sc)), name)
+	}
+	var p rawPage
+	require.True(t, p.cut([]byte(`{"cursor":2,"events":[],"events":[]}`)))
+	_, err := decodePages([]json.RawMessage{p.Events})
+	assert.Error(t, err, "two events members")
 }
