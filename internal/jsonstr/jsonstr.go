@@ -1,11 +1,10 @@
 // Package jsonstr writes the contents of JSON strings byte for byte as
 // encoding/json writes them, without its reflection, through a table of
-// what each byte needs. Two writers stand on it:
-// the recorder's text events (no HTML escaping, as the ledger's encoder
-// writes them) and the text block of a reply, which repeats the stored
-// JSON as a string (HTML escaped, as the SDK's encoder would write it).
-// Both were a tenth or more of the server's time on a long turn (intent
-// 0008).
+// what each byte needs. Two writers stand on it: the recorder's text
+// events (no HTML escaping, as the ledger's encoder writes them) and the
+// text block of a reply, which repeats the stored JSON as a string (HTML
+// escaped, as the SDK's encoder would write it). Both were a tenth or
+// more of the server's time on a long turn (intent 0008).
 package jsonstr
 
 import (
