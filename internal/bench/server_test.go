@@ -572,13 +572,21 @@ func (p *rawPage) cut(sc []byte) bool {
 	default:
 		return false
 	}
+	// Every page has a status, and its events are one array (null for
+	// none, in the baseline's encoding): a member between the events and
+	// the head would leave the head without one.
 	var h rawPage
-	if json.Unmarshal(small, &h) != nil || h.Events != nil {
+	if json.Unmarshal(small, &h) != nil || h.Events != nil || h.Status == "" || !arrayShaped(events) {
 		return false
 	}
 	*p = h
 	p.Events = events
 	return true
+}
+
+// arrayShaped: b opens and closes as an array, or is null.
+func arrayShaped(b []byte) bool {
+	return string(b) == "null" || len(b) >= 2 && b[0] == '[' && b[len(b)-1] == ']'
 }
 
 func (s *server) events(ctx context.Context, id string, after int64, limit int, types ...string) (page, error) {
@@ -762,16 +770,19 @@ func TestRawPageCut(t *testing.T) {
 		assert.Equal(t, events, string(got.Events), name)
 	}
 	for name, sc := range map[string]string{
-		"no events":       `{"cursor":2,"has_more":false,"status":"running"}`,
-		"another head":    `{"status":"running","cursor":2,"events":[]}`,
-		"a broken head":   `{"cursor":2,"has_more":tru,"events":[]}`,
-		"no cursor after": `{"events":[]}`,
+		"no events":        `{"cursor":2,"has_more":false,"status":"running"}`,
+		"another head":     `{"status":"running","cursor":2,"events":[]}`,
+		"a broken head":    `{"cursor":2,"has_more":tru,"events":[]}`,
+		"no cursor after":  `{"events":[]}`,
+		"no status":        `{"cursor":2,"has_more":false,"events":[]}`,
+		"a member between": `{"events":[1],"status":"failed","cursor":2,"has_more":false}`,
+		"not an array":     `{"cursor":2,"has_more":false,"status":"running","events":{}}`,
 	} {
 		var p rawPage
 		assert.False(t, p.cut([]byte(sc)), name)
 	}
 	var p rawPage
-	require.True(t, p.cut([]byte(`{"cursor":2,"events":[],"events":[]}`)))
+	require.True(t, p.cut([]byte(`{"cursor":2,"has_more":false,"status":"running","events":[],"events":[]}`)))
 	_, err := decodePages([]json.RawMessage{p.Events})
 	assert.Error(t, err, "two events members")
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -99,7 +100,7 @@ func measureServerPages(ctx context.Context, e *env, t *table) (err error) {
 		return err
 	}
 	var client []time.Duration
-	events := 0
+	var raws []json.RawMessage
 	first := s.lastID() + 1
 	for after := int64(0); ; {
 		var p rawPage
@@ -108,11 +109,23 @@ func measureServerPages(ctx context.Context, e *env, t *table) (err error) {
 			return err
 		}
 		client = append(client, time.Since(b))
-		events += int(p.Cursor - after)
+		raws = append(raws, p.Events)
 		after = p.Cursor
 		if !p.HasMore {
 			break
 		}
+	}
+	// Every update, in order, checked once the pages are in.
+	pages, err := decodePages(raws)
+	if err != nil {
+		return err
+	}
+	if err := eventsInOrder(pages, e.cfg.turn, e.cfg.every); err != nil {
+		return err
+	}
+	events := 0
+	for _, p := range pages {
+		events += len(p)
 	}
 	own, err := s.awaitAnswered(ctx, "tools/call", first, s.lastID(), len(client))
 	if err != nil {

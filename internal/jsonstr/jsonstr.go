@@ -105,10 +105,11 @@ func classTable(also string) (t [256]uint8) {
 
 // FirstPlain is the index (0-7, little-endian) of the first of the eight
 // bytes of w that a JSON string scanner must look at (a quote, a
-// backslash, a control byte, a byte over 0x7f), 8 when there is none. Each test is the classic one for "some byte is zero"
-// (or below a bound): a borrow can flag a byte above one flagged rightly,
-// never below, so the lowest flag is exact. jsonscan's scanner stands on
-// it (the fast path's, in acpsession).
+// backslash, a control byte, a byte over 0x7f), 8 when there is none.
+// Each test is the classic one for "some byte is zero" (or below a
+// bound): a borrow can flag a byte above one flagged rightly, never below,
+// so the lowest flag is exact. jsonscan's scanner stands on it (the fast
+// path's, in acpsession).
 func FirstPlain(w uint64) int {
 	q, b := w^(lo*'"'), w^(lo*'\\')
 	m := w | (w-lo*0x20)&^w | (q-lo)&^q | (b-lo)&^b

@@ -114,6 +114,14 @@ func BenchmarkAppendContent(b *testing.B) {
 			dst = AppendContent(dst[:0], events, true)
 		}
 	})
+	// Text that is not ASCII: accented words and CJK.
+	other := []byte(strings.Repeat("été à Zürich, 東京の夏 ", 500))
+	b.Run("not_ascii", func(b *testing.B) {
+		b.SetBytes(int64(len(other)))
+		for b.Loop() {
+			dst = AppendContent(dst[:0], other, true)
+		}
+	})
 	for _, html := range []bool{false, true} {
 		name := "plain"
 		if html {
