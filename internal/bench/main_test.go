@@ -274,10 +274,12 @@ func TestHarness(t *testing.T) {
 		clusterEvents: 20, natscluster: filepath.Join(dir, "natscluster"),
 		launcher: filepath.Join(root, "npm", "symm-mcp", "bin", "symm-mcp.js"),
 	}
-	// The six in one go build (each binary named as cfg names it; the
-	// daemon beside the server, which serve becomes, intent 0049).
+	// The five Go programs in one go build (each binary named as cfg
+	// names it; the daemon beside the server, which serve becomes,
+	// intent 0049), and the light stand-in, which is C.
 	require.NoError(t, testrig.Build(context.Background(), dir, "github.com/symm-mcp/symm-mcp/cmd/symm-mcp", "github.com/symm-mcp/symm-mcp/cmd/symm-mcpd", testrig.FakeAgentPkg, testrig.NATSClusterPkg,
-		"github.com/symm-mcp/symm-mcp/internal/bench/testdata/lightagent", "github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec"))
+		"github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec"))
+	require.NoError(t, buildLightAgent(context.Background(), root, cfg.lightAgent))
 	// The peer runs when make acpx has installed it; make test installs
 	// nothing.
 	// The routines row runs on its own below: its minute of firing
