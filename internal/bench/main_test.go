@@ -26,7 +26,7 @@ var (
 	harness   = flag.Bool("harness", false, "run the load harness and exit (make bench) instead of the tests")
 	serverBin = flag.String("server", "bin/symm-mcp", "the server binary")
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
-	lightBin  = flag.String("light-agent", "bin/light-acp-agent", "the light stand-in ACP agent (testdata/lightagent) the scale run spawns-server spawns on beside the fake agent")
+	lightBin  = flag.String("light-agent", "bin/light-acp-agent", "the light stand-in ACP agent (testdata/lightagent/lightagent.c, a static C program make bench-bin builds) the scale run spawns-server spawns on beside the fake agent")
 	acpxCLI   = flag.String("acpx", "", "acpx "+acpxVersion+"'s CLI script (node_modules/acpx/dist/cli.js), the peer the large turn is set beside")
 	natsBin   = flag.String("natscluster", "bin/natscluster", "the loopback NATS cluster helper (internal/jetstream/testdata/natscluster) the cluster rows run on")
 	baseline  = flag.String("baseline", "", "a baseline server binary (make bench builds BASELINE, a commit, default b42b97a): every row is measured for it too, in the same run, and set beside today's")
