@@ -20,9 +20,9 @@
  * stdout kills it with SIGPIPE, as it did the Go program it replaces).
  *
  * Why C: it was a static Go program, and the Go runtime's start was most
- * of its cost, 1.5 ms of CPU per exec against 0.44 ms for this one linked
- * static against glibc (intent 0050), which made the fixture and not the
- * server most of what spawns-server measured. Build it with
+ * of its cost, 1.4-1.5 ms of CPU per exec against 0.3-0.35 ms for this
+ * one linked static against glibc (intent 0050): the fixture, not the
+ * server, was much of what spawns-server measured. Build it with
  *   cc -O2 -static -Wall -Wextra -Werror -o light-acp-agent lightagent.c
  * (make bench-bin). Portable C and POSIX; memmem is glibc's (_GNU_SOURCE).
  */
