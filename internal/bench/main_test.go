@@ -26,7 +26,7 @@ var (
 	harness   = flag.Bool("harness", false, "run the load harness and exit (make bench) instead of the tests")
 	serverBin = flag.String("server", "bin/symm-mcp", "the server binary")
 	agentBin  = flag.String("agent", "bin/fake-acp-agent", "the fake ACP agent binary")
-	lightBin  = flag.String("light-agent", "bin/light-acp-agent", "the light stand-in ACP agent (testdata/lightagent) the scale run spawns-server spawns on beside the fake agent")
+	lightBin  = flag.String("light-agent", "bin/light-acp-agent", "the light stand-in ACP agent (testdata/lightagent/lightagent.c, a static C program make bench-bin builds) the scale run spawns-server spawns on beside the fake agent")
 	acpxCLI   = flag.String("acpx", "", "acpx "+acpxVersion+"'s CLI script (node_modules/acpx/dist/cli.js), the peer the large turn is set beside")
 	natsBin   = flag.String("natscluster", "bin/natscluster", "the loopback NATS cluster helper (internal/jetstream/testdata/natscluster) the cluster rows run on")
 	baseline  = flag.String("baseline", "", "a baseline server binary (make bench builds BASELINE, a commit, default b42b97a): every row is measured for it too, in the same run, and set beside today's")
@@ -274,10 +274,12 @@ func TestHarness(t *testing.T) {
 		clusterEvents: 20, natscluster: filepath.Join(dir, "natscluster"),
 		launcher: filepath.Join(root, "npm", "symm-mcp", "bin", "symm-mcp.js"),
 	}
-	// The six in one go build (each binary named as cfg names it; the
-	// daemon beside the server, which serve becomes, intent 0049).
+	// The five Go programs in one go build (each binary named as cfg
+	// names it; the daemon beside the server, which serve becomes,
+	// intent 0049), and the light stand-in, which is C.
 	require.NoError(t, testrig.Build(context.Background(), dir, "github.com/symm-mcp/symm-mcp/cmd/symm-mcp", "github.com/symm-mcp/symm-mcp/cmd/symm-mcpd", testrig.FakeAgentPkg, testrig.NATSClusterPkg,
-		"github.com/symm-mcp/symm-mcp/internal/bench/testdata/lightagent", "github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec"))
+		"github.com/symm-mcp/symm-mcp/cmd/symm-sandbox-exec"))
+	require.NoError(t, buildLightAgent(context.Background(), root, cfg.lightAgent))
 	// The peer runs when make acpx has installed it; make test installs
 	// nothing.
 	// The routines row runs on its own below: its minute of firing
