@@ -28,6 +28,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -87,6 +88,18 @@ static const char *token(const char *line, const char *end, const char *key, siz
 	return p;
 }
 
+/* await waits until fd is ready for events, for a descriptor its parent
+ * left non-blocking (the Go program it replaces waited on one too); 0
+ * when it may be tried again, -1 when poll fails. */
+static int await(int fd, short events)
+{
+	struct pollfd p = {.fd = fd, .events = events};
+	while (poll(&p, 1, -1) < 0)
+		if (errno != EINTR)
+			return -1;
+	return 0;
+}
+
 /* put writes all n bytes of p to stdout; -1 when a write fails. */
 static int put(const char *p, size_t n)
 {
@@ -94,6 +107,13 @@ static int put(const char *p, size_t n)
 		ssize_t w = write(STDOUT_FILENO, p, n);
 		if (w < 0 && errno == EINTR)
 			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (await(STDOUT_FILENO, POLLOUT) != 0)
+				return -1;
+			continue;
+		}
+		if (w == 0)
+			errno = EIO; /* nothing written, and no error said why */
 		if (w <= 0)
 			return -1;
 		p += w;
@@ -163,6 +183,11 @@ int main(void)
 		ssize_t r = read(STDIN_FILENO, buf + len, cap - len);
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (await(STDIN_FILENO, POLLIN) != 0)
+				return fail("poll /dev/stdin");
+			continue;
+		}
 		if (r < 0)
 			return fail("read /dev/stdin");
 		if (r == 0) {
