@@ -15,9 +15,10 @@
  * current_mode_update; session/prompt, answered with end_turn after one
  * agent_message_chunk. Any other request is answered "method not found";
  * notifications (session/cancel) are ignored. A line longer than the
- * buffer (a long prompt) is gathered whole. It exits 0 at the end of its
- * input, 1 with a line on stderr when a read or a write fails (a closed
- * stdout kills it with SIGPIPE, as it did the Go program it replaces).
+ * buffer (a long prompt) is gathered whole; a descriptor its parent left
+ * non-blocking is waited on. It exits 0 at the end of its input, 1 with a
+ * line on stderr when a read or a write fails (a closed stdout kills it
+ * with SIGPIPE, as it did the Go program it replaces).
  *
  * Why C: it was a static Go program, and the Go runtime's start was most
  * of its cost, 1.4-1.5 ms of CPU per exec against 0.3-0.35 ms for this
