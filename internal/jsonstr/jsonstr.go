@@ -36,12 +36,13 @@ func AppendContent(dst, src []byte, html bool) []byte {
 		b := src[i]
 		if c == multi {
 			r, size := utf8.DecodeRune(src[i:])
-			if r != utf8.RuneError && r != '\u2028' && r != '\u2029' || size > 1 && r == utf8.RuneError {
+			invalid := r == utf8.RuneError && size == 1 // an encoded U+FFFD is valid
+			if !invalid && r != '\u2028' && r != '\u2029' {
 				i += size // written as it is, with the run
 				continue
 			}
 			dst = append(dst, src[start:i]...)
-			if r == utf8.RuneError {
+			if invalid {
 				dst = append(dst, `\ufffd`...)
 			} else {
 				dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
