@@ -33,7 +33,6 @@ func AppendContent(dst, src []byte, html bool) []byte {
 			i++
 			continue
 		}
-		b := src[i]
 		if c == multi {
 			r, size := utf8.DecodeRune(src[i:])
 			invalid := r == utf8.RuneError && size == 1 // an encoded U+FFFD is valid
@@ -52,7 +51,7 @@ func AppendContent(dst, src []byte, html bool) []byte {
 			continue
 		}
 		dst = append(dst, src[start:i]...)
-		switch b {
+		switch b := src[i]; b {
 		case '"', '\\':
 			dst = append(dst, '\\', b)
 		case '\b':
