@@ -29,8 +29,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// waitLimit bounds every wait for a condition in these tests.
-const waitLimit = 20 * time.Second
+// waitLimit bounds every wait for a condition in these tests: it only
+// turns a hang into a failure, so it is far above what a wait takes. The
+// longest are the lines of maxLine bytes (TestLongLines,
+// TestChildDrainedAfterFailure): under the race detector, whose checks of
+// their copies are most of their time, 3-6 s alone and 10 s beside three
+// busy loops on 2 cores, and past 20 s (the bound before) under make test
+// with the other packages' tests running beside them.
+const waitLimit = 60 * time.Second
 
 // sinkCall is one recorded sink call.
 type sinkCall struct {
